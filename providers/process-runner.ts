@@ -1,0 +1,231 @@
+/**
+ * Runs one process and turns it into the ExecEvent stream of the provider boundary. This is the
+ * one implementation of process supervision: the local provider calls it in the server process,
+ * and container providers run it inside the sandbox (providers/sandbox-executor.ts), so timeouts,
+ * kills and output handling are identical everywhere.
+ *
+ * Guarantees:
+ * - the child leads its own process group and carries a marker variable; a kill signals the
+ *   group and every process that still carries the marker, so `cmd &`, `setsid` and `nohup`
+ *   children are found even after they left the group;
+ * - when the main process exits, everything it left running is killed, so background children
+ *   neither keep the call open nor outlive it;
+ * - timeout: SIGTERM to the tree, then SIGKILL after the grace period; abort: SIGKILL at once;
+ * - output is read only as fast as the consumer drains the iterator (bounded memory) and is
+ *   delivered in chunks of at most 64 KiB; `exited` comes last, exactly once.
+ *
+ * Imports only node: modules and types, because it also runs inside sandboxes.
+ */
+import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import { constants as osConstants } from "node:os";
+import type { Readable } from "node:stream";
+import type { ExecEvent, ExecExit } from "./types.ts";
+
+/** Largest output chunk emitted, in bytes. */
+export const MAX_CHUNK_BYTES = 64 * 1024;
+/** Name of the environment variable that marks every process of one execution. */
+export const EXEC_MARKER_VAR = "AGENT_WORKSPACE_EXEC_ID";
+/** How long to wait for output pipes to drain after the process tree is gone. */
+const PIPE_DRAIN_MS = 2000;
+/** Events buffered between the pipes and a slow consumer before the pipes are paused. */
+const QUEUE_HIGH_WATER = 8;
+
+/** A fully resolved process to run. */
+export interface RunSpec {
+  argv: string[];
+  /** Absolute working directory. */
+  cwd: string;
+  /** The complete environment (nothing is inherited). */
+  env: Record<string, string>;
+  timeoutMs: number;
+  killGraceMs: number;
+  signal?: AbortSignal;
+  /** Count cgroup OOM kills around the run (only meaningful inside a sandbox with its own cgroup). */
+  detectOom?: boolean;
+}
+
+type Item = { type: "stdout" | "stderr"; data: Uint8Array };
+
+/** Runs `spec` and yields its events; returning early from the iterator kills the process tree. */
+export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void, undefined> {
+  const marker = randomUUID();
+  const started = performance.now();
+  const oomBefore = spec.detectOom ? readOomKills() : 0;
+  const child = spawn(spec.argv[0], spec.argv.slice(1), {
+    cwd: spec.cwd,
+    env: { ...spec.env, [EXEC_MARKER_VAR]: marker },
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+
+  let spawnError: string | undefined;
+  let exitInfo: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  let timedOut = false;
+  let aborted = false;
+  const timers: NodeJS.Timeout[] = [];
+
+  const killTree = (sig: NodeJS.Signals) => {
+    if (child.pid !== undefined) {
+      try {
+        process.kill(-child.pid, sig);
+      } catch {
+        // ESRCH: the group is already gone.
+      }
+    }
+    killMarked(marker, sig);
+  };
+
+  // One queue for both pipes, bounded: pumps wait while it is full, which stops reading the pipe
+  // and, through the pipe buffer, blocks the writer.
+  const queue: Item[] = [];
+  let wake: (() => void) | undefined;
+  let space: (() => void) | undefined;
+  const notify = () => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  const pump = async (stream: Readable, type: "stdout" | "stderr") => {
+    try {
+      for await (const chunk of stream as AsyncIterable<Buffer>) {
+        for (let at = 0; at < chunk.length; at += MAX_CHUNK_BYTES) {
+          queue.push({ type, data: chunk.subarray(at, at + MAX_CHUNK_BYTES) });
+          notify();
+          while (queue.length >= QUEUE_HIGH_WATER) await new Promise<void>((r) => (space = r));
+        }
+      }
+    } catch {
+      // A destroyed pipe ends its pump; the exit event still follows.
+    }
+  };
+  const pumps = Promise.all([pump(child.stdout, "stdout"), pump(child.stderr, "stderr")]);
+  let pumpsDone = false;
+  void pumps.then(() => {
+    pumpsDone = true;
+    notify();
+  });
+
+  const exited = new Promise<void>((resolve) => {
+    child.once("error", (err: NodeJS.ErrnoException) => {
+      spawnError = err.code ?? "SPAWN_FAILED";
+      resolve();
+    });
+    child.once("exit", (code, signal) => {
+      exitInfo = { code, signal };
+      // Whatever the command left behind (background jobs, setsid/nohup children) dies with it.
+      killTree("SIGKILL");
+      resolve();
+    });
+  });
+  let exitedDone = false;
+  void exited.then(() => {
+    exitedDone = true;
+    // Pipes held open by a process that escaped every kill must not keep the call open forever.
+    timers.push(
+      setTimeout(() => {
+        child.stdout.destroy();
+        child.stderr.destroy();
+      }, PIPE_DRAIN_MS),
+    );
+    notify();
+  });
+
+  const onAbort = () => {
+    aborted = true;
+    killTree("SIGKILL");
+  };
+  if (spec.signal?.aborted) onAbort();
+  spec.signal?.addEventListener("abort", onAbort, { once: true });
+  timers.push(
+    setTimeout(() => {
+      timedOut = true;
+      killTree("SIGTERM");
+      timers.push(setTimeout(() => killTree("SIGKILL"), spec.killGraceMs));
+    }, spec.timeoutMs),
+  );
+
+  let finished = false;
+  try {
+    yield { type: "started", startedAt: new Date() };
+    for (;;) {
+      const item = queue.shift();
+      if (item) {
+        const s = space;
+        space = undefined;
+        s?.();
+        yield item;
+        continue;
+      }
+      if (pumpsDone && exitedDone) break;
+      await new Promise<void>((r) => (wake = r));
+    }
+    await exited;
+    const exit = buildExit(exitInfo, spawnError, timedOut, performance.now() - started);
+    if (spec.detectOom && exit.signal === "SIGKILL" && !timedOut && !aborted) {
+      exit.oomKilled = readOomKills() > oomBefore;
+    }
+    finished = true;
+    yield { type: "exited", exit };
+  } finally {
+    for (const t of timers) clearTimeout(t);
+    spec.signal?.removeEventListener("abort", onAbort);
+    if (!finished || !exitedDone) killTree("SIGKILL");
+    child.stdout.destroy();
+    child.stderr.destroy();
+  }
+}
+
+function buildExit(
+  info: { code: number | null; signal: NodeJS.Signals | null } | undefined,
+  spawnError: string | undefined,
+  timedOut: boolean,
+  durationMs: number,
+): ExecExit {
+  const base = { timedOut, oomKilled: false, durationMs: Math.round(durationMs) };
+  if (spawnError !== undefined || info === undefined) {
+    return { ...base, exitCode: 127, signal: "", spawnError: spawnError ?? "SPAWN_FAILED" };
+  }
+  if (info.signal) {
+    return { ...base, exitCode: 128 + (osConstants.signals[info.signal] ?? 0), signal: info.signal };
+  }
+  return { ...base, exitCode: info.code ?? 0, signal: "" };
+}
+
+/**
+ * Signals every process whose environment carries the execution's marker. This is what catches
+ * children that called setsid() and left the process group. A process that scrubbed its own
+ * environment escapes it; container providers additionally sweep the container's processes.
+ */
+function killMarked(marker: string, sig: NodeJS.Signals): void {
+  const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marker}\0`);
+  let entries: string[];
+  try {
+    entries = readdirSync("/proc");
+  } catch {
+    return;
+  }
+  for (const entry of entries) {
+    const c = entry.charCodeAt(0);
+    if (c < 48 || c > 57) continue;
+    const pid = Number(entry);
+    if (pid === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/environ`).includes(needle)) process.kill(pid, sig);
+    } catch {
+      // Gone, or not ours to read.
+    }
+  }
+}
+
+/** The cgroup's cumulative OOM-kill count, 0 when unknown. */
+function readOomKills(): number {
+  try {
+    const text = readFileSync("/sys/fs/cgroup/memory.events", "utf8");
+    const m = /^oom_kill (\d+)$/m.exec(text);
+    return m ? Number(m[1]) : 0;
+  } catch {
+    return 0;
+  }
+}

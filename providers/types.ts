@@ -1,0 +1,152 @@
+/**
+ * The provider boundary. A provider offers a small set of byte-oriented primitives (exec as a
+ * stream of events; stat, read, write, list, remove; dispose) and every tool is written once
+ * above them, so a tool behaves identically on every provider. Paths given to these primitives
+ * are workspace-relative and have already passed the jail's lexical check (`toWorkspacePath`);
+ * implementations must still confine symlinks (see `resolveOnHost`).
+ */
+
+/** What a filesystem entry is. Symlinks are reported as such only by `list`. */
+export type EntryType = "file" | "directory" | "symlink" | "other";
+
+/** Metadata of one entry. */
+export interface FileStat {
+  type: EntryType;
+  size: number;
+  mtimeMs: number;
+}
+
+/** One directory entry, not followed if it is a symlink. */
+export interface DirEntry extends FileStat {
+  name: string;
+}
+
+/** Filesystem primitives of one workspace. */
+export interface WorkspaceFs {
+  /**
+   * The canonical workspace-relative form of a path: symlinks inside the workspace followed,
+   * PATH_OUTSIDE_WORKSPACE if any leaves it. Used to hand paths to programs (a working
+   * directory, a search root) that would otherwise follow an escaping symlink themselves.
+   */
+  resolve(rel: string): Promise<string>;
+  /** Stats a path, following symlinks that stay inside the workspace. FILE_NOT_FOUND if absent. */
+  stat(rel: string): Promise<FileStat>;
+  /**
+   * Reads a regular file whole. IS_DIRECTORY for directories, UNSUPPORTED_FILE_TYPE for FIFOs,
+   * sockets and devices (never opened in a way that could block), FILE_TOO_LARGE past maxBytes.
+   */
+  readFile(rel: string, maxBytes: number): Promise<Uint8Array>;
+  /**
+   * Replaces a file atomically (temporary file + rename in the same directory), creating parent
+   * directories. A failure leaves the old content in place. IS_DIRECTORY if the path is a directory.
+   */
+  writeFile(rel: string, data: Uint8Array): Promise<{ created: boolean }>;
+  /** Lists a directory's entries (unsorted). NOT_A_DIRECTORY for files. */
+  list(rel: string): Promise<DirEntry[]>;
+  /** Removes a file or symlink (never its target, never a directory: IS_DIRECTORY). */
+  remove(rel: string): Promise<void>;
+}
+
+/** A command to run inside a workspace. */
+export interface ExecSpec {
+  /** Program and arguments; argv[0] is looked up on the sandbox's PATH. Never passed through a shell. */
+  argv: string[];
+  /** Working directory, workspace-relative and already confined by the jail ("" for the root). */
+  cwd: string;
+  /** Variables added to the sandbox's minimal environment. */
+  env?: Record<string, string>;
+  /** Milliseconds before the process tree gets SIGTERM. */
+  timeoutMs: number;
+  /** Milliseconds between SIGTERM and SIGKILL after a timeout (default 5000). */
+  killGraceMs?: number;
+  /** Aborting kills the whole process tree at once. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Events of one execution, in order: exactly one `started` (or a `spawn_failed` exit), any
+ * number of output chunks of at most 64 KiB, exactly one `exited`. The consumer's pace is the
+ * producer's: output is read from the process only as fast as the iterator is drained, so memory
+ * stays bounded however much a command prints.
+ */
+export type ExecEvent =
+  | { type: "started"; startedAt: Date }
+  | { type: "stdout"; data: Uint8Array }
+  | { type: "stderr"; data: Uint8Array }
+  | { type: "exited"; exit: ExecExit };
+
+/** How an execution ended. */
+export interface ExecExit {
+  /** Exit code; 128+N when killed by signal N; 127 when the program could not be started. */
+  exitCode: number;
+  /** Name of the killing signal ("SIGKILL"), or "" when the process exited by itself. */
+  signal: string;
+  /** True when the timeout fired. */
+  timedOut: boolean;
+  /** True when the workspace's memory limit killed the process. */
+  oomKilled: boolean;
+  durationMs: number;
+  /** Set when the program could not be started at all (e.g. "ENOENT"). */
+  spawnError?: string;
+}
+
+/** Resource limits in provider-neutral units, after server defaults were applied. */
+export interface Limits {
+  /** CPU cores (fractional allowed); 0 for none. */
+  cpus: number;
+  /** Memory in bytes; 0 for none. */
+  memoryBytes: number;
+  /** Disk in bytes; 0 for none. */
+  diskBytes: number;
+  /** Maximum processes; 0 for none. */
+  pids: number;
+}
+
+/** What a provider records about a workspace so it can reopen it after a server restart. */
+export interface WorkspaceRecord {
+  id: string;
+  provider: string;
+  createdAt: Date;
+  labels: Record<string, string>;
+  limits: Limits;
+  image: string;
+  /** Provider-private state (a container id, a directory). */
+  state: Record<string, string>;
+}
+
+/** A live workspace: the primitives tools run on. */
+export interface WorkspaceHandle {
+  readonly id: string;
+  readonly fs: WorkspaceFs;
+  /** Runs a process inside the workspace; see ExecEvent for the stream's guarantees. */
+  exec(spec: ExecSpec): AsyncIterable<ExecEvent>;
+  /** Path of a ripgrep binary as seen inside the workspace, or undefined when there is none. */
+  readonly ripgrepPath: string | undefined;
+  /** Current state of the sandbox. */
+  health(): Promise<{ status: "ready" | "stopped" | "failed"; message: string }>;
+  /** Releases server-side resources (connections) without destroying the workspace. */
+  close(): Promise<void>;
+}
+
+/** Options for creating a workspace. */
+export interface CreateOptions {
+  id: string;
+  labels: Record<string, string>;
+  limits: Limits;
+  /** Image for container providers; "" selects the provider's default. */
+  image: string;
+}
+
+/** A way of providing workspaces. */
+export interface Provider {
+  /** "local", "docker", "gvisor", … */
+  readonly name: string;
+  /** Provisions a new workspace; the returned record is persisted by the server. */
+  create(options: CreateOptions): Promise<WorkspaceRecord>;
+  /** Attaches to an existing workspace (after create, or after a server restart). */
+  open(record: WorkspaceRecord): Promise<WorkspaceHandle>;
+  /** Stops everything in the workspace and deletes it with its storage. Idempotent. */
+  destroy(record: WorkspaceRecord): Promise<void>;
+  /** Releases the provider's own resources at server shutdown; workspaces survive. */
+  dispose(): Promise<void>;
+}

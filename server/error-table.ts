@@ -1,0 +1,39 @@
+/**
+ * The one table from domain reasons to Connect codes and proto ErrorReason values. It is a
+ * Record over the Reason union, so a new reason fails the compile until it is mapped here.
+ */
+import { Code } from "@connectrpc/connect";
+import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
+import type { Reason } from "../providers/errors.ts";
+
+/** How one reason goes on the wire. */
+export interface ReasonMapping {
+  code: Code;
+  reason: ErrorReason;
+}
+
+/** Reason → Connect code and proto reason. Over the Connect protocol the code fixes the HTTP status. */
+export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
+  FILE_NOT_FOUND: { code: Code.NotFound, reason: ErrorReason.FILE_NOT_FOUND },
+  PATH_OUTSIDE_WORKSPACE: { code: Code.PermissionDenied, reason: ErrorReason.PATH_OUTSIDE_WORKSPACE },
+  IS_DIRECTORY: { code: Code.FailedPrecondition, reason: ErrorReason.IS_DIRECTORY },
+  NOT_A_DIRECTORY: { code: Code.FailedPrecondition, reason: ErrorReason.NOT_A_DIRECTORY },
+  WRITE_FAILED: { code: Code.Internal, reason: ErrorReason.WRITE_FAILED },
+  FIND_NOT_FOUND: { code: Code.FailedPrecondition, reason: ErrorReason.FIND_NOT_FOUND },
+  FIND_NOT_UNIQUE: { code: Code.FailedPrecondition, reason: ErrorReason.FIND_NOT_UNIQUE },
+  INVALID_PATTERN: { code: Code.InvalidArgument, reason: ErrorReason.INVALID_PATTERN },
+  RIPGREP_NOT_FOUND: { code: Code.FailedPrecondition, reason: ErrorReason.RIPGREP_NOT_FOUND },
+  COMMAND_TIMEOUT: { code: Code.DeadlineExceeded, reason: ErrorReason.COMMAND_TIMEOUT },
+  WORKSPACE_NOT_FOUND: { code: Code.NotFound, reason: ErrorReason.WORKSPACE_NOT_FOUND },
+  INVALID_ARGUMENT: { code: Code.InvalidArgument, reason: ErrorReason.INVALID_ARGUMENT },
+  UNSUPPORTED_FILE_TYPE: { code: Code.FailedPrecondition, reason: ErrorReason.UNSUPPORTED_FILE_TYPE },
+  FILE_TOO_LARGE: { code: Code.FailedPrecondition, reason: ErrorReason.FILE_TOO_LARGE },
+  WORKSPACE_NOT_READY: { code: Code.FailedPrecondition, reason: ErrorReason.WORKSPACE_NOT_READY },
+  PROVIDER_UNAVAILABLE: { code: Code.Unavailable, reason: ErrorReason.PROVIDER_UNAVAILABLE },
+  UNKNOWN_PROVIDER: { code: Code.InvalidArgument, reason: ErrorReason.UNKNOWN_PROVIDER },
+  ACCESS_DENIED: { code: Code.PermissionDenied, reason: ErrorReason.ACCESS_DENIED },
+  TOOL_NOT_ENABLED: { code: Code.PermissionDenied, reason: ErrorReason.TOOL_NOT_ENABLED },
+  RESOURCE_EXHAUSTED: { code: Code.ResourceExhausted, reason: ErrorReason.RESOURCE_EXHAUSTED },
+  CANCELLED: { code: Code.Canceled, reason: ErrorReason.CANCELLED },
+  INTERNAL: { code: Code.Internal, reason: ErrorReason.INTERNAL },
+};

@@ -1,0 +1,96 @@
+/**
+ * Serves one request handler on one port for HTTP/1.1 and HTTP/2. Without TLS, the first bytes
+ * of each connection decide: the HTTP/2 connection preface goes to an HTTP/2 server (prior
+ * knowledge, what gRPC clients use), anything else to an HTTP/1.1 server (curl, browsers,
+ * Connect and gRPC-Web over 1.1). With TLS, ALPN negotiates the same choice.
+ */
+import { readFile } from "node:fs/promises";
+import http from "node:http";
+import http2 from "node:http2";
+import net from "node:net";
+import type { AddressInfo } from "node:net";
+
+const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+
+type Handler = Parameters<typeof http2.createServer>[1] & Parameters<typeof http.createServer>[1];
+
+/** A listening server. */
+export interface ListeningServer {
+  port: number;
+  url: string;
+  /** Stops accepting, ends idle connections and waits for the rest. */
+  close(): Promise<void>;
+}
+
+/** Options of `listen`. */
+export interface ListenOptions {
+  host: string;
+  port: number;
+  tlsCert?: string;
+  tlsKey?: string;
+}
+
+/** Starts serving `handler`. */
+export async function listen(handler: Handler, options: ListenOptions): Promise<ListeningServer> {
+  const sessions = new Set<http2.ServerHttp2Session>();
+  const track = (s: http2.Http2Server | http2.Http2SecureServer) =>
+    s.on("session", (session) => {
+      sessions.add(session);
+      session.on("close", () => sessions.delete(session));
+    });
+
+  let outer: net.Server;
+  let h1: http.Server | undefined;
+  if (options.tlsCert && options.tlsKey) {
+    const secure = http2.createSecureServer({ cert: await readFile(options.tlsCert), key: await readFile(options.tlsKey), allowHTTP1: true }, handler);
+    track(secure);
+    outer = secure;
+  } else {
+    const h2 = http2.createServer({}, handler);
+    track(h2);
+    h1 = http.createServer(handler);
+    h1.keepAliveTimeout = 30_000;
+    const h1s = h1;
+    outer = net.createServer((socket) => {
+      socket.once("readable", function route() {
+        const head: Buffer | null = socket.read(Math.min(PREFACE.length, socket.readableLength));
+        if (head === null) {
+          socket.once("readable", route);
+          return;
+        }
+        socket.unshift(head);
+        const isH2 = head.equals(PREFACE.subarray(0, head.length));
+        if (isH2 && head.length < PREFACE.length) {
+          // Too few bytes to decide yet; wait for more of the preface.
+          socket.read(0);
+          socket.once("readable", route);
+          return;
+        }
+        (isH2 ? h2 : h1s).emit("connection", socket);
+      });
+      socket.on("error", () => socket.destroy());
+    });
+  }
+  await new Promise<void>((resolve, reject) => {
+    outer.once("error", reject);
+    outer.listen(options.port, options.host, () => resolve());
+  });
+  const port = (outer.address() as AddressInfo).port;
+  const scheme = options.tlsCert ? "https" : "http";
+  const host = options.host.includes(":") ? `[${options.host}]` : options.host;
+  return {
+    port,
+    url: `${scheme}://${host}:${port}`,
+    async close() {
+      const closed = new Promise<void>((resolve) => outer.close(() => resolve()));
+      for (const s of sessions) s.close();
+      h1?.closeIdleConnections();
+      const force = setTimeout(() => {
+        for (const s of sessions) s.destroy();
+        h1?.closeAllConnections();
+      }, 2000);
+      await closed;
+      clearTimeout(force);
+    },
+  };
+}
