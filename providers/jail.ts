@@ -95,7 +95,7 @@ export async function resolveOnHost(rootReal: string, rel: string, followFinal: 
     const name = pending.shift() as string;
     if (name === "" || name === ".") continue;
     if (name === "..") {
-      if (resolved.length === 0) throw outside(`/${rel}`);
+      if (resolved.length === 0) throw outside(rel);
       resolved.pop();
       continue;
     }
@@ -152,7 +152,7 @@ export async function resolveOnHost(rootReal: string, rel: string, followFinal: 
 function mapAbsoluteTarget(rootReal: string, target: string, rel: string): string {
   if (target === rootReal || target.startsWith(`${rootReal}/`)) return target.slice(rootReal.length);
   if (target === WORKSPACE_ROOT || target.startsWith(`${WORKSPACE_ROOT}/`)) return target.slice(WORKSPACE_ROOT.length);
-  throw outside(`/${rel}`);
+  throw outside(rel);
 }
 
 /**
@@ -162,11 +162,11 @@ function mapAbsoluteTarget(rootReal: string, target: string, rel: string): strin
  */
 export async function assertFdInside(rootReal: string, fd: number, rel: string): Promise<void> {
   const actual = await realpath(`/proc/self/fd/${fd}`);
-  if (actual !== rootReal && !actual.startsWith(`${rootReal}/`)) throw outside(`/${rel}`);
+  if (actual !== rootReal && !actual.startsWith(`${rootReal}/`)) throw outside(rel);
 }
 
 /** Throws PATH_OUTSIDE_WORKSPACE unless `hostPath`'s realpath lies inside the root. */
 export async function assertRealInside(rootReal: string, hostPath: string, rel: string): Promise<void> {
   const actual = await realpath(hostPath);
-  if (actual !== rootReal && !actual.startsWith(`${rootReal}/`)) throw outside(`/${rel}`);
+  if (actual !== rootReal && !actual.startsWith(`${rootReal}/`)) throw outside(rel);
 }

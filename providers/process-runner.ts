@@ -221,11 +221,14 @@ function killMarked(marker: string, sig: NodeJS.Signals): void {
 
 /** The cgroup's cumulative OOM-kill count, 0 when unknown. */
 function readOomKills(): number {
-  try {
-    const text = readFileSync("/sys/fs/cgroup/memory.events", "utf8");
-    const m = /^oom_kill (\d+)$/m.exec(text);
-    return m ? Number(m[1]) : 0;
-  } catch {
-    return 0;
+  // cgroup v2 (memory.events), then cgroup v1 (memory.oom_control).
+  for (const file of ["/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"]) {
+    try {
+      const m = /^oom_kill (\d+)$/m.exec(readFileSync(file, "utf8"));
+      if (m) return Number(m[1]);
+    } catch {
+      // Not this cgroup version.
+    }
   }
+  return 0;
 }

@@ -11,6 +11,8 @@ import path from "node:path";
 import { file_agentworkspace_v1_options } from "../gen/agentworkspace/v1/options_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
+import Docker from "dockerode";
+import { createDockerProvider, engineAvailable, runtimeAvailable } from "../providers/docker.ts";
 import { createLocalProvider } from "../providers/local.ts";
 import type { Provider } from "../providers/types.ts";
 import type { ServerConfig } from "./config.ts";
@@ -44,7 +46,8 @@ export interface AppOverrides {
 /** Builds the application from configuration. */
 export async function createApp(config: ServerConfig, overrides: AppOverrides = {}): Promise<App> {
   const logger = overrides.logger ?? createLogger({ quiet: config.quiet });
-  const providers = overrides.providers ?? (await createProviders(config, logger));
+  const built = overrides.providers ? { providers: overrides.providers, containers: [] } : await createProviders(config, logger);
+  const providers = built.providers;
   const workspaces = new WorkspaceManager({
     providers,
     defaultProvider: config.defaultProvider,
@@ -53,6 +56,7 @@ export async function createApp(config: ServerConfig, overrides: AppOverrides = 
     logger,
   });
   await workspaces.init();
+  await reconcileOrphans(built.containers, new Set(workspaces.listRecords("", {}).map((r) => r.id)), config.docker.cleanupOrphans, logger);
   const health = new HealthStatus([ToolService.typeName, WorkspaceService.typeName]);
   const shutdown = new AbortController();
   const interceptors = [createErrorInterceptor(logger)];
@@ -85,8 +89,55 @@ export async function createApp(config: ServerConfig, overrides: AppOverrides = 
   };
 }
 
-async function createProviders(config: ServerConfig, logger: Logger): Promise<Provider[]> {
+type ContainerProvider = ReturnType<typeof createDockerProvider>;
+
+/**
+ * The local provider always; `docker` and `gvisor` when the engine answers (or always, with
+ * AGENT_WORKSPACE_DOCKER=on, so that calls fail with UNAVAILABLE until the engine is up).
+ */
+async function createProviders(config: ServerConfig, logger: Logger): Promise<{ providers: Provider[]; containers: ContainerProvider[] }> {
   const providers: Provider[] = [createLocalProvider({ baseDir: path.join(config.dataDir, "workspaces") })];
-  void logger;
-  return providers;
+  const containers: ContainerProvider[] = [];
+  if (config.docker.enabled === "off") return { providers, containers };
+  // DOCKER_HOST (read by docker-modem) wins unless DOCKER_SOCKET names a socket explicitly.
+  const docker = process.env.DOCKER_HOST && !process.env.DOCKER_SOCKET ? new Docker() : new Docker({ socketPath: config.docker.socketPath });
+  const up = await engineAvailable(docker);
+  if (!up && config.docker.enabled === "auto") {
+    logger.warn("docker engine not reachable; container providers disabled", { socket: config.docker.socketPath });
+    return { providers, containers };
+  }
+  const common = {
+    docker,
+    image: config.docker.image,
+    network: config.docker.network,
+    baseDir: path.join(config.dataDir, "containers"),
+    user: config.docker.user,
+    log: (msg: string, fields: Record<string, unknown>) => logger.warn(msg, fields),
+  };
+  containers.push(createDockerProvider({ ...common, name: "docker" }));
+  if (!up || (await runtimeAvailable(docker, "runsc"))) {
+    containers.push(createDockerProvider({ ...common, name: "gvisor", runtime: "runsc", network: "none" }));
+  } else {
+    logger.warn("runsc runtime not registered with the docker engine; gvisor provider disabled", {});
+  }
+  providers.push(...containers);
+  return { providers, containers };
+}
+
+/** Reports (and with cleanupOrphans removes) containers labelled as ours that no record knows. */
+async function reconcileOrphans(containers: ContainerProvider[], known: Set<string>, cleanup: boolean, logger: Logger): Promise<void> {
+  for (const p of containers) {
+    try {
+      for (const orphan of await p.findOrphans(known)) {
+        logger.warn(cleanup ? "removing orphaned workspace container" : "orphaned workspace container (set AGENT_WORKSPACE_CLEANUP_ORPHANS=1 to remove)", {
+          provider: p.name,
+          container_id: orphan.containerId,
+          workspace_id: orphan.workspaceId,
+        });
+        if (cleanup) await p.removeContainer(orphan.containerId);
+      }
+    } catch (err) {
+      logger.warn("could not look for orphaned containers", { provider: p.name, error: String(err) });
+    }
+  }
 }

@@ -26,6 +26,8 @@ export interface ServerConfig {
     image: string;
     network: string;
     cleanupOrphans: boolean;
+    /** uid/gid commands run as in containers. */
+    user: { uid: number; gid: number };
   };
 }
 
@@ -79,6 +81,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, argv: string[] 
       image: env.AGENT_WORKSPACE_IMAGE ?? "agent-workspace-base:bookworm",
       network: env.AGENT_WORKSPACE_DOCKER_NETWORK ?? "none",
       cleanupOrphans: env.AGENT_WORKSPACE_CLEANUP_ORPHANS === "1",
+      user: {
+        uid: int(env.AGENT_WORKSPACE_CONTAINER_UID, "AGENT_WORKSPACE_CONTAINER_UID", 1000),
+        gid: int(env.AGENT_WORKSPACE_CONTAINER_GID, "AGENT_WORKSPACE_CONTAINER_GID", 1000),
+      },
     },
   };
 }

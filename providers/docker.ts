@@ -1,0 +1,270 @@
+/**
+ * Container providers through dockerode: `docker` (runc) and `gvisor` (the runsc runtime). Each
+ * workspace is a long-lived container whose /workspace is a bind-mounted host directory, and
+ * whose main process is the resident executor (sandbox-executor.ts) started with the server's
+ * own Node binary, mounted read-only with this directory and ripgrep. So:
+ * - commands start with one frame on an attached stream, not a Docker exec round trip, and get
+ *   the same supervision as on the local provider (process-runner.ts);
+ * - file tools work on the host directory through the same jail as the local provider;
+ * - images need nothing but bash.
+ *
+ * Security defaults: no network, an init that reaps zombies, a process limit, memory and CPU
+ * limits, every capability dropped, no-new-privileges, a non-root user (uid 1000 by default).
+ */
+import { chown, mkdir, realpath, rm } from "node:fs/promises";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { Duplex } from "node:stream";
+import Docker from "dockerode";
+import { rgPath } from "@vscode/ripgrep";
+import { DomainError, errnoCode } from "./errors.ts";
+import { HostDirectoryFs } from "./host-fs.ts";
+import { WORKSPACE_ROOT } from "./jail.ts";
+import { SandboxConnection } from "./sandbox-connection.ts";
+import { sandboxEnv } from "./sandbox-env.ts";
+import type { CreateOptions, ExecEvent, ExecSpec, Provider, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
+
+/** Label keys the server puts on its containers. */
+export const LABELS = {
+  managed: "agent-workspace.managed",
+  workspace: "agent-workspace.workspace-id",
+  provider: "agent-workspace.provider",
+} as const;
+
+const PROVIDERS_DIR = path.dirname(fileURLToPath(import.meta.url));
+const PACKAGE_JSON = path.join(PROVIDERS_DIR, "..", "package.json");
+const MOUNT = "/opt/agent-workspace";
+
+/** Options of a container provider. */
+export interface DockerProviderOptions {
+  /** "docker" or "gvisor". */
+  name: string;
+  docker: Docker;
+  /** OCI runtime; "runsc" for gVisor, undefined for the engine default. */
+  runtime?: string;
+  /** Default image. */
+  image: string;
+  /** Docker network for workspaces; "none" (default) means no network at all. */
+  network: string;
+  /** Host directory under which workspace directories are created. */
+  baseDir: string;
+  /** uid:gid commands run as; must own the workspace directory. */
+  user: { uid: number; gid: number };
+  /** Called with lines the executors write to stderr, and with lifecycle events. */
+  log: (msg: string, fields: Record<string, unknown>) => void;
+}
+
+/** Translates dockerode failures into domain errors: an unreachable engine is UNAVAILABLE. */
+export function engineError(err: unknown, what: string): unknown {
+  if (err instanceof DomainError) return err;
+  const code = errnoCode(err);
+  if (code === "ECONNREFUSED" || code === "ENOENT" || code === "EACCES" || code === "ECONNRESET" || code === "EPIPE") {
+    return new DomainError("PROVIDER_UNAVAILABLE", `The Docker engine is unavailable (${code}) while trying to ${what}; retry once it is back`, { cause: err });
+  }
+  const status = (err as { statusCode?: number }).statusCode;
+  if (status === 404 && /image/i.test(String((err as Error).message))) {
+    return new DomainError("INVALID_ARGUMENT", `Image not found while trying to ${what}; build it with scripts/build-base-image.sh or name an existing image`, {
+      cause: err,
+      metadata: { field: "image" },
+    });
+  }
+  return err;
+}
+
+/** Creates a container provider. */
+export function createDockerProvider(options: DockerProviderOptions): Provider & {
+  /** Containers labelled as ours whose workspace the server does not know. */
+  findOrphans(known: Set<string>): Promise<Array<{ containerId: string; workspaceId: string }>>;
+  removeContainer(containerId: string): Promise<void>;
+} {
+  const { docker } = options;
+  const baseDir = path.resolve(options.baseDir);
+  const isGvisor = options.runtime === "runsc";
+
+  const hostDirOf = (record: WorkspaceRecord) => record.state.dir ?? path.join(baseDir, record.id);
+
+  async function containerFor(record: WorkspaceRecord): Promise<Docker.Container> {
+    return docker.getContainer(record.state.containerId);
+  }
+
+  return {
+    name: options.name,
+
+    async create(opts: CreateOptions): Promise<WorkspaceRecord> {
+      const image = opts.image === "" ? options.image : opts.image;
+      const dir = path.join(baseDir, opts.id);
+      await mkdir(dir, { recursive: true, mode: 0o755 });
+      await chown(dir, options.user.uid, options.user.gid);
+      const nodeBinary = await realpath(process.execPath);
+      const rg = await realpath(rgPath);
+      const { limits } = opts;
+      const hostConfig: Docker.HostConfig = {
+        Binds: [
+          `${dir}:${WORKSPACE_ROOT}`,
+          `${nodeBinary}:${MOUNT}/node:ro`,
+          `${PROVIDERS_DIR}:${MOUNT}/app/providers:ro`,
+          `${PACKAGE_JSON}:${MOUNT}/app/package.json:ro`,
+          `${rg}:${MOUNT}/bin/rg:ro`,
+        ],
+        Init: true,
+        NetworkMode: options.network,
+        CapDrop: ["ALL"],
+        SecurityOpt: ["no-new-privileges"],
+        Memory: limits.memoryBytes || undefined,
+        MemorySwap: limits.memoryBytes ? limits.memoryBytes : undefined,
+        NanoCpus: limits.cpus ? Math.round(limits.cpus * 1e9) : undefined,
+        // Under runsc the pids cgroup counts the sandbox's own host threads and kills the whole
+        // sandbox at the limit, so gVisor gets its process cap from RLIMIT_NPROC instead.
+        PidsLimit: !isGvisor && limits.pids ? limits.pids : undefined,
+        Ulimits: isGvisor && limits.pids ? [{ Name: "nproc", Soft: limits.pids, Hard: limits.pids }] : undefined,
+        Runtime: options.runtime,
+      };
+      let container: Docker.Container;
+      try {
+        container = await docker.createContainer({
+          name: `aw-${opts.id}`,
+          Image: image,
+          Cmd: [`${MOUNT}/node`, "--disable-warning=ExperimentalWarning", `${MOUNT}/app/providers/sandbox-executor.ts`],
+          Entrypoint: [],
+          User: `${options.user.uid}:${options.user.gid}`,
+          WorkingDir: WORKSPACE_ROOT,
+          Env: [`HOME=${WORKSPACE_ROOT}`, "NODE_OPTIONS="],
+          OpenStdin: true,
+          StdinOnce: false,
+          AttachStdin: true,
+          AttachStdout: true,
+          AttachStderr: true,
+          Tty: false,
+          NetworkDisabled: options.network === "none",
+          Labels: { [LABELS.managed]: "true", [LABELS.workspace]: opts.id, [LABELS.provider]: options.name },
+          HostConfig: hostConfig,
+        });
+      } catch (err) {
+        await rm(dir, { recursive: true, force: true });
+        throw engineError(err, "create the workspace container");
+      }
+      return {
+        id: opts.id,
+        provider: options.name,
+        createdAt: new Date(),
+        labels: opts.labels,
+        limits: opts.limits,
+        image,
+        state: { containerId: container.id, dir },
+      };
+    },
+
+    async open(record: WorkspaceRecord): Promise<WorkspaceHandle> {
+      const root = await realpath(hostDirOf(record));
+      const container = await containerFor(record);
+      let connecting: Promise<SandboxConnection> | undefined;
+      let conn: SandboxConnection | undefined;
+      const connect = async (): Promise<SandboxConnection> => {
+        if (conn?.alive) return conn;
+        connecting ??= (async () => {
+          try {
+            const info = await container.inspect();
+            const stream = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
+            if (!info.State.Running) await container.start();
+            const c = new SandboxConnection(stream, (line) => options.log("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) }));
+            await c.ping(30_000);
+            conn = c;
+            return c;
+          } catch (err) {
+            if ((err as { statusCode?: number }).statusCode === 404) {
+              throw new DomainError("WORKSPACE_NOT_READY", "The workspace container no longer exists; delete the workspace and create a new one", { cause: err });
+            }
+            throw engineError(err, "attach to the workspace container");
+          } finally {
+            connecting = undefined;
+          }
+        })();
+        return connecting;
+      };
+      await connect();
+      const fs = new HostDirectoryFs(root, options.user);
+      return {
+        id: record.id,
+        fs,
+        ripgrepPath: `${MOUNT}/bin/rg`,
+        exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
+          return (async function* () {
+            const env = sandboxEnv(WORKSPACE_ROOT, spec.env);
+            const c = await connect();
+            yield* c.exec(
+              {
+                argv: spec.argv,
+                cwd: spec.cwd === "" ? WORKSPACE_ROOT : `${WORKSPACE_ROOT}/${spec.cwd}`,
+                env,
+                timeoutMs: spec.timeoutMs,
+                killGraceMs: spec.killGraceMs ?? 5000,
+              },
+              spec.signal,
+            );
+          })();
+        },
+        async health() {
+          try {
+            const info = await container.inspect();
+            if (info.State.Running) return { status: "ready", message: "" };
+            return { status: "stopped", message: `container is ${info.State.Status}${info.State.OOMKilled ? " (OOM killed)" : ""}; the next tool call restarts it` };
+          } catch (err) {
+            const e = engineError(err, "inspect the workspace container");
+            if (e instanceof DomainError) return { status: "failed", message: e.message };
+            if ((err as { statusCode?: number }).statusCode === 404) return { status: "failed", message: "the workspace container no longer exists" };
+            throw e;
+          }
+        },
+        async close() {
+          conn?.close();
+        },
+      };
+    },
+
+    async destroy(record: WorkspaceRecord): Promise<void> {
+      try {
+        await docker.getContainer(record.state.containerId).remove({ force: true, v: true });
+      } catch (err) {
+        if ((err as { statusCode?: number }).statusCode !== 404) throw engineError(err, "remove the workspace container");
+      }
+      const dir = hostDirOf(record);
+      if (path.dirname(path.resolve(dir)) === baseDir) await rm(dir, { recursive: true, force: true });
+    },
+
+    async dispose(): Promise<void> {},
+
+    async findOrphans(known: Set<string>) {
+      const list = await docker.listContainers({
+        all: true,
+        filters: { label: [`${LABELS.managed}=true`, `${LABELS.provider}=${options.name}`] },
+      });
+      return list
+        .map((c) => ({ containerId: c.Id, workspaceId: c.Labels[LABELS.workspace] ?? "" }))
+        .filter((c) => !known.has(c.workspaceId));
+    },
+
+    async removeContainer(containerId: string) {
+      await docker.getContainer(containerId).remove({ force: true, v: true });
+    },
+  };
+}
+
+/** True when the engine answers a ping within a short time. */
+export async function engineAvailable(docker: Docker): Promise<boolean> {
+  try {
+    await Promise.race([docker.ping(), new Promise((_, reject) => setTimeout(() => reject(new Error("timeout")), 3000))]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** True when the engine has the named runtime registered. */
+export async function runtimeAvailable(docker: Docker, runtime: string): Promise<boolean> {
+  try {
+    const info = (await docker.info()) as { Runtimes?: Record<string, unknown> };
+    return Boolean(info.Runtimes && runtime in info.Runtimes);
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,193 @@
+/**
+ * The server's end of the executor protocol (see sandbox-protocol.ts): multiplexes executions
+ * over one attached stdin/stdout pair of a container, with per-execution credit so each
+ * execution's output is buffered only up to the protocol window.
+ */
+import type { Duplex } from "node:stream";
+import { DomainError } from "./errors.ts";
+import type { ExecEvent, ExecExit } from "./types.ts";
+import { CREDIT_BATCH, encodeFrame, type ExecRequest, F, FrameReader } from "./sandbox-protocol.ts";
+
+interface Pending {
+  queue: ExecEvent[];
+  wake: (() => void) | undefined;
+  done: boolean;
+  error: Error | undefined;
+  unacked: number;
+}
+
+/**
+ * Splits Docker's multiplexed attach stream (8-byte headers: stream type, 3 zero bytes, u32
+ * size) into the stdout payload; stderr of the executor is handed to `onStderr`.
+ */
+class DockerDemux {
+  #buf: Buffer = Buffer.alloc(0);
+  push(chunk: Buffer, onStdout: (b: Buffer) => void, onStderr: (b: Buffer) => void): void {
+    this.#buf = this.#buf.length === 0 ? chunk : Buffer.concat([this.#buf, chunk]);
+    let at = 0;
+    while (this.#buf.length - at >= 8) {
+      const size = this.#buf.readUInt32BE(at + 4);
+      if (this.#buf.length - at < 8 + size) break;
+      const payload = this.#buf.subarray(at + 8, at + 8 + size);
+      if (this.#buf[at] === 2) onStderr(payload);
+      else onStdout(payload);
+      at += 8 + size;
+    }
+    this.#buf = at === this.#buf.length ? Buffer.alloc(0) : this.#buf.subarray(at);
+  }
+}
+
+/** One attached connection to a sandbox executor. */
+export class SandboxConnection {
+  readonly #stream: Duplex;
+  readonly #pending = new Map<number, Pending>();
+  readonly #frames = new FrameReader();
+  readonly #demux = new DockerDemux();
+  #nextId = 1;
+  #closed: Error | undefined;
+  readonly #onLog: (line: string) => void;
+
+  /** `stream` is a hijacked Docker attach stream (stdin writable, multiplexed stdout/stderr readable). */
+  constructor(stream: Duplex, onLog: (line: string) => void) {
+    this.#stream = stream;
+    this.#onLog = onLog;
+    stream.on("data", (chunk: Buffer) => {
+      try {
+        this.#demux.push(chunk, (b) => this.#onFrames(b), (b) => this.#onLog(b.toString("utf8")));
+      } catch (err) {
+        this.#fail(err instanceof Error ? err : new Error(String(err)));
+        stream.destroy();
+      }
+    });
+    const lost = () => this.#fail(new Error("sandbox connection closed"));
+    stream.on("end", lost);
+    stream.on("close", lost);
+    stream.on("error", (err) => this.#fail(err));
+  }
+
+  /** True until the stream ends. */
+  get alive(): boolean {
+    return this.#closed === undefined;
+  }
+
+  #onFrames(bytes: Buffer): void {
+    for (const f of this.#frames.push(bytes)) {
+      const p = this.#pending.get(f.id);
+      if (!p) continue;
+      switch (f.type) {
+        case F.STARTED:
+          p.queue.push({ type: "started", startedAt: new Date(JSON.parse(f.payload.toString("utf8")).startedAt) });
+          break;
+        case F.STDOUT:
+        case F.STDERR:
+          // Copy: the payload is a view into a buffer the reader reuses.
+          p.queue.push({ type: f.type === F.STDOUT ? "stdout" : "stderr", data: Buffer.from(f.payload) });
+          break;
+        case F.EXITED:
+          p.queue.push({ type: "exited", exit: JSON.parse(f.payload.toString("utf8")) as ExecExit });
+          p.done = true;
+          break;
+        case F.PONG:
+          p.done = true;
+          break;
+        case F.ERROR:
+          p.error = new Error(`sandbox executor: ${JSON.parse(f.payload.toString("utf8")).message}`);
+          p.done = true;
+          break;
+      }
+      const w = p.wake;
+      p.wake = undefined;
+      w?.();
+    }
+  }
+
+  #fail(err: Error): void {
+    if (this.#closed) return;
+    this.#closed = err;
+    for (const p of this.#pending.values()) {
+      p.error ??= err;
+      p.done = true;
+      const w = p.wake;
+      p.wake = undefined;
+      w?.();
+    }
+  }
+
+  #register(): [number, Pending] {
+    const id = this.#nextId++;
+    const p: Pending = { queue: [], wake: undefined, done: false, error: undefined, unacked: 0 };
+    this.#pending.set(id, p);
+    return [id, p];
+  }
+
+  #write(type: number, id: number, payload?: Uint8Array): void {
+    if (!this.#closed) this.#stream.write(encodeFrame(type, id, payload));
+  }
+
+  /** Resolves once the executor answers a PING, or rejects after `timeoutMs`. */
+  async ping(timeoutMs: number): Promise<void> {
+    const [id, p] = this.#register();
+    const timer = setTimeout(() => {
+      p.error = new Error("sandbox executor did not answer");
+      p.done = true;
+      p.wake?.();
+    }, timeoutMs);
+    try {
+      this.#write(F.PING, id);
+      while (!p.done) await new Promise<void>((r) => (p.wake = r));
+      if (p.error) throw p.error;
+    } finally {
+      clearTimeout(timer);
+      this.#pending.delete(id);
+    }
+  }
+
+  /** Runs a request in the sandbox; ending the iteration early kills the process tree there. */
+  async *exec(req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+    if (this.#closed) throw unavailable(this.#closed);
+    const [id, p] = this.#register();
+    const onAbort = () => this.#write(F.KILL, id);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    let finished = false;
+    try {
+      this.#write(F.EXEC, id, Buffer.from(JSON.stringify(req)));
+      if (signal?.aborted) onAbort();
+      for (;;) {
+        const ev = p.queue.shift();
+        if (ev) {
+          if (ev.type === "stdout" || ev.type === "stderr") {
+            p.unacked += ev.data.length;
+            if (p.unacked >= CREDIT_BATCH) {
+              const credit = Buffer.allocUnsafe(4);
+              credit.writeUInt32BE(p.unacked, 0);
+              this.#write(F.CREDIT, id, credit);
+              p.unacked = 0;
+            }
+          }
+          if (ev.type === "exited") finished = true;
+          yield ev;
+          if (finished) return;
+          continue;
+        }
+        if (p.done) {
+          throw p.error ? unavailable(p.error) : new Error("sandbox execution ended without an exit event");
+        }
+        await new Promise<void>((r) => (p.wake = r));
+      }
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      if (!finished) this.#write(F.KILL, id);
+      this.#pending.delete(id);
+    }
+  }
+
+  /** Detaches without stopping the sandbox. */
+  close(): void {
+    this.#fail(new Error("sandbox connection closed by the server"));
+    this.#stream.destroy();
+  }
+}
+
+function unavailable(cause: Error): DomainError {
+  return new DomainError("WORKSPACE_NOT_READY", "The workspace sandbox stopped responding; retry the call", { cause });
+}

@@ -1,0 +1,13 @@
+/** Validation of EXEC requests arriving at the sandbox executor. Imports nothing. */
+import type { ExecRequest } from "./sandbox-protocol.ts";
+
+/** Returns the request if well-formed, throws otherwise. */
+export function checkExecRequest(v: unknown): ExecRequest {
+  const r = v as ExecRequest;
+  if (typeof r !== "object" || r === null) throw new Error("not an object");
+  if (!Array.isArray(r.argv) || r.argv.length === 0 || !r.argv.every((a) => typeof a === "string")) throw new Error("argv");
+  if (typeof r.cwd !== "string" || !r.cwd.startsWith("/")) throw new Error("cwd");
+  if (typeof r.env !== "object" || r.env === null || !Object.values(r.env).every((x) => typeof x === "string")) throw new Error("env");
+  if (typeof r.timeoutMs !== "number" || typeof r.killGraceMs !== "number") throw new Error("timeouts");
+  return r;
+}
