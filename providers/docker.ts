@@ -191,7 +191,10 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           return (async function* () {
             const env = sandboxEnv(WORKSPACE_ROOT, spec.env);
             const c = await connect();
-            yield* c.exec(
+            const started = Date.now();
+            let exited = false;
+            try {
+              for await (const ev of c.exec(
               {
                 argv: spec.argv,
                 cwd: spec.cwd === "" ? WORKSPACE_ROOT : `${WORKSPACE_ROOT}/${spec.cwd}`,
@@ -200,7 +203,20 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
                 killGraceMs: spec.killGraceMs ?? 5000,
               },
               spec.signal,
-            );
+            )) {
+                if (ev.type === "exited") exited = true;
+                yield ev;
+              }
+            } catch (err) {
+              // Under gVisor the memory limit applies to the whole sandbox: the kernel's OOM killer
+              // takes the sandbox down mid-command. Report that as the command's OOM kill (the
+              // next call restarts the sandbox), not as a broken connection.
+              if (exited || !(err instanceof DomainError) || err.reason !== "WORKSPACE_NOT_READY") throw err;
+              const state = await container.inspect().then((i) => i.State, () => undefined);
+              const finished = state ? Date.parse(state.FinishedAt) : Number.NaN;
+              if (!state?.OOMKilled || !(finished >= started - 1000)) throw err;
+              yield { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - started } };
+            }
           })();
         },
         async health() {

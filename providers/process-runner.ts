@@ -163,7 +163,9 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
     }
     await exited;
     const exit = buildExit(exitInfo, spawnError, timedOut, performance.now() - started);
-    if (spec.detectOom && exit.signal === "SIGKILL" && !timedOut && !aborted) {
+    // The kernel's OOM killer may hit any process of the tree (bash then reports 137 for a killed
+    // pipeline stage), so any OOM kill in the sandbox's cgroup during the run counts.
+    if (spec.detectOom && !timedOut && !aborted && exit.exitCode >= 128) {
       exit.oomKilled = readOomKills() > oomBefore;
     }
     finished = true;
