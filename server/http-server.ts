@@ -30,6 +30,27 @@ export interface ListenOptions {
   tlsKey?: string;
 }
 
+/**
+ * Wraps an HTTP/1.1 handler so that a response that starts before its request body was read
+ * completely (Connect refusing a message over readMaxBytes stops reading mid-body) closes the
+ * connection (`Connection: close`). Such a connection can carry no further request: Node stops
+ * reading it, so a client reusing it would wait forever and the server would never notice the
+ * client leaving, leaking the socket.
+ */
+function closeConnectionsWithUnreadBodies(handler: Handler): Handler {
+  const inner = handler as (req: unknown, res: unknown) => void;
+  return (req, res) => {
+    if (req instanceof http.IncomingMessage && res instanceof http.ServerResponse) {
+      const writeHead = res.writeHead;
+      res.writeHead = function (this: http.ServerResponse, ...args: Parameters<typeof writeHead>) {
+        if (!req.complete && !this.headersSent) this.setHeader("connection", "close");
+        return writeHead.apply(this, args);
+      } as typeof writeHead;
+    }
+    inner(req, res);
+  };
+}
+
 /** Starts serving `handler`. */
 export async function listen(handler: Handler, options: ListenOptions): Promise<ListeningServer> {
   const sessions = new Set<http2.ServerHttp2Session>();
@@ -39,16 +60,20 @@ export async function listen(handler: Handler, options: ListenOptions): Promise<
       session.on("close", () => sessions.delete(session));
     });
 
+  // Every accepted socket, so close() can end the ones neither inner server would (a client that
+  // never sent a byte, a connection whose request body was left unread).
+  const sockets = new Set<net.Socket>();
+  const h1Handler = closeConnectionsWithUnreadBodies(handler);
   let outer: net.Server;
   let h1: http.Server | undefined;
   if (options.tlsCert && options.tlsKey) {
-    const secure = http2.createSecureServer({ cert: await readFile(options.tlsCert), key: await readFile(options.tlsKey), allowHTTP1: true }, handler);
+    const secure = http2.createSecureServer({ cert: await readFile(options.tlsCert), key: await readFile(options.tlsKey), allowHTTP1: true }, h1Handler);
     track(secure);
     outer = secure;
   } else {
     const h2 = http2.createServer({}, handler);
     track(h2);
-    h1 = http.createServer(handler);
+    h1 = http.createServer(h1Handler);
     h1.keepAliveTimeout = 30_000;
     const h1s = h1;
     outer = net.createServer((socket) => {
@@ -71,6 +96,10 @@ export async function listen(handler: Handler, options: ListenOptions): Promise<
       socket.on("error", () => socket.destroy());
     });
   }
+  outer.on("connection", (socket: net.Socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+  });
   await new Promise<void>((resolve, reject) => {
     outer.once("error", reject);
     outer.listen(options.port, options.host, () => resolve());
@@ -88,6 +117,7 @@ export async function listen(handler: Handler, options: ListenOptions): Promise<
       const force = setTimeout(() => {
         for (const s of sessions) s.destroy();
         h1?.closeAllConnections();
+        for (const socket of sockets) socket.destroy();
       }, 2000);
       await closed;
       clearTimeout(force);

@@ -60,6 +60,11 @@ export function createErrorInterceptor(logger: Logger): Interceptor {
         try {
           yield* inner;
         } catch (err) {
+          // A client that went away makes the next response write fail; connect-node throws that
+          // write error into this stream. It is a cancellation, not a server fault to log.
+          if (req.signal.aborted && !(err instanceof DomainError) && !(err instanceof ConnectError)) {
+            throw toConnectError(new ConnectError("The call was cancelled", Code.Canceled, undefined, undefined, err), logger, procedure);
+          }
           throw toConnectError(err, logger, procedure);
         }
       })(),

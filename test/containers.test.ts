@@ -1,0 +1,213 @@
+/**
+ * Behaviour only container providers have: resource limits observable from inside, OOM kills,
+ * process limits, container lifecycle across server restarts, orphan reporting and an engine that
+ * goes away and comes back. Runs against `docker` (runc) and `gvisor` (runsc).
+ */
+import anyTest, { type TestFn } from "ava";
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import Docker from "dockerode";
+import { Code } from "@connectrpc/connect";
+import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
+import { WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { LABELS } from "../providers/docker.ts";
+import { probeEngines, required } from "./helpers/engines.ts";
+import { expectError, startServer, type TestServer } from "./helpers/server.ts";
+
+const test = anyTest as TestFn<{ server: TestServer }>;
+const engines = await probeEngines();
+const docker = new Docker({ socketPath: "/var/run/docker.sock" });
+
+test.before(async (t) => {
+  t.context.server = await startServer();
+});
+test.after.always(async (t) => {
+  await t.context.server?.close();
+});
+
+async function containerOf(id: string): Promise<Docker.ContainerInfo | undefined> {
+  const list = await docker.listContainers({ all: true, filters: { label: [`${LABELS.workspace}=${id}`] } });
+  return list[0];
+}
+
+for (const provider of ["docker", "gvisor"] as const) {
+  if (!engines[provider]) {
+    if (required(provider)) {
+      test(`${provider}: engine is available (required in CI)`, (t) => t.fail(engines.reason[provider]));
+    } else {
+      console.log(`skipping ${provider} container tests: ${engines.reason[provider]}`);
+      test.skip(`${provider}: container tests (${engines.reason[provider]})`, () => {});
+    }
+    continue;
+  }
+
+  const create = async (t: { context: { server: TestServer } }, limits: Record<string, unknown> = {}) => {
+    const { workspaces } = t.context.server.clients.grpc;
+    const { workspace } = await workspaces.createWorkspace({ provider, limits });
+    return workspace!.id;
+  };
+  const bash = (t: { context: { server: TestServer } }, workspaceId: string, command: string, timeoutMs = 0n) =>
+    t.context.server.clients.grpc.tools.bash({ workspaceId, command, timeoutMs });
+
+  test(`${provider}: resource limits are observable from inside`, async (t) => {
+    const id = await create(t, { cpu: "1", memory: "256M", pids: 128n });
+    const { workspace } = await t.context.server.clients.grpc.workspaces.getWorkspace({ id });
+    t.is(workspace?.limits?.memory, "256M");
+    t.is(workspace?.limits?.cpu, "1");
+    if (provider === "docker") {
+      const r = await bash(t, id, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/cpu.max /sys/fs/cgroup/pids.max");
+      const values = r.stdout.trim().split(/\s+/);
+      t.true(values.includes(String(256 * 1024 * 1024)), r.stdout);
+      t.true(values.includes("128"), r.stdout);
+      t.true(values.includes("100000"), r.stdout);
+    } else {
+      // gVisor shows the sandbox its memory limit as the machine's memory and caps processes with RLIMIT_NPROC.
+      const r = await bash(t, id, "grep MemTotal /proc/meminfo; ulimit -u");
+      t.regex(r.stdout, /MemTotal:\s+262144 kB/);
+      t.regex(r.stdout, /^128$/m);
+    }
+  });
+
+  test(`${provider}: security defaults (non-root, no capabilities, no network, init reaps)`, async (t) => {
+    const id = await create(t);
+    const r = await bash(t, id, "id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; cat /proc/1/cmdline | tr '\\0' ' '; echo; ls /sys/class/net 2>/dev/null | tr '\\n' ' '");
+    const lines = r.stdout.split("\n");
+    t.is(lines[0], "1000");
+    t.regex(r.stdout, /CapEff:\s+0000000000000000/);
+    if (provider === "docker") t.regex(r.stdout, /NoNewPrivs:\s+1/);
+    t.regex(r.stdout, /init/);
+    const info = await containerOf(id);
+    t.is(info?.HostConfig.NetworkMode, "none");
+    const net = await bash(t, id, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | tr '\\n' ' '");
+    t.deepEqual(net.stdout.trim().split(" ").filter((x) => x !== ""), ["lo"]);
+  });
+
+  test(`${provider}: an OOM-killed command reports exit 137 and the OOM flag; the workspace stays usable`, async (t) => {
+    const id = await create(t, { memory: "128M" });
+    const r = await bash(t, id, "head -c 600m /dev/zero | tail");
+    t.is(r.exitCode, 137);
+    t.true(r.oomKilled);
+    const after = await bash(t, id, "echo alive");
+    t.is(after.stdout, "alive\n");
+  });
+
+  test(`${provider}: a fork bomb is stopped by the process limit while the server keeps serving`, async (t) => {
+    const id = await create(t, { pids: 64n });
+    const other = await create(t);
+    const bomb = bash(t, id, "bomb() { bomb | bomb & }; bomb; sleep 3; ps -e --no-headers | wc -l", 6000n).then(
+      (r) => ({ ok: true as const, r }),
+      (e: unknown) => ({ ok: false as const, e }),
+    );
+    // While the bomb runs, the server and other workspaces answer.
+    const meanwhile = await bash(t, other, "echo serving");
+    t.is(meanwhile.stdout, "serving\n");
+    const outcome = await bomb;
+    if (outcome.ok) t.true(Number(outcome.r.stdout.trim() || "0") <= 80, outcome.r.stdout);
+    // Afterwards nothing of the bomb is left and the workspace works.
+    const ps = await bash(t, id, "ps -e --no-headers -o comm | grep -c bash || true");
+    t.true(Number(ps.stdout.trim()) <= 2, ps.stdout);
+    t.is((await bash(t, id, "echo ok")).stdout, "ok\n");
+  });
+
+  test(`${provider}: timeouts kill setsid and nohup children inside the container`, async (t) => {
+    const id = await create(t);
+    await expectError(t, bash(t, id, "setsid sleep 300 & nohup sleep 301 >/dev/null 2>&1 & sleep 302", 1000n), Code.DeadlineExceeded, ErrorReason.COMMAND_TIMEOUT);
+    const r = await bash(t, id, "ps -eo args | grep -c '^sleep 30' || true");
+    t.is(r.stdout.trim(), "0");
+  });
+
+  test(`${provider}: GetWorkspace reports status, a stopped container restarts on use, DeleteWorkspace removes container and storage`, async (t) => {
+    const { workspaces } = t.context.server.clients.grpc;
+    const id = await create(t);
+    await t.context.server.clients.grpc.tools.writeFile({ workspaceId: id, path: "keep.txt", content: "kept" });
+    t.is((await workspaces.getWorkspace({ id })).workspace?.status, WorkspaceStatus.READY);
+    const info = await containerOf(id);
+    t.truthy(info);
+    await docker.getContainer(info!.Id).stop({ t: 0 });
+    t.is((await workspaces.getWorkspace({ id })).workspace?.status, WorkspaceStatus.STOPPED);
+    t.is((await bash(t, id, "cat keep.txt")).stdout, "kept");
+    t.is((await workspaces.getWorkspace({ id })).workspace?.status, WorkspaceStatus.READY);
+    const dir = path.join(t.context.server.dataDir, "containers", id);
+    await stat(dir);
+    await workspaces.deleteWorkspace({ id });
+    t.is(await containerOf(id), undefined);
+    await t.throwsAsync(stat(dir), { code: "ENOENT" });
+    await expectError(t, workspaces.getWorkspace({ id }), Code.NotFound, ErrorReason.WORKSPACE_NOT_FOUND);
+  });
+
+  test(`${provider}: workspaces survive a server restart; orphaned containers are reported and cleaned up`, async (t) => {
+    const dataDir = await mkdtemp(path.join(tmpdir(), "aw-restart-"));
+    try {
+      const first = await startServer({ dataDir });
+      const { workspace } = await first.clients.grpc.workspaces.createWorkspace({ provider });
+      const id = workspace!.id;
+      await first.clients.grpc.tools.bash({ workspaceId: id, command: "echo before > state.txt" });
+      await first.close();
+
+      const second = await startServer({ dataDir });
+      const r = await second.clients.grpc.tools.bash({ workspaceId: id, command: "cat state.txt" });
+      t.is(r.stdout, "before\n");
+      await second.close();
+
+      // Forget the workspace (as if the record were lost); the next start finds its container.
+      await rm(path.join(dataDir, "workspaces.json"));
+      const logs: string[] = [];
+      const third = await startServer({ dataDir, env: { AGENT_WORKSPACE_CLEANUP_ORPHANS: "1" }, onLog: (l) => logs.push(l) });
+      t.true(logs.some((l) => l.includes("orphan") && l.includes(id)), logs.join("\n"));
+      t.is(await containerOf(id), undefined);
+      await third.close();
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+}
+
+test("an unreachable engine yields UNAVAILABLE, the server keeps serving, and it recovers once the engine is back", async (t) => {
+  if (!engines.docker) {
+    if (required("docker")) t.fail(engines.reason.docker);
+    else t.pass("skipped: no Docker engine");
+    return;
+  }
+  const dir = await mkdtemp(path.join(tmpdir(), "aw-proxy-"));
+  const socketPath = path.join(dir, "docker.sock");
+  // A switchable pass-through to the real engine socket.
+  const sockets = new Set<net.Socket>();
+  const proxy = net.createServer((client) => {
+    const upstream = net.connect("/var/run/docker.sock");
+    sockets.add(client).add(upstream);
+    client.pipe(upstream).pipe(client);
+    const drop = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on("error", drop).on("close", drop);
+    upstream.on("error", drop).on("close", drop);
+  });
+  const up = () => new Promise<void>((r) => proxy.listen(socketPath, () => r()));
+  const down = () =>
+    new Promise<void>((r) => {
+      for (const s of sockets) s.destroy();
+      proxy.close(() => r());
+    });
+  const server = await startServer({ env: { DOCKER_SOCKET: socketPath, AGENT_WORKSPACE_DOCKER: "on" } });
+  try {
+    const { workspaces, tools } = server.clients.grpc;
+    await expectError(t, workspaces.createWorkspace({ provider: "docker" }), Code.Unavailable, ErrorReason.PROVIDER_UNAVAILABLE);
+    const local = await workspaces.createWorkspace({ provider: "local" });
+    t.is((await tools.bash({ workspaceId: local.workspace!.id, command: "echo fine" })).stdout, "fine\n");
+    await up();
+    const { workspace } = await workspaces.createWorkspace({ provider: "docker" });
+    t.is((await tools.bash({ workspaceId: workspace!.id, command: "echo back" })).stdout, "back\n");
+    await down();
+    const got = await workspaces.getWorkspace({ id: workspace!.id });
+    t.is(got.workspace?.status, WorkspaceStatus.FAILED);
+    await up();
+    await workspaces.deleteWorkspace({ id: workspace!.id });
+  } finally {
+    await server.close();
+    await down().catch(() => undefined);
+    await rm(dir, { recursive: true, force: true });
+  }
+});

@@ -1,0 +1,41 @@
+/**
+ * Which container engines this machine offers the tests. With REQUIRE_DOCKER=1 / REQUIRE_GVISOR=1
+ * (set by .ci/run) a missing engine fails the suite; otherwise container tests are skipped with
+ * a visible message, so a laptop without Docker still runs everything else.
+ */
+import Docker from "dockerode";
+import { engineAvailable, runtimeAvailable } from "../../providers/docker.ts";
+
+/** Availability of the container providers. */
+export interface Engines {
+  docker: boolean;
+  gvisor: boolean;
+  /** Why a provider is unavailable, for skip messages. */
+  reason: Record<"docker" | "gvisor", string>;
+}
+
+let cached: Promise<Engines> | undefined;
+
+/** Probes the engine once per test process. */
+export function probeEngines(): Promise<Engines> {
+  cached ??= (async () => {
+    const docker = new Docker({ socketPath: process.env.DOCKER_SOCKET ?? "/var/run/docker.sock" });
+    const up = await engineAvailable(docker);
+    const gv = up && (await runtimeAvailable(docker, "runsc"));
+    const image = up ? await docker.getImage(process.env.AGENT_WORKSPACE_IMAGE ?? "agent-workspace-base:bookworm").inspect().then(() => true, () => false) : false;
+    return {
+      docker: up && image,
+      gvisor: gv && image,
+      reason: {
+        docker: !up ? "the Docker engine is not reachable" : !image ? "the base image is missing (scripts/build-base-image.sh)" : "",
+        gvisor: !up ? "the Docker engine is not reachable" : !gv ? "runsc is not registered with Docker" : !image ? "the base image is missing" : "",
+      },
+    };
+  })();
+  return cached;
+}
+
+/** True when the provider must be tested (its REQUIRE_* variable is set). */
+export function required(provider: "docker" | "gvisor"): boolean {
+  return process.env[provider === "docker" ? "REQUIRE_DOCKER" : "REQUIRE_GVISOR"] === "1";
+}

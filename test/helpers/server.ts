@@ -1,0 +1,138 @@
+/**
+ * Test fixture: the real application on a real socket (port 0, a fresh temporary data directory),
+ * with one client set per protocol the server speaks: gRPC (binary, HTTP/2 prior knowledge),
+ * Connect (JSON, HTTP/1.1) and gRPC-Web (binary, HTTP/1.1). Teardown closes every connection,
+ * the app and the server, and removes the data directory it created.
+ */
+import http from "node:http";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
+import {
+  Http2SessionManager,
+  createConnectTransport,
+  createGrpcTransport,
+  createGrpcWebTransport,
+} from "@connectrpc/connect-node";
+import type { ExecutionContext } from "ava";
+import { ErrorDetailSchema, ErrorReason, type ErrorDetail } from "../../gen/agentworkspace/v1/errors_pb.js";
+import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
+import { WorkspaceService } from "../../gen/agentworkspace/v1/workspace_pb.js";
+import type { Provider } from "../../providers/types.ts";
+import { createApp, type App, type AppOverrides } from "../../server/app.ts";
+import { loadConfig } from "../../server/config.ts";
+import { listen } from "../../server/http-server.ts";
+import type { Logger } from "../../server/logger.ts";
+
+/** The two clients of one protocol. */
+export interface ClientSet {
+  tools: Client<typeof ToolService>;
+  workspaces: Client<typeof WorkspaceService>;
+}
+
+/** A running server and its clients. */
+export interface TestServer {
+  /** Base URL, e.g. http://127.0.0.1:40123. */
+  url: string;
+  app: App;
+  /** The data directory the app persists workspaces in. */
+  dataDir: string;
+  clients: { grpc: ClientSet; connect: ClientSet; grpcWeb: ClientSet };
+  /** Closes clients, app and server; removes the data directory unless the caller supplied it. */
+  close(): Promise<void>;
+}
+
+/** Options of `startServer`. */
+export interface StartServerOptions {
+  /** Providers to inject instead of the configured ones (e.g. a local provider without ripgrep). */
+  providers?: Provider[];
+  /** Reuse this data directory (a restart); it is then left in place by `close()`. */
+  dataDir?: string;
+  /** Extra configuration environment, on top of the data directory and quiet logging. */
+  env?: Record<string, string>;
+  /** Receives every log line (JSON, all levels) instead of stderr, for tests that assert on logs. */
+  onLog?: (line: string) => void;
+}
+
+function clientSet(transport: Transport): ClientSet {
+  return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport) };
+}
+
+/** A logger handing each record, as one JSON line, to `sink`. */
+function lineLogger(sink: (line: string) => void): Logger {
+  const write = (level: string) => (msg: string, fields?: Record<string, unknown>) =>
+    sink(JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }));
+  return { info: write("info"), warn: write("warn"), error: write("error") };
+}
+
+/** Builds the app from configuration, as `server/main.ts` does, and serves it on 127.0.0.1:0. */
+export async function startServer(options: StartServerOptions = {}): Promise<TestServer> {
+  const ownDir = options.dataDir === undefined;
+  const dataDir = options.dataDir ?? (await mkdtemp(path.join(tmpdir(), "aw-test-")));
+  const config = loadConfig({ AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_QUIET: "1", ...options.env }, []);
+  const overrides: AppOverrides = {};
+  if (options.providers) overrides.providers = options.providers;
+  if (options.onLog) overrides.logger = lineLogger(options.onLog);
+  const app = await createApp(config, overrides);
+  const server = await listen(app.handler, { host: "127.0.0.1", port: 0 });
+  const baseUrl = server.url;
+
+  // Own connections per server, so close() can end them instead of waiting for idle timeouts.
+  const sessions = new Http2SessionManager(baseUrl);
+  const agent = new http.Agent({ keepAlive: true });
+  const grpc = createGrpcTransport({ baseUrl, sessionManager: sessions });
+  const connect = createConnectTransport({ baseUrl, httpVersion: "1.1", nodeOptions: { agent } });
+  const grpcWeb = createGrpcWebTransport({ baseUrl, httpVersion: "1.1", nodeOptions: { agent } });
+
+  let closed = false;
+  return {
+    url: baseUrl,
+    app,
+    dataDir,
+    clients: { grpc: clientSet(grpc), connect: clientSet(connect), grpcWeb: clientSet(grpcWeb) },
+    async close() {
+      if (closed) return;
+      closed = true;
+      sessions.abort();
+      agent.destroy();
+      await app.close();
+      await server.close();
+      if (ownDir) await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The ErrorDetail every server error carries. */
+export function errorDetail(err: ConnectError): ErrorDetail | undefined {
+  return err.findDetails(ErrorDetailSchema)[0];
+}
+
+/**
+ * Asserts that `promise` rejects with a ConnectError of `code` whose ErrorDetail carries
+ * `reason`, and returns the error and its detail for further assertions.
+ */
+export async function expectError(
+  t: ExecutionContext<unknown>,
+  promise: Promise<unknown>,
+  code: Code,
+  reason: ErrorReason,
+): Promise<{ error: ConnectError; detail: ErrorDetail }> {
+  let caught: unknown;
+  try {
+    await promise;
+  } catch (err) {
+    caught = err;
+  }
+  if (caught === undefined) {
+    t.fail(`expected ${Code[code]} / ${ErrorReason[reason]}, but the call succeeded`);
+    throw new Error("call succeeded");
+  }
+  t.true(caught instanceof ConnectError, `not a ConnectError: ${String(caught)}`);
+  const error = ConnectError.from(caught);
+  t.is(Code[error.code], Code[code], `code of: ${error.rawMessage}`);
+  const detail = errorDetail(error);
+  t.truthy(detail, "error carries an ErrorDetail");
+  t.is(ErrorReason[detail?.reason ?? ErrorReason.UNSPECIFIED], ErrorReason[reason], `reason of: ${error.rawMessage}`);
+  return { error, detail: detail as ErrorDetail };
+}
