@@ -29,6 +29,8 @@ export const LABELS = {
   managed: "agent-workspace.managed",
   workspace: "agent-workspace.workspace-id",
   provider: "agent-workspace.provider",
+  /** The server instance (one data directory) that owns the container. */
+  instance: "agent-workspace.instance",
 } as const;
 
 const PROVIDERS_DIR = path.dirname(fileURLToPath(import.meta.url));
@@ -39,6 +41,11 @@ const MOUNT = "/opt/agent-workspace";
 export interface DockerProviderOptions {
   /** "docker" or "gvisor". */
   name: string;
+  /**
+   * Identifies the server instance (its data directory) that owns the containers, so servers
+   * sharing one engine never take each other's containers for orphans.
+   */
+  instance: string;
   docker: Docker;
   /** OCI runtime; "runsc" for gVisor, undefined for the engine default. */
   runtime?: string;
@@ -73,7 +80,7 @@ export function engineError(err: unknown, what: string): unknown {
 
 /** Creates a container provider. */
 export function createDockerProvider(options: DockerProviderOptions): Provider & {
-  /** Containers labelled as ours whose workspace the server does not know. */
+  /** Containers this instance created whose workspace the server no longer knows. */
   findOrphans(known: Set<string>): Promise<Array<{ containerId: string; workspaceId: string }>>;
   removeContainer(containerId: string): Promise<void>;
 } {
@@ -136,7 +143,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           AttachStderr: true,
           Tty: false,
           NetworkDisabled: options.network === "none",
-          Labels: { [LABELS.managed]: "true", [LABELS.workspace]: opts.id, [LABELS.provider]: options.name },
+          Labels: { [LABELS.managed]: "true", [LABELS.workspace]: opts.id, [LABELS.provider]: options.name, [LABELS.instance]: options.instance },
           HostConfig: hostConfig,
         });
       } catch (err) {
@@ -252,7 +259,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
     async findOrphans(known: Set<string>) {
       const list = await docker.listContainers({
         all: true,
-        filters: { label: [`${LABELS.managed}=true`, `${LABELS.provider}=${options.name}`] },
+        filters: { label: [`${LABELS.managed}=true`, `${LABELS.provider}=${options.name}`, `${LABELS.instance}=${options.instance}`] },
       });
       return list
         .map((c) => ({ containerId: c.Id, workspaceId: c.Labels[LABELS.workspace] ?? "" }))

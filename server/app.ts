@@ -7,7 +7,10 @@ import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { randomBytes } from "node:crypto";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
+import { errnoCode } from "../providers/errors.ts";
 import { file_agentworkspace_v1_options } from "../gen/agentworkspace/v1/options_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
@@ -108,6 +111,7 @@ async function createProviders(config: ServerConfig, logger: Logger): Promise<{ 
   }
   const common = {
     docker,
+    instance: await instanceId(config.dataDir),
     image: config.docker.image,
     network: config.docker.network,
     baseDir: path.join(config.dataDir, "containers"),
@@ -122,6 +126,26 @@ async function createProviders(config: ServerConfig, logger: Logger): Promise<{ 
   }
   providers.push(...containers);
   return { providers, containers };
+}
+
+/**
+ * The id of this server instance: random, kept in the data directory, so a restarted server
+ * recognises its own containers and two servers on one engine never claim each other's.
+ */
+async function instanceId(dataDir: string): Promise<string> {
+  const file = path.join(dataDir, "instance-id");
+  try {
+    const id = (await readFile(file, "utf8")).trim();
+    if (/^[0-9a-f]{16}$/.test(id)) return id;
+  } catch (err) {
+    if (errnoCode(err) !== "ENOENT") throw err;
+  }
+  const id = randomBytes(8).toString("hex");
+  await mkdir(dataDir, { recursive: true });
+  await writeFile(file, `${id}\n`, { flag: "wx" }).catch(async (err) => {
+    if (errnoCode(err) !== "EEXIST") throw err;
+  });
+  return (await readFile(file, "utf8")).trim();
 }
 
 /** Reports (and with cleanupOrphans removes) containers labelled as ours that no record knows. */

@@ -1,0 +1,202 @@
+/**
+ * Section (a): round-trip latency of a no-op `Bash` (`command: "true"`) through the server, over
+ * gRPC (binary, HTTP/2) and Connect (JSON, HTTP/1.1), against the cheapest raw way to run the
+ * same command: a bare `child_process.spawn` for the local provider, a raw Docker exec in the
+ * same container for container providers. Calls are sequential and interleaved round-robin with
+ * the baseline, so background load affects every series alike.
+ */
+import { spawn } from "node:child_process";
+import Docker from "dockerode";
+import type { Client } from "@connectrpc/connect";
+import type { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
+import { type BenchContext, type SectionResult, createWorkspace } from "./context.ts";
+import type { Row } from "./report.ts";
+import { round, summarize, type Summary } from "./stats.ts";
+
+/** Options of section (a). */
+export interface LatencyOptions {
+  /** Providers to measure, in order ("local", "docker", "gvisor"). */
+  providers: string[];
+  /** Measured calls per series on the local provider. */
+  iterations: number;
+  /** Measured calls per series on container providers. */
+  containerIterations: number;
+  /** Unmeasured calls per series before measuring. */
+  warmup: number;
+}
+
+/** The goal: server p50 at most this multiple of the raw baseline's p50. */
+const GOAL_RATIO = 1.3;
+/** Label the container providers put on each workspace container. */
+const WORKSPACE_LABEL = "agent-workspace.workspace-id";
+
+type Measure = () => Promise<number>;
+
+function spawnTrue(): Promise<number> {
+  const t0 = performance.now();
+  const child = spawn("bash", ["-c", "true"]);
+  return new Promise((resolve, reject) => {
+    child.once("error", reject);
+    child.once("close", (code) => (code === 0 ? resolve(performance.now() - t0) : reject(new Error(`bash exited ${code}`))));
+  });
+}
+
+function serverTrue(tools: Client<typeof ToolService>, workspaceId: string): Measure {
+  return async () => {
+    const t0 = performance.now();
+    const res = await tools.bash({ workspaceId, command: "true" });
+    const ms = performance.now() - t0;
+    if (res.exitCode !== 0) throw new Error(`Bash "true" exited ${res.exitCode}: ${res.stderr}`);
+    return ms;
+  };
+}
+
+function dockerExecTrue(container: Docker.Container): Measure {
+  return async () => {
+    const t0 = performance.now();
+    const exec = await container.exec({ Cmd: ["bash", "-c", "true"], AttachStdout: true, AttachStderr: true });
+    const stream = await exec.start({ hijack: true, stdin: false });
+    await new Promise<void>((resolve, reject) => {
+      stream.once("end", () => resolve());
+      stream.once("close", () => resolve());
+      stream.once("error", reject);
+      stream.resume();
+    });
+    const info = await exec.inspect();
+    const ms = performance.now() - t0;
+    stream.destroy();
+    if (info.ExitCode !== 0) throw new Error(`docker exec "true" exited ${info.ExitCode}`);
+    return ms;
+  };
+}
+
+/** Runs every series round-robin (rotating the order each round) and returns their samples. */
+async function interleave(series: Record<string, Measure>, warmup: number, iterations: number): Promise<Record<string, number[]>> {
+  const names = Object.keys(series);
+  const out: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, []]));
+  for (let i = 0; i < warmup + iterations; i++) {
+    for (let j = 0; j < names.length; j++) {
+      const name = names[(i + j) % names.length];
+      const ms = await series[name]();
+      if (i >= warmup) out[name].push(ms);
+    }
+  }
+  return out;
+}
+
+function dockerClient(): Docker {
+  return process.env.DOCKER_HOST && !process.env.DOCKER_SOCKET ? new Docker() : new Docker({ socketPath: process.env.DOCKER_SOCKET ?? "/var/run/docker.sock" });
+}
+
+async function findContainer(docker: Docker, workspaceId: string): Promise<Docker.Container | undefined> {
+  try {
+    const list = await docker.listContainers({ all: true, filters: { label: [`${WORKSPACE_LABEL}=${workspaceId}`] } });
+    return list[0] ? docker.getContainer(list[0].Id) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function signed(x: number): string {
+  return `${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(2)}`;
+}
+
+function rowsFor(provider: string, baselineName: string, stats: Record<string, Summary>, cpuPerCallMs: number): Row[] {
+  const base = stats[baselineName];
+  const rows: Row[] = [];
+  for (const transport of ["grpc", "connect"]) {
+    const s = stats[transport];
+    const label = transport === "grpc" ? "grpc/h2" : "connect-json/h1";
+    const ratio = s.p50 / base.p50;
+    rows.push({
+      section: "a latency",
+      metric: `Bash no-op p50, ${label} (${provider})`,
+      server: s.p50,
+      baseline: base.p50,
+      unit: "ms",
+      ratio,
+      goal: `≤ ${GOAL_RATIO}× ${baselineName}`,
+      pass: ratio <= GOAL_RATIO,
+      note: transport === "grpc" ? `${signed(s.p50 - base.p50)} ms vs ${baselineName}; server CPU ${cpuPerCallMs.toFixed(2)} ms/call (avg both transports)` : undefined,
+    });
+    rows.push({
+      section: "a latency",
+      metric: `Bash no-op p99, ${label} (${provider})`,
+      server: s.p99,
+      baseline: base.p99,
+      unit: "ms",
+      ratio: s.p99 / base.p99,
+      goal: "",
+    });
+  }
+  return rows;
+}
+
+/** Runs section (a) for each requested provider. */
+export async function benchLatency(ctx: BenchContext, options: LatencyOptions): Promise<SectionResult> {
+  const rows: Row[] = [];
+  const skipped: string[] = [];
+  const data: Record<string, unknown> = {};
+  for (const provider of options.providers) {
+    const created = await createWorkspace(ctx, provider);
+    if (!created.ok) {
+      skipped.push(`(a) ${provider}: ${created.reason}`);
+      ctx.log(`(a) skipping ${provider}: ${created.reason}`);
+      continue;
+    }
+    const ws = created.workspace;
+    const docker = provider === "local" ? undefined : dockerClient();
+    try {
+      const series: Record<string, Measure> = {
+        grpc: serverTrue(ctx.clients.grpc.tools, ws.id),
+        connect: serverTrue(ctx.clients.connect.tools, ws.id),
+      };
+      let baselineName: string;
+      let iterations = options.iterations;
+      if (provider === "local") {
+        baselineName = "spawn";
+        series.spawn = spawnTrue;
+      } else {
+        iterations = options.containerIterations;
+        const container = await findContainer(docker as Docker, ws.id);
+        if (container) {
+          baselineName = "docker exec";
+          series[baselineName] = dockerExecTrue(container);
+        } else {
+          baselineName = "";
+          const why = `(a) ${provider}: container of workspace ${ws.id} not found by label ${WORKSPACE_LABEL}; no raw docker-exec baseline`;
+          skipped.push(why);
+          ctx.log(why);
+        }
+      }
+      ctx.log(`(a) ${provider}: ${options.warmup} warmup + ${iterations} calls per series (${Object.keys(series).join(", ")})`);
+      const before = await ctx.server.stats();
+      const samples = await interleave(series, options.warmup, iterations);
+      const after = await ctx.server.stats();
+      const serverCalls = 2 * (options.warmup + iterations);
+      const cpuPerCallMs = (after.cpuUserUs + after.cpuSystemUs - before.cpuUserUs - before.cpuSystemUs) / 1000 / serverCalls;
+      const stats = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
+      data[provider] = {
+        workspaceId: ws.id,
+        iterations,
+        warmup: options.warmup,
+        baseline: baselineName,
+        serverCpuMsPerCall: round(cpuPerCallMs),
+        stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, Object.fromEntries(Object.entries(s).map(([f, v]) => [f, round(v)]))])),
+      };
+      if (baselineName) {
+        rows.push(...rowsFor(provider, baselineName, stats, cpuPerCallMs));
+      } else {
+        for (const transport of ["grpc", "connect"]) {
+          rows.push({ section: "a latency", metric: `Bash no-op p50, ${transport} (${provider})`, server: stats[transport].p50, baseline: Number.NaN, unit: "ms", ratio: Number.NaN, goal: "no baseline" });
+        }
+      }
+    } finally {
+      await ws.delete();
+      // Should the server have failed to delete it, do not leave the container behind.
+      const left = docker ? await findContainer(docker, ws.id) : undefined;
+      if (left) await left.remove({ force: true }).catch(() => undefined);
+    }
+  }
+  return { rows, data, skipped };
+}

@@ -1,0 +1,196 @@
+/**
+ * Benchmark harness: `npm run bench [-- --quick] [--only=a,b,c] [--providers=local,docker,gvisor] [--profile]`.
+ *
+ * Starts the server in a child process (bench/server-child.ts) with a fresh data directory, runs
+ * the selected sections against raw baselines measured in the same run, prints a table with each
+ * ratio, its goal and PASS/MISS, and writes everything to bench/results/latest.json. A MISS is
+ * information, not a failure: the exit code is 0 unless the harness itself failed.
+ *
+ * Sections: (a) `latency` — no-op Bash vs spawn / docker exec; (b) `grep` — Grep and
+ * StreamGrep vs ripgrep; (c) `stream` — StreamBash throughput and server memory under a slow
+ * reader. `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
+ */
+import { execFileSync } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { type BenchContext, type SectionResult, liveWorkspaces, sleep } from "./context.ts";
+import { benchGrep } from "./grep.ts";
+import { benchLatency } from "./latency.ts";
+import { formatTable, type Row } from "./report.ts";
+import { type Clients, type ServerProcess, createClients, startServerProcess } from "./server-process.ts";
+import { benchThroughput } from "./throughput.ts";
+
+const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
+const RESULTS_DIR = path.join(BENCH_DIR, "results");
+const ROOT = path.join(BENCH_DIR, "..");
+const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
+const SECTIONS: Record<string, "a" | "b" | "c"> = { a: "a", latency: "a", b: "b", grep: "b", c: "c", stream: "c", throughput: "c" };
+
+const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
+
+function parseOptions() {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: "boolean", default: false },
+      only: { type: "string" },
+      providers: { type: "string", default: "local" },
+      profile: { type: "boolean", default: false },
+      help: { type: "boolean", default: false },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(
+      "usage: npm run bench -- [--quick] [--only=a,b,c] [--providers=local,docker,gvisor] [--profile]\n" +
+        "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
+        "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
+        "  c|stream    StreamBash throughput and server RSS under a slow reader\n",
+    );
+    process.exit(0);
+  }
+  const only = new Set<"a" | "b" | "c">();
+  for (const name of (values.only ?? "a,b,c").split(",").map((s) => s.trim()).filter(Boolean)) {
+    const s = SECTIONS[name];
+    if (!s) throw new Error(`unknown section '${name}' (use a|latency, b|grep, c|stream)`);
+    only.add(s);
+  }
+  const providers: string[] = [];
+  const notes: string[] = [];
+  for (const p of values.providers.split(",").map((s) => s.trim()).filter(Boolean)) {
+    if (KNOWN_PROVIDERS.includes(p)) providers.push(p);
+    else notes.push(`(a) unknown provider '${p}' skipped (known: ${KNOWN_PROVIDERS.join(", ")})`);
+  }
+  for (const n of notes) log(n);
+  return { quick: values.quick, only, providers, profile: values.profile, notes };
+}
+
+function gitInfo(): { commit: string; dirty: boolean } | undefined {
+  try {
+    const commit = execFileSync("git", ["rev-parse", "HEAD"], { cwd: ROOT, encoding: "utf8" }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain"], { cwd: ROOT, encoding: "utf8" }).trim() !== "";
+    return { commit, dirty };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Settings per section, scaled down by --quick. */
+function sectionSettings(quick: boolean, providers: string[]) {
+  return {
+    a: { providers, iterations: quick ? 200 : 2000, containerIterations: quick ? 50 : 300, warmup: quick ? 20 : 100 },
+    b: {
+      tree: quick ? { files: 4000, totalBytes: 20_000_000, needles: 7, seed: 42 } : { files: 20_000, totalBytes: 100_000_000, needles: 7, seed: 42 },
+      runs: quick ? 2 : 5,
+      maxResults: 100,
+    },
+    c: { bytes: quick ? 20_000_000 : 200_000_000, runs: quick ? 1 : 3, slowBytes: quick ? 10_000_000 : 50_000_000, slowDelayMs: 5 },
+  };
+}
+
+async function main(): Promise<void> {
+  const opts = parseOptions();
+  const root = await mkdtemp(path.join(os.tmpdir(), "aw-bench-"));
+  const nodeArgs = opts.profile ? ["--cpu-prof", `--cpu-prof-dir=${path.join(RESULTS_DIR, "profiles")}`] : [];
+  const settings = sectionSettings(opts.quick, opts.providers);
+
+  let server: ServerProcess | undefined;
+  let clients: Clients | undefined;
+  const stopServer = async () => {
+    if (liveWorkspaces.size > 0) await Promise.race([Promise.allSettled([...liveWorkspaces].map((w) => w.delete())), sleep(15_000)]);
+    clients?.close();
+    clients = undefined;
+    await server?.stop();
+    server = undefined;
+  };
+  let cleaning: Promise<void> | undefined;
+  const cleanup = () =>
+    (cleaning ??= (async () => {
+      await stopServer();
+      await rm(root, { recursive: true, force: true }).catch(() => undefined);
+    })());
+  for (const sig of ["SIGINT", "SIGTERM"] as const) {
+    process.once(sig, () => {
+      log(`${sig}: cleaning up`);
+      void cleanup().finally(() => process.exit(130));
+    });
+  }
+
+  /** Runs one section against a fresh server child, so sections do not inherit each other's memory. */
+  const withServer = async (section: string, containers: boolean, fn: (ctx: BenchContext) => Promise<SectionResult>) => {
+    const dataDir = path.join(root, section);
+    await mkdir(dataDir, { recursive: true });
+    server = await startServerProcess({ dataDir, env: containers ? {} : { AGENT_WORKSPACE_DOCKER: "off" }, nodeArgs });
+    log(`[${section}] server pid ${server.pid} at ${server.url}, providers: ${server.providers.join(", ")}, rss ${Math.round((await server.stats()).rss / 2 ** 20)} MiB`);
+    clients = createClients(server.url);
+    try {
+      return await fn({ server, clients, dataDir, quick: opts.quick, log });
+    } catch (err) {
+      const tail = server.stderrTail();
+      if (tail.length > 0) log(`server stderr (last ${tail.length} lines):\n${tail.join("\n")}`);
+      throw err;
+    } finally {
+      await stopServer();
+    }
+  };
+
+  try {
+    const startedAt = new Date();
+    const loadBefore = os.loadavg();
+    log(`load average ${loadBefore.map((x) => x.toFixed(2)).join(" ")} on ${os.cpus().length} CPUs${opts.profile ? "; server runs with --cpu-prof" : ""}`);
+    const results: Record<string, SectionResult> = {};
+    if (opts.only.has("a")) results.latency = await withServer("latency", opts.providers.some((p) => p !== "local"), (ctx) => benchLatency(ctx, settings.a));
+    if (opts.only.has("b")) results.grep = await withServer("grep", false, (ctx) => benchGrep(ctx, settings.b));
+    if (opts.only.has("c")) results.stream = await withServer("stream", false, (ctx) => benchThroughput(ctx, settings.c));
+
+    const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
+    const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];
+    const loadAfter = os.loadavg();
+    process.stdout.write(`\n${formatTable(rows)}\n`);
+    if (skipped.length > 0) process.stdout.write(`\nskipped:\n${skipped.map((s) => `  - ${s}`).join("\n")}\n`);
+    const passed = rows.filter((r) => r.pass === true).length;
+    const missed = rows.filter((r) => r.pass === false).length;
+    process.stdout.write(`\n${passed} PASS, ${missed} MISS (a MISS is information, not a failure)\n`);
+    process.stdout.write(`load average before ${loadBefore.map((x) => x.toFixed(2)).join(" ")}, after ${loadAfter.map((x) => x.toFixed(2)).join(" ")} (${os.cpus().length} CPUs)\n`);
+    if (Math.max(loadBefore[0], loadAfter[0]) > os.cpus().length) {
+      process.stdout.write("warning: the host was busy with other work during the run; ratios are less reliable than usual\n");
+    }
+
+    const selected = { a: "latency", b: "grep", c: "stream" } as const;
+    const report = {
+      startedAt: startedAt.toISOString(),
+      finishedAt: new Date().toISOString(),
+      quick: opts.quick,
+      sections: [...opts.only].map((s) => selected[s]),
+      providers: opts.providers,
+      git: gitInfo(),
+      host: {
+        node: process.version,
+        platform: `${os.platform()} ${os.release()}`,
+        cpus: os.cpus().length,
+        cpuModel: os.cpus()[0]?.model,
+        memoryMiB: Math.round(os.totalmem() / 2 ** 20),
+        loadavgBefore: loadBefore,
+        loadavgAfter: loadAfter,
+      },
+      settings: Object.fromEntries([...opts.only].map((s) => [selected[s], settings[s]])),
+      rows,
+      skipped,
+      data: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, r.data])),
+    };
+    mkdirSync(RESULTS_DIR, { recursive: true });
+    const out = path.join(RESULTS_DIR, "latest.json");
+    writeFileSync(out, `${JSON.stringify(report, null, 2)}\n`);
+    log(`wrote ${path.relative(process.cwd(), out)}`);
+  } finally {
+    await cleanup();
+  }
+}
+
+main().catch((err: unknown) => {
+  log(`failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+  process.exitCode = 1;
+});
