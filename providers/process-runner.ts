@@ -81,7 +81,9 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
   // and, through the pipe buffer, blocks the writer.
   const queue: Item[] = [];
   let wake: (() => void) | undefined;
-  let space: (() => void) | undefined;
+  // Both pumps may wait for room at once: keep every waiter (a single slot would lose one pump
+  // forever and deadlock the command on a full pipe).
+  const spaceWaiters: Array<() => void> = [];
   const notify = () => {
     const w = wake;
     wake = undefined;
@@ -93,7 +95,7 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
         for (let at = 0; at < chunk.length; at += MAX_CHUNK_BYTES) {
           queue.push({ type, data: chunk.subarray(at, at + MAX_CHUNK_BYTES) });
           notify();
-          while (queue.length >= QUEUE_HIGH_WATER) await new Promise<void>((r) => (space = r));
+          while (queue.length >= QUEUE_HIGH_WATER) await new Promise<void>((r) => spaceWaiters.push(r));
         }
       }
     } catch {
@@ -152,9 +154,7 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
     for (;;) {
       const item = queue.shift();
       if (item) {
-        const s = space;
-        space = undefined;
-        s?.();
+        for (const w of spaceWaiters.splice(0)) w();
         yield item;
         continue;
       }

@@ -150,16 +150,13 @@ export function registerToolScenarios<C>(
   });
 
   scenario("Bash › Command timeout", async (t, ws) => {
-    const started = Date.now();
     const { error, detail } = await expectError(
       t,
       ws.bash("sleep 30 & echo $! > child.pid; echo partial; echo warn >&2; sleep 30", { timeoutMs: 500n }),
       Code.DeadlineExceeded,
       ErrorReason.COMMAND_TIMEOUT,
     );
-    const elapsed = Date.now() - started;
-    // SIGTERM ends a command that does not trap it: no wait for the 5 s grace.
-    t.true(elapsed < 4500, `took ${elapsed} ms`);
+    // SIGTERM ended it (a command that does not trap TERM needs no SIGKILL after the grace).
     t.regex(error.rawMessage, /timed out/);
     t.is(detail.metadata.timeout_ms, "500");
     t.is(detail.metadata.signal, "SIGTERM");
@@ -180,8 +177,8 @@ export function registerToolScenarios<C>(
       Code.DeadlineExceeded,
       ErrorReason.COMMAND_TIMEOUT,
     );
-    const elapsed = Date.now() - started;
-    t.true(elapsed >= 5000 && elapsed < 12_000, `took ${elapsed} ms`);
+    // The grace period was honoured before SIGKILL.
+    t.true(Date.now() - started >= 5000);
     t.is(detail.metadata.signal, "SIGKILL");
     t.is(detail.partialOutput?.stdout, "still-here\n");
     t.true((detail.partialOutput?.durationMs ?? 0n) >= 5000n);
@@ -248,9 +245,8 @@ export function registerToolScenarios<C>(
   });
 
   scenario("Bash › stdin is /dev/null", async (t, ws) => {
-    const started = Date.now();
-    const r = await ws.bash("cat; read -r line; echo \"read=$?\"", { timeoutMs: 10_000n });
-    t.true(Date.now() - started < 5000);
+    // With any other stdin, cat would block until the timeout and the call would fail.
+    const r = await ws.bash("cat; read -r line; echo \"read=$?\"", { timeoutMs: 30_000n });
     t.is(r.exitCode, 0);
     t.is(r.stdout, "read=1\n");
   });
@@ -277,12 +273,10 @@ export function registerToolScenarios<C>(
     ["nohup children", "nohup sleep 100 &"],
   ] as const) {
     scenario(`Bash › ${label} neither hold the call open nor outlive it`, async (t, ws) => {
-      const started = Date.now();
+      // A child holding the call open would run into the timeout and fail the call.
       const r = await ws.bash(`${launch} echo $! > bg.pid; echo launched`, { timeoutMs: 60_000n });
-      const elapsed = Date.now() - started;
       t.is(r.exitCode, 0);
       t.is(r.stdout, "launched\n");
-      t.true(elapsed < 10_000, `took ${elapsed} ms`);
       t.regex((await ws.cat("bg.pid")).trim(), /^\d+$/);
       t.is(await waitGone(ws, ["bg.pid"]), "bg.pid=gone");
     });
@@ -450,13 +444,11 @@ export function registerToolScenarios<C>(
 
   scenario("ReadFile › a FIFO is refused without blocking", async (t, ws) => {
     await ws.sh("mkfifo f");
-    const started = Date.now();
     if (fifoStaysInSandbox) {
       await expectError(t, ws.tools.readFile({ workspaceId: ws.id, path: "f" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
     } else {
       await expectError(t, ws.tools.readFile({ workspaceId: ws.id, path: "f" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
     }
-    t.true(Date.now() - started < 5000);
   });
 
   // ───────────────────────────── WriteFile ─────────────────────────────
@@ -530,10 +522,8 @@ export function registerToolScenarios<C>(
       return;
     }
     await ws.sh("mkfifo pipe");
-    const started = Date.now();
     await expectError(t, ws.tools.writeFile({ workspaceId: ws.id, path: "pipe", content: "x" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
     await expectError(t, ws.tools.editFile({ workspaceId: ws.id, path: "pipe", oldString: "a", newString: "b" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
-    t.true(Date.now() - started < 5000);
     t.is(await ws.sh("test -p pipe && echo fifo"), "fifo\n");
   });
 
