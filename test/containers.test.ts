@@ -211,3 +211,38 @@ test("an unreachable engine yields UNAVAILABLE, the server keeps serving, and it
     await rm(dir, { recursive: true, force: true });
   }
 });
+
+test("Provider-agnostic tool interface: the same calls give identical responses on local, docker and gvisor", async (t) => {
+  const providers = ["local", ...(["docker", "gvisor"] as const).filter((p) => engines[p] || required(p))];
+  if (providers.length === 1) {
+    t.pass("skipped: no container engine");
+    return;
+  }
+  const { workspaces, tools } = t.context.server.clients.grpc;
+  const transcript = async (provider: string) => {
+    const { workspace } = await workspaces.createWorkspace({ provider });
+    const workspaceId = workspace!.id;
+    try {
+      // Durations differ by nature; everything else must match exactly.
+      const strip = <T extends object>(m: T) => JSON.parse(JSON.stringify(m, (k, v) => (k === "durationMs" || k === "modified" ? undefined : typeof v === "bigint" ? v.toString() : v)));
+      return [
+        strip(await tools.bash({ workspaceId, command: 'echo "hello"' })),
+        strip(await tools.writeFile({ workspaceId, path: "/workspace/README.md", content: "# README\n\nContent...\n" })),
+        strip(await tools.writeFile({ workspaceId, path: "src/app.ts", content: "function main() {}\nconst port = 3000\n" })),
+        strip(await tools.readFile({ workspaceId, path: "README.md" })),
+        strip(await tools.readFile({ workspaceId, path: "." })),
+        strip(await tools.editFile({ workspaceId, path: "src/app.ts", oldString: "const port = 3000", newString: "const port = 8080" })),
+        strip(await tools.grep({ workspaceId, pattern: "function\\s+\\w+", contextLines: 1 })),
+        strip(await tools.glob({ workspaceId, pattern: "**/*.ts" })),
+        strip(await tools.listFiles({ workspaceId, path: "src" })),
+        strip(await tools.bash({ workspaceId, command: "cat src/app.ts; ls; exit 3", workdir: "/workspace" })),
+        strip(await tools.readFile({ workspaceId, path: "missing.txt" }).catch((e: unknown) => ({ error: String(e) }))),
+      ];
+    } finally {
+      await workspaces.deleteWorkspace({ id: workspaceId });
+    }
+  };
+  const [reference, ...others] = await Promise.all(providers.map(transcript));
+  t.is(reference[0].stdout, "hello\n");
+  for (const [i, other] of others.entries()) t.deepEqual(other, reference, `${providers[i + 1]} differs from local`);
+});
