@@ -21,6 +21,7 @@ import { DomainError, errnoCode } from "./errors.ts";
 import { HostDirectoryFs } from "./host-fs.ts";
 import { WORKSPACE_ROOT } from "./jail.ts";
 import { SandboxConnection } from "./sandbox-connection.ts";
+import { executorVersion } from "./sandbox-protocol.ts";
 import { sandboxEnv } from "./sandbox-env.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, Provider, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
@@ -36,6 +37,7 @@ export const LABELS = {
 const PROVIDERS_DIR = path.dirname(fileURLToPath(import.meta.url));
 const PACKAGE_JSON = path.join(PROVIDERS_DIR, "..", "package.json");
 const MOUNT = "/opt/agent-workspace";
+const EXECUTOR_VERSION = executorVersion(PROVIDERS_DIR);
 
 /** Options of a container provider. */
 export interface DockerProviderOptions {
@@ -173,8 +175,18 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             const info = await container.inspect();
             const stream = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
             if (!info.State.Running) await container.start();
-            const c = new SandboxConnection(stream, (line) => options.log("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) }));
-            await c.ping(30_000);
+            let c = new SandboxConnection(stream, (line) => options.log("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) }));
+            const running = await c.ping(30_000);
+            if (running !== EXECUTOR_VERSION) {
+              // An executor started by an older server: restart the container so it runs this code.
+              options.log("restarting workspace container to update its executor", { workspace_id: record.id, running, current: EXECUTOR_VERSION });
+              c.close();
+              await container.stop({ t: 1 });
+              const fresh = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
+              await container.start();
+              c = new SandboxConnection(fresh, (line) => options.log("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) }));
+              await c.ping(30_000);
+            }
             conn = c;
             return c;
           } catch (err) {

@@ -10,6 +10,8 @@ import { CREDIT_BATCH, encodeFrame, type ExecRequest, F, FrameReader } from "./s
 
 interface Pending {
   queue: ExecEvent[];
+  /** PONG's payload. */
+  answer?: string;
   wake: (() => void) | undefined;
   done: boolean;
   error: Error | undefined;
@@ -88,6 +90,7 @@ export class SandboxConnection {
           p.done = true;
           break;
         case F.PONG:
+          p.answer = f.payload.toString("utf8");
           p.done = true;
           break;
         case F.ERROR:
@@ -124,8 +127,8 @@ export class SandboxConnection {
     if (!this.#closed) this.#stream.write(encodeFrame(type, id, payload));
   }
 
-  /** Resolves once the executor answers a PING, or rejects after `timeoutMs`. */
-  async ping(timeoutMs: number): Promise<void> {
+  /** Resolves with the executor's version once it answers a PING, or rejects after `timeoutMs`. */
+  async ping(timeoutMs: number): Promise<string> {
     const [id, p] = this.#register();
     const timer = setTimeout(() => {
       p.error = new Error("sandbox executor did not answer");
@@ -136,6 +139,7 @@ export class SandboxConnection {
       this.#write(F.PING, id);
       while (!p.done) await new Promise<void>((r) => (p.wake = r));
       if (p.error) throw p.error;
+      return p.answer ?? "";
     } finally {
       clearTimeout(timer);
       this.#pending.delete(id);

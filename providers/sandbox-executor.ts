@@ -8,7 +8,11 @@
  */
 import { checkExecRequest } from "./sandbox-executor-check.ts";
 import { runProcess } from "./process-runner.ts";
-import { encodeFrame, type ExecRequest, F, FrameReader, WINDOW } from "./sandbox-protocol.ts";
+import { dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { encodeFrame, type ExecRequest, executorVersion, F, FrameReader, WINDOW } from "./sandbox-protocol.ts";
+
+const VERSION = Buffer.from(executorVersion(dirname(fileURLToPath(import.meta.url))));
 
 interface Running {
   abort: AbortController;
@@ -92,7 +96,7 @@ process.stdin.on("data", (chunk: Buffer) => {
         break;
       }
       case F.PING:
-        void send(F.PONG, frame.id, frame.payload);
+        void send(F.PONG, frame.id, VERSION);
         break;
     }
   }

@@ -9,8 +9,11 @@
  * bytes of output beyond what the server has acknowledged as consumed, so a slow consumer of
  * one execution bounds memory without stalling the others.
  *
- * Imports nothing: it runs inside sandboxes too.
+ * Imports only node: modules: it runs inside sandboxes too.
  */
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 
 /** Frame types. */
 export const F = {
@@ -18,7 +21,7 @@ export const F = {
   EXEC: 1,
   /** server → executor: kill an execution's process tree now. */
   KILL: 2,
-  /** server → executor: a liveness check; echoed as PONG with the same payload. */
+  /** server → executor: a liveness check; answered by PONG carrying the executor's version. */
   PING: 3,
   /** server → executor: u32 bytes of output the server has consumed. */
   CREDIT: 4,
@@ -35,6 +38,20 @@ export const F = {
   /** executor → server: the request was malformed; JSON { message }. */
   ERROR: 15,
 } as const;
+
+/** Source files that make up the executor; their hash is the executor's version. */
+export const EXECUTOR_FILES = ["sandbox-executor.ts", "sandbox-executor-check.ts", "sandbox-protocol.ts", "process-runner.ts"];
+
+/**
+ * The version of the executor code in `dir`: a hash of its source files. A running executor
+ * reports the version it started with, so the server notices one left over from an older server
+ * and restarts it.
+ */
+export function executorVersion(dir: string): string {
+  const hash = createHash("sha256");
+  for (const f of EXECUTOR_FILES) hash.update(readFileSync(join(dir, f)));
+  return hash.digest("hex").slice(0, 16);
+}
 
 /** Output bytes in flight per execution before the executor waits for credit. */
 export const WINDOW = 4 * 1024 * 1024;
