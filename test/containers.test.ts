@@ -13,7 +13,7 @@ import { Code } from "@connectrpc/connect";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { LABELS } from "../providers/docker.ts";
-import { probeEngines, required } from "./helpers/engines.ts";
+import { gate, probeEngines, required } from "./helpers/engines.ts";
 import { expectError, startServer, type TestServer } from "./helpers/server.ts";
 
 const test = anyTest as TestFn<{ server: TestServer }>;
@@ -33,15 +33,7 @@ async function containerOf(id: string): Promise<Docker.ContainerInfo | undefined
 }
 
 for (const provider of ["docker", "gvisor"] as const) {
-  if (!engines[provider]) {
-    if (required(provider)) {
-      test(`${provider}: engine is available (required in CI)`, (t) => t.fail(engines.reason[provider]));
-    } else {
-      console.log(`skipping ${provider} container tests: ${engines.reason[provider]}`);
-      test.skip(`${provider}: container tests (${engines.reason[provider]})`, () => {});
-    }
-    continue;
-  }
+  if (!gate(test, engines, provider, "container tests")) continue;
 
   const create = async (t: { context: { server: TestServer } }, limits: Record<string, unknown> = {}) => {
     const { workspaces } = t.context.server.clients.grpc;

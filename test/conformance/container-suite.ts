@@ -4,7 +4,7 @@
  * visible message, unless REQUIRE_DOCKER / REQUIRE_GVISOR demands it, in which case it fails.
  */
 import anyTest, { type TestFn } from "ava";
-import { probeEngines, required } from "../helpers/engines.ts";
+import { gate, probeEngines } from "../helpers/engines.ts";
 import { startServer, type TestServer } from "../helpers/server.ts";
 import { registerToolScenarios } from "./tool-scenarios.ts";
 
@@ -12,15 +12,7 @@ import { registerToolScenarios } from "./tool-scenarios.ts";
 export async function registerContainerConformance(provider: "docker" | "gvisor"): Promise<void> {
   const test = anyTest as TestFn<{ server: TestServer }>;
   const engines = await probeEngines();
-  if (!engines[provider]) {
-    if (required(provider)) {
-      test(`${provider}: engine is available (required in CI)`, (t) => t.fail(engines.reason[provider]));
-    } else {
-      console.log(`skipping ${provider} conformance suite: ${engines.reason[provider]}`);
-      test.skip(`${provider}: conformance suite (${engines.reason[provider]})`, () => {});
-    }
-    return;
-  }
+  if (!gate(test, engines, provider, "conformance suite")) return;
   test.before(async (t) => {
     t.context.server = await startServer();
   });

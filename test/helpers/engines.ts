@@ -3,6 +3,7 @@
  * (set by .ci/run) a missing engine fails the suite; otherwise container tests are skipped with
  * a visible message, so a laptop without Docker still runs everything else.
  */
+import type { TestFn } from "ava";
 import Docker from "dockerode";
 import { engineAvailable, runtimeAvailable } from "../../providers/docker.ts";
 
@@ -38,4 +39,20 @@ export function probeEngines(): Promise<Engines> {
 /** True when the provider must be tested (its REQUIRE_* variable is set). */
 export function required(provider: "docker" | "gvisor"): boolean {
   return process.env[provider === "docker" ? "REQUIRE_DOCKER" : "REQUIRE_GVISOR"] === "1";
+}
+
+/**
+ * Decides whether `what` runs for `provider`: true when the engine is there; otherwise registers
+ * a failing test (REQUIRE_* set) or a visible skip, and returns false.
+ */
+export function gate<C>(test: TestFn<C>, engines: Engines, provider: "docker" | "gvisor", what: string): boolean {
+  if (engines[provider]) return true;
+  const reason = engines.reason[provider];
+  if (required(provider)) {
+    test(`${provider}: engine is available (required in CI)`, (t) => t.fail(reason));
+  } else {
+    console.log(`skipping ${provider} ${what}: ${reason}`);
+    test.skip(`${provider}: ${what} (${reason})`, () => {});
+  }
+  return false;
 }
