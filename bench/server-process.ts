@@ -140,8 +140,6 @@ export interface ClientSet {
 export interface GrpcClientOptions {
   /** Offer gzip/brotli for responses (the connect-node default); false accepts identity only. */
   compression?: boolean;
-  /** HTTP/2 SETTINGS_INITIAL_WINDOW_SIZE the client advertises (per-stream receive window). */
-  streamWindowBytes?: number;
 }
 
 /** A gRPC client set on its own HTTP/2 connection. */
@@ -151,8 +149,7 @@ export interface GrpcClientSet extends ClientSet {
 
 /** Creates a gRPC client set (binary protobuf, HTTP/2 prior knowledge) on its own connection. */
 export function createGrpcClientSet(baseUrl: string, options: GrpcClientOptions = {}): GrpcClientSet {
-  const settings = options.streamWindowBytes ? { settings: { initialWindowSize: options.streamWindowBytes } } : undefined;
-  const sessions = new Http2SessionManager(baseUrl, undefined, settings);
+  const sessions = new Http2SessionManager(baseUrl);
   const transport = createGrpcTransport({ baseUrl, sessionManager: sessions, ...(options.compression === false ? { acceptCompression: [] } : {}) });
   return {
     tools: createClient(ToolService, transport),

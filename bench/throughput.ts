@@ -4,10 +4,9 @@
  * (a pause per message) while the server child samples its own RSS, to show whether the server
  * buffers what the client has not read yet (it should not: memory must stay flat).
  *
- * The goal row uses a default connect-node gRPC client (which offers gzip, so the server
- * compresses each chunk, and advertises HTTP/2's 64 KiB default windows). Two informational rows
- * repeat the drain with a client that accepts no compression, and with a larger stream window,
- * to show which part of the gap is the server's doing.
+ * The goal row uses a default connect-node gRPC client, which offers gzip, so the server
+ * compresses every chunk (the server picks the response encoding). An informational row repeats
+ * the drain with a client that accepts no compression, which isolates that cost.
  */
 import { spawn } from "node:child_process";
 import { type BenchContext, type SectionResult, createWorkspace, mib, sleep } from "./context.ts";
@@ -30,8 +29,6 @@ export interface ThroughputOptions {
 const GOAL_RATIO = 0.5;
 /** Server RSS growth under a slow reader that still counts as flat. */
 const FLAT_MIB = 16;
-/** Per-stream HTTP/2 receive window of the "tuned" informational client. */
-const TUNED_WINDOW = 16 * 1024 * 1024;
 
 const command = (bytes: number, source = "/dev/zero") => `head -c ${bytes} ${source}`;
 /**
@@ -89,9 +86,8 @@ export async function benchThroughput(ctx: BenchContext, options: ThroughputOpti
   const created = await createWorkspace(ctx, "local");
   if (!created.ok) return { rows: [], data: {}, skipped: [`(c) ${created.reason}`] };
   const ws = created.workspace;
-  // Informational clients: they show how much of the gap the client's settings explain.
+  // Informational client: shows how much of the gap response compression explains.
   const plain = createGrpcClientSet(ctx.server.url, { compression: false });
-  const tuned = createGrpcClientSet(ctx.server.url, { compression: false, streamWindowBytes: TUNED_WINDOW });
   try {
     // Slow reader first, on the fresh server, so earlier allocations do not hide its growth. Two
     // sizes: flat memory means the growth does not depend on how much the command prints.
@@ -107,7 +103,6 @@ export async function benchThroughput(ctx: BenchContext, options: ThroughputOpti
       local: () => localDrain(options.bytes),
       grpc: async () => (await serverDrain(ctx.clients.grpc.tools, ws.id, options.bytes)).mbPerS,
       noCompression: async () => (await serverDrain(plain.tools, ws.id, options.bytes)).mbPerS,
-      noCompressionBigWindow: async () => (await serverDrain(tuned.tools, ws.id, options.bytes)).mbPerS,
     };
     const names = Object.keys(series);
     ctx.log(`(c) fast drain: 1 warmup + ${options.runs} runs × ${(options.bytes / 1e6).toFixed(0)} MB of ${names.join(", ")}`);
@@ -147,7 +142,6 @@ export async function benchThroughput(ctx: BenchContext, options: ThroughputOpti
         note: `default connect-node client; server RSS peak growth while draining ${mib(Math.max(...fastPeaks)).toFixed(1)} MiB`,
       },
       info("noCompression", "client accepts no compression"),
-      info("noCompressionBigWindow", `+ ${mib(TUNED_WINDOW)} MiB stream window`),
       ...slow.map(
         (s): Row => ({
           section: "c stream",
@@ -170,14 +164,12 @@ export async function benchThroughput(ctx: BenchContext, options: ThroughputOpti
       runs: options.runs,
       mbPerS: Object.fromEntries(names.map((n) => [n, samples[n].map((x) => round(x, 1))])),
       medianMbPerS: Object.fromEntries(names.map((n) => [n, round(m[n], 1)])),
-      tunedStreamWindowBytes: TUNED_WINDOW,
       fastDrainPeakGrowthMiB: fastPeaks.map((b) => round(mib(b), 1)),
       slowReader: { source: SLOW_SOURCE, delayMs: options.slowDelayMs, livePollMs: LIVE_POLL_MS, runs: slow },
     };
     return { rows, data, skipped: [] };
   } finally {
     plain.close();
-    tuned.close();
     await ws.delete();
   }
 }
