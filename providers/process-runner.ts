@@ -18,7 +18,8 @@
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
+import { readdir, readFile } from "node:fs/promises";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
 import type { ExecEvent, ExecExit } from "./types.ts";
@@ -74,7 +75,7 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
         // ESRCH: the group is already gone.
       }
     }
-    killMarked(marker, sig);
+    void killMarked(marker, sig);
   };
 
   // One queue for both pipes, bounded: pumps wait while it is full, which stops reading the pipe
@@ -196,28 +197,36 @@ function buildExit(
 }
 
 /**
- * Signals every process whose environment carries the execution's marker. This is what catches
- * children that called setsid() and left the process group. A process that scrubbed its own
- * environment escapes it; container providers additionally sweep the container's processes.
+ * Signals every process whose environment carries the execution's marker: this catches children
+ * that called setsid() and left the process group. The caller does not wait for the sweep (a
+ * child still holding the output pipes keeps the call open until the sweep reaches it). A
+ * process that scrubbed its own environment escapes it; in containers the init process still
+ * reaps it, and it dies with the container.
  */
-function killMarked(marker: string, sig: NodeJS.Signals): void {
+async function killMarked(marker: string, sig: NodeJS.Signals): Promise<void> {
   const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marker}\0`);
   let entries: string[];
   try {
-    entries = readdirSync("/proc");
+    entries = await readdir("/proc");
   } catch {
     return;
   }
-  for (const entry of entries) {
-    const c = entry.charCodeAt(0);
-    if (c < 48 || c > 57) continue;
-    const pid = Number(entry);
-    if (pid === process.pid) continue;
-    try {
-      if (readFileSync(`/proc/${entry}/environ`).includes(needle)) process.kill(pid, sig);
-    } catch {
-      // Gone, or not ours to read.
-    }
+  const pids = entries.filter((e) => {
+    const c = e.charCodeAt(0);
+    return c >= 48 && c <= 57 && Number(e) !== process.pid;
+  });
+  // Asynchronous reads in small batches: the sweep never blocks the event loop, however many
+  // processes the host runs.
+  for (let i = 0; i < pids.length; i += 32) {
+    await Promise.all(
+      pids.slice(i, i + 32).map(async (entry) => {
+        try {
+          if ((await readFile(`/proc/${entry}/environ`)).includes(needle)) process.kill(Number(entry), sig);
+        } catch {
+          // Gone, or not ours to read.
+        }
+      }),
+    );
   }
 }
 
