@@ -133,7 +133,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         container = await docker.createContainer({
           name: `aw-${opts.id}`,
           Image: image,
-          Cmd: [`${MOUNT}/node`, "--disable-warning=ExperimentalWarning", `${MOUNT}/app/providers/sandbox-executor.ts`],
+          Cmd: [`${MOUNT}/node`, "--disable-warning=ExperimentalWarning", `${MOUNT}/app/providers/sandbox-executor.ts`, "--detect-oom"],
           Entrypoint: [],
           User: `${options.user.uid}:${options.user.gid}`,
           WorkingDir: WORKSPACE_ROOT,
@@ -175,7 +175,8 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             const info = await container.inspect();
             const stream = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
             if (!info.State.Running) await container.start();
-            let c = new SandboxConnection(stream, (line) => options.log("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) }));
+            const onLog = (line: string) => options.log("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) });
+            let c = new SandboxConnection(stream, stream, { dockerMultiplexed: true, onLog });
             const running = await c.ping(30_000);
             if (running !== EXECUTOR_VERSION) {
               // An executor started by an older server: restart the container so it runs this code.
@@ -184,7 +185,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               await container.stop({ t: 1 });
               const fresh = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
               await container.start();
-              c = new SandboxConnection(fresh, (line) => options.log("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) }));
+              c = new SandboxConnection(fresh, fresh, { dockerMultiplexed: true, onLog });
               await c.ping(30_000);
             }
             conn = c;

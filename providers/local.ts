@@ -4,6 +4,10 @@
  * embedded default for development; it isolates paths (the jail) but not processes, so use a
  * container provider for untrusted agents.
  *
+ * Commands are started by one resident executor child process (the same sandbox-executor.ts the
+ * container providers run), not by the server itself: forking a small process is cheap and keeps
+ * the fork and the process supervision off the server's event loop.
+ *
  * On this provider commands run with the real directory as their working directory and $HOME;
  * tool paths written as /workspace/... are mapped by the jail, but a command that names
  * "/workspace" literally only finds it on container providers.
@@ -12,7 +16,9 @@ import { mkdir, realpath, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import { rgPath } from "@vscode/ripgrep";
 import { HostDirectoryFs } from "./host-fs.ts";
-import { runProcess } from "./process-runner.ts";
+import { spawn, type ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { SandboxConnection } from "./sandbox-connection.ts";
 import { sandboxEnv } from "./sandbox-env.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, Provider, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
@@ -22,12 +28,51 @@ export interface LocalProviderOptions {
   baseDir: string;
   /** ripgrep binary; defaults to the one shipped by @vscode/ripgrep. Tests point it elsewhere. */
   ripgrepPath?: string;
+  /** Receives what the executor writes to stderr. */
+  log?: (msg: string, fields: Record<string, unknown>) => void;
+}
+
+const EXECUTOR = fileURLToPath(new URL("./sandbox-executor.ts", import.meta.url));
+
+/**
+ * The local executor child, started on first use and again after it died. Its environment is
+ * minimal, like every command's: nothing of the server's environment reaches it.
+ */
+class LocalExecutor {
+  #child: ChildProcess | undefined;
+  #conn: SandboxConnection | undefined;
+  readonly #log: (msg: string, fields: Record<string, unknown>) => void;
+
+  constructor(log: (msg: string, fields: Record<string, unknown>) => void) {
+    this.#log = log;
+  }
+
+  connection(): SandboxConnection {
+    if (this.#conn?.alive) return this.#conn;
+    const child = spawn(process.execPath, ["--disable-warning=ExperimentalWarning", EXECUTOR], {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+    });
+    child.stderr?.setEncoding("utf8").on("data", (line: string) => this.#log("local executor", { line: line.trimEnd().slice(0, 2000) }));
+    child.on("error", (err) => this.#log("local executor failed", { error: String(err) }));
+    this.#child = child;
+    this.#conn = new SandboxConnection(child.stdout!, child.stdin!, { dockerMultiplexed: false, onLog: () => undefined });
+    return this.#conn;
+  }
+
+  /** Ends the executor: closing its stdin makes it kill what still runs and exit. */
+  close(): void {
+    this.#child?.stdin?.end();
+    this.#conn = undefined;
+    this.#child = undefined;
+  }
 }
 
 /** Creates the local provider. */
 export function createLocalProvider(options: LocalProviderOptions): Provider {
   const baseDir = path.resolve(options.baseDir);
   const rg = options.ripgrepPath ?? rgPath;
+  const executor = new LocalExecutor(options.log ?? (() => undefined));
   return {
     name: "local",
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {
@@ -46,7 +91,7 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
     async open(record: WorkspaceRecord): Promise<WorkspaceHandle> {
       const dir = record.state.dir ?? path.join(baseDir, record.id);
       const root = await realpath(dir);
-      return openLocalWorkspace(record.id, root, rg);
+      return openLocalWorkspace(record.id, root, rg, executor);
     },
     async destroy(record: WorkspaceRecord): Promise<void> {
       const dir = record.state.dir ?? path.join(baseDir, record.id);
@@ -54,24 +99,29 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
       if (path.dirname(path.resolve(dir)) !== baseDir) return;
       await rm(dir, { recursive: true, force: true });
     },
-    async dispose(): Promise<void> {},
+    async dispose(): Promise<void> {
+      executor.close();
+    },
   };
 }
 
-function openLocalWorkspace(id: string, root: string, rg: string): WorkspaceHandle {
+function openLocalWorkspace(id: string, root: string, rg: string, executor: LocalExecutor): WorkspaceHandle {
   return {
     id,
     fs: new HostDirectoryFs(root),
     ripgrepPath: rg,
     exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
-      return runProcess({
-        argv: spec.argv,
-        cwd: spec.cwd === "" ? root : path.join(root, spec.cwd),
-        env: sandboxEnv(root, spec.env),
-        timeoutMs: spec.timeoutMs,
-        killGraceMs: spec.killGraceMs ?? 5000,
-        signal: spec.signal,
-      });
+      const env = sandboxEnv(root, spec.env);
+      return executor.connection().exec(
+        {
+          argv: spec.argv,
+          cwd: spec.cwd === "" ? root : path.join(root, spec.cwd),
+          env,
+          timeoutMs: spec.timeoutMs,
+          killGraceMs: spec.killGraceMs ?? 5000,
+        },
+        spec.signal,
+      );
     },
     async health() {
       try {

@@ -75,7 +75,7 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
         // ESRCH: the group is already gone.
       }
     }
-    void killMarked(marker, sig);
+    void killMarked(marker, sig, child.pid ?? 0);
   };
 
   // One queue for both pipes, bounded: pumps wait while it is full, which stops reading the pipe
@@ -203,7 +203,7 @@ function buildExit(
  * process that scrubbed its own environment escapes it; in containers the init process still
  * reaps it, and it dies with the container.
  */
-async function killMarked(marker: string, sig: NodeJS.Signals): Promise<void> {
+async function killMarked(marker: string, sig: NodeJS.Signals, since: number): Promise<void> {
   const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marker}\0`);
   let entries: string[];
   try {
@@ -211,9 +211,14 @@ async function killMarked(marker: string, sig: NodeJS.Signals): Promise<void> {
   } catch {
     return;
   }
+  // Linux hands out pids in increasing order, so every descendant of the command has a pid above
+  // the command's own, unless the pid counter wrapped around during the run: then check them all.
+  const wrapped = since > PID_MAX - 1_000_000;
   const pids = entries.filter((e) => {
     const c = e.charCodeAt(0);
-    return c >= 48 && c <= 57 && Number(e) !== process.pid;
+    if (c < 48 || c > 57) return false;
+    const pid = Number(e);
+    return pid !== process.pid && (wrapped || pid >= since);
   });
   // Asynchronous reads in small batches: the sweep never blocks the event loop, however many
   // processes the host runs.
@@ -229,6 +234,15 @@ async function killMarked(marker: string, sig: NodeJS.Signals): Promise<void> {
     );
   }
 }
+
+/** The kernel's pid limit (where pid numbering wraps), read once. */
+const PID_MAX = (() => {
+  try {
+    return Number(readFileSync("/proc/sys/kernel/pid_max", "utf8").trim()) || 4_194_304;
+  } catch {
+    return 4_194_304;
+  }
+})();
 
 /** The cgroup's cumulative OOM-kill count, 0 when unknown. */
 function readOomKills(): number {

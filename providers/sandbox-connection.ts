@@ -1,9 +1,10 @@
 /**
  * The server's end of the executor protocol (see sandbox-protocol.ts): multiplexes executions
- * over one attached stdin/stdout pair of a container, with per-execution credit so each
+ * over one stdin/stdout pair of an executor (a container's attached main process, or the local
+ * provider's child process), with per-execution credit so each
  * execution's output is buffered only up to the protocol window.
  */
-import type { Duplex } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 import { DomainError } from "./errors.ts";
 import type { ExecEvent, ExecExit } from "./types.ts";
 import { CREDIT_BATCH, encodeFrame, type ExecRequest, F, FrameReader } from "./sandbox-protocol.ts";
@@ -41,7 +42,8 @@ class DockerDemux {
 
 /** One attached connection to a sandbox executor. */
 export class SandboxConnection {
-  readonly #stream: Duplex;
+  readonly #input: Readable;
+  readonly #output: Writable;
   readonly #pending = new Map<number, Pending>();
   readonly #frames = new FrameReader();
   readonly #demux = new DockerDemux();
@@ -49,22 +51,30 @@ export class SandboxConnection {
   #closed: Error | undefined;
   readonly #onLog: (line: string) => void;
 
-  /** `stream` is a hijacked Docker attach stream (stdin writable, multiplexed stdout/stderr readable). */
-  constructor(stream: Duplex, onLog: (line: string) => void) {
-    this.#stream = stream;
-    this.#onLog = onLog;
-    stream.on("data", (chunk: Buffer) => {
+  /**
+   * `input` carries the executor's stdout, `output` its stdin. For a Docker attach both are the
+   * same hijacked stream and `input` is multiplexed (`dockerMultiplexed`), with the executor's
+   * stderr interleaved; for a child process they are its pipes and stderr is read separately.
+   */
+  constructor(input: Readable, output: Writable, options: { dockerMultiplexed: boolean; onLog: (line: string) => void }) {
+    this.#input = input;
+    this.#output = output;
+    this.#onLog = options.onLog;
+    input.on("data", (chunk: Buffer) => {
       try {
-        this.#demux.push(chunk, (b) => this.#onFrames(b), (b) => this.#onLog(b.toString("utf8")));
+        if (options.dockerMultiplexed) this.#demux.push(chunk, (b) => this.#onFrames(b), (b) => this.#onLog(b.toString("utf8")));
+        else this.#onFrames(chunk);
       } catch (err) {
         this.#fail(err instanceof Error ? err : new Error(String(err)));
-        stream.destroy();
+        input.destroy();
       }
     });
     const lost = () => this.#fail(new Error("sandbox connection closed"));
-    stream.on("end", lost);
-    stream.on("close", lost);
-    stream.on("error", (err) => this.#fail(err));
+    for (const s of new Set<Readable | Writable>([input, output])) {
+      s.on("close", lost);
+      s.on("error", (err: Error) => this.#fail(err));
+    }
+    input.on("end", lost);
   }
 
   /** True until the stream ends. */
@@ -124,7 +134,7 @@ export class SandboxConnection {
   }
 
   #write(type: number, id: number, payload?: Uint8Array): void {
-    if (!this.#closed) this.#stream.write(encodeFrame(type, id, payload));
+    if (!this.#closed) this.#output.write(encodeFrame(type, id, payload));
   }
 
   /** Resolves with the executor's version once it answers a PING, or rejects after `timeoutMs`. */
@@ -188,7 +198,8 @@ export class SandboxConnection {
   /** Detaches without stopping the sandbox. */
   close(): void {
     this.#fail(new Error("sandbox connection closed by the server"));
-    this.#stream.destroy();
+    this.#input.destroy();
+    this.#output.destroy();
   }
 }
 

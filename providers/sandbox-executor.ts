@@ -13,6 +13,8 @@ import { fileURLToPath } from "node:url";
 import { encodeFrame, type ExecRequest, executorVersion, F, FrameReader, WINDOW } from "./sandbox-protocol.ts";
 
 const VERSION = Buffer.from(executorVersion(dirname(fileURLToPath(import.meta.url))));
+/** Count cgroup OOM kills: only meaningful when the executor has a cgroup of its own (a container). */
+const DETECT_OOM = process.argv.includes("--detect-oom");
 
 interface Running {
   abort: AbortController;
@@ -41,7 +43,7 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
   const state: Running = { abort: new AbortController(), inFlight: 0, wake: undefined };
   running.set(id, state);
   try {
-    for await (const ev of runProcess({ ...req, signal: state.abort.signal, detectOom: true })) {
+    for await (const ev of runProcess({ ...req, signal: state.abort.signal, detectOom: DETECT_OOM })) {
       switch (ev.type) {
         case "started":
           await send(F.STARTED, id, json({ startedAt: ev.startedAt.toISOString() }));

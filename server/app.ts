@@ -99,7 +99,9 @@ type ContainerProvider = ReturnType<typeof createDockerProvider>;
  * AGENT_WORKSPACE_DOCKER=on, so that calls fail with UNAVAILABLE until the engine is up).
  */
 async function createProviders(config: ServerConfig, logger: Logger): Promise<{ providers: Provider[]; containers: ContainerProvider[] }> {
-  const providers: Provider[] = [createLocalProvider({ baseDir: path.join(config.dataDir, "workspaces") })];
+  const providers: Provider[] = [
+    createLocalProvider({ baseDir: path.join(config.dataDir, "workspaces"), log: (msg, fields) => logger.warn(msg, fields) }),
+  ];
   const containers: ContainerProvider[] = [];
   if (config.docker.enabled === "off") return { providers, containers };
   // DOCKER_HOST (read by docker-modem) wins unless DOCKER_SOCKET names a socket explicitly.
