@@ -4,7 +4,7 @@
  * gRPC-Web and Connect alike.
  */
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { compressionBrotli, compressionGzip, connectNodeAdapter } from "@connectrpc/connect-node";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { randomBytes } from "node:crypto";
@@ -73,6 +73,9 @@ export async function createApp(config: ServerConfig, overrides: AppOverrides = 
     routes,
     interceptors,
     shutdownSignal: shutdown.signal,
+    // Compression is off by default: tool output goes to agents on the same host or network, where
+    // gzip of every 64 KiB stream chunk costs far more CPU than the bytes it saves.
+    acceptCompression: config.compression === "gzip" ? [compressionGzip, compressionBrotli] : [],
     // Bounded request bodies: WriteFile content is the largest legitimate message.
     readMaxBytes: config.maxMessageBytes,
     writeMaxBytes: config.maxMessageBytes,

@@ -16,6 +16,8 @@ export interface ServerConfig {
   defaultLimits: LimitStrings;
   toolLimits: ToolLimits;
   maxMessageBytes: number;
+  /** Response compression offered to clients: "none" (default) or "gzip" (gzip and brotli). */
+  compression: "none" | "gzip";
   tlsCert: string;
   tlsKey: string;
   quiet: boolean;
@@ -72,6 +74,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, argv: string[] 
       defaultTimeoutMs: Math.min(DEFAULT_TOOL_LIMITS.defaultTimeoutMs, maxTimeoutMs),
     },
     maxMessageBytes: 32 * 1024 * 1024,
+    compression: env.AGENT_WORKSPACE_COMPRESSION === "gzip" ? "gzip" : "none",
     tlsCert: values["tls-cert"] ?? env.AGENT_WORKSPACE_TLS_CERT ?? "",
     tlsKey: values["tls-key"] ?? env.AGENT_WORKSPACE_TLS_KEY ?? "",
     quiet: values.quiet ?? env.AGENT_WORKSPACE_QUIET === "1",
