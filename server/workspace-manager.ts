@@ -81,16 +81,23 @@ export class WorkspaceManager {
     const limits = resolveLimits(req.limits, this.#options.defaultLimits);
     const id = `ws-${randomBytes(8).toString("hex")}`;
     this.#creating.add(id);
+    let record: WorkspaceRecord | undefined;
     try {
-      const record = await provider.create({ id, labels: req.labels, limits, image: req.image });
+      record = await provider.create({ id, labels: req.labels, limits, image: req.image });
       await this.#options.store.put(record);
       this.#records.set(id, record);
       await this.handle(id);
       this.#options.logger.info("workspace created", { workspace_id: id, provider: provider.name });
       return { record, status: "ready", statusMessage: "" };
     } catch (err) {
+      // A half-made workspace is undone: nothing is left behind for a failed create.
       this.#records.delete(id);
       this.#handles.delete(id);
+      if (record) {
+        const made = record;
+        await provider.destroy(made).catch((e: unknown) => this.#options.logger.warn("cleanup after failed create failed", { workspace_id: id, error: String(e) }));
+        await this.#options.store.delete(id).catch(() => undefined);
+      }
       throw err;
     } finally {
       this.#creating.delete(id);
