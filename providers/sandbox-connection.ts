@@ -141,14 +141,14 @@ export class SandboxConnection {
   async ping(timeoutMs: number): Promise<string> {
     const [id, p] = this.#register();
     const timer = setTimeout(() => {
-      p.error = new Error("sandbox executor did not answer");
+      p.error = new DomainError("WORKSPACE_NOT_READY", `The workspace sandbox did not answer within ${timeoutMs} ms; check its image (bash and glibc are required) and retry`);
       p.done = true;
       p.wake?.();
     }, timeoutMs);
     try {
       this.#write(F.PING, id);
       while (!p.done) await new Promise<void>((r) => (p.wake = r));
-      if (p.error) throw p.error;
+      if (p.error) throw p.error instanceof DomainError ? p.error : unavailable(p.error);
       return p.answer ?? "";
     } finally {
       clearTimeout(timer);
