@@ -49,13 +49,17 @@ export interface AppOverrides {
 /** Builds the application from configuration. */
 export async function createApp(config: ServerConfig, overrides: AppOverrides = {}): Promise<App> {
   const logger = overrides.logger ?? createLogger({ quiet: config.quiet });
-  const built = overrides.providers ? { providers: overrides.providers, containers: [] } : await createProviders(config, logger);
+  const store = createFileWorkspaceStore(config.dataDir);
+  // Workspaces of container providers already on record keep their providers registered even
+  // when the engine is down at start, so their calls fail with UNAVAILABLE and recover later.
+  const onRecord = new Set((await store.load()).map((r) => r.provider));
+  const built = overrides.providers ? { providers: overrides.providers, containers: [] } : await createProviders(config, logger, onRecord);
   const providers = built.providers;
   const workspaces = new WorkspaceManager({
     providers,
     defaultProvider: config.defaultProvider,
     defaultLimits: config.defaultLimits,
-    store: createFileWorkspaceStore(config.dataDir),
+    store,
     logger,
   });
   await workspaces.init();
@@ -98,10 +102,15 @@ export async function createApp(config: ServerConfig, overrides: AppOverrides = 
 type ContainerProvider = ReturnType<typeof createDockerProvider>;
 
 /**
- * The local provider always; `docker` and `gvisor` when the engine answers (or always, with
- * AGENT_WORKSPACE_DOCKER=on, so that calls fail with UNAVAILABLE until the engine is up).
+ * The local provider always; `docker` and `gvisor` when the engine answers, when container
+ * workspaces are on record, or always with AGENT_WORKSPACE_DOCKER=on (calls then fail with
+ * UNAVAILABLE until the engine is up).
  */
-async function createProviders(config: ServerConfig, logger: Logger): Promise<{ providers: Provider[]; containers: ContainerProvider[] }> {
+async function createProviders(
+  config: ServerConfig,
+  logger: Logger,
+  onRecord: Set<string>,
+): Promise<{ providers: Provider[]; containers: ContainerProvider[] }> {
   const providers: Provider[] = [
     createLocalProvider({ baseDir: path.join(config.dataDir, "workspaces"), log: (msg, fields) => logger.warn(msg, fields) }),
   ];
@@ -110,7 +119,8 @@ async function createProviders(config: ServerConfig, logger: Logger): Promise<{ 
   // DOCKER_HOST (read by docker-modem) wins unless DOCKER_SOCKET names a socket explicitly.
   const docker = process.env.DOCKER_HOST && !process.env.DOCKER_SOCKET ? new Docker() : new Docker({ socketPath: config.docker.socketPath });
   const up = await engineAvailable(docker);
-  if (!up && config.docker.enabled === "auto") {
+  const needed = onRecord.has("docker") || onRecord.has("gvisor");
+  if (!up && config.docker.enabled === "auto" && !needed) {
     logger.warn("docker engine not reachable; container providers disabled", { socket: config.docker.socketPath });
     return { providers, containers };
   }
@@ -123,6 +133,7 @@ async function createProviders(config: ServerConfig, logger: Logger): Promise<{ 
     user: config.docker.user,
     log: (msg: string, fields: Record<string, unknown>) => logger.warn(msg, fields),
   };
+  if (!up) logger.warn("docker engine not reachable; container workspaces answer UNAVAILABLE until it is back", { socket: config.docker.socketPath });
   containers.push(createDockerProvider({ ...common, name: "docker" }));
   if (!up || (await runtimeAvailable(docker, "runsc"))) {
     containers.push(createDockerProvider({ ...common, name: "gvisor", runtime: "runsc", network: "none" }));
