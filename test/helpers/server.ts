@@ -96,6 +96,10 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
       closed = true;
       sessions.abort();
       agent.destroy();
+      // A server with a throwaway data directory takes its workspaces (containers) with it.
+      if (ownDir) {
+        for (const r of app.workspaces.listRecords("", {})) await app.workspaces.delete(r.id).catch(() => undefined);
+      }
       await app.close();
       await server.close();
       if (ownDir) await rm(dataDir, { recursive: true, force: true });
