@@ -232,7 +232,12 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               // takes the sandbox down mid-command. Report that as the command's OOM kill (the
               // next call restarts the sandbox), not as a broken connection.
               if (exited || !(err instanceof DomainError) || err.reason !== "WORKSPACE_NOT_READY") throw err;
-              const state = await container.inspect().then((i) => i.State, () => undefined);
+              // The attach stream ends as the sandbox dies; the engine may record the exit a moment later.
+              let state = await container.inspect().then((i) => i.State, () => undefined);
+              for (let i = 0; i < 30 && state?.Running; i++) {
+                await new Promise((r) => setTimeout(r, 100));
+                state = await container.inspect().then((x) => x.State, () => undefined);
+              }
               const finished = state ? Date.parse(state.FinishedAt) : Number.NaN;
               if (!state?.OOMKilled || !(finished >= started - 1000)) throw err;
               yield { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - started } };

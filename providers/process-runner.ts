@@ -212,8 +212,9 @@ async function killMarked(marker: string, sig: NodeJS.Signals, since: number): P
     return;
   }
   // Linux hands out pids in increasing order, so every descendant of the command has a pid above
-  // the command's own, unless the pid counter wrapped around during the run: then check them all.
-  const wrapped = since > PID_MAX - 1_000_000;
+  // the command's own, unless the pid counter wrapped around since: then check them all. The last
+  // pid handed out (in this pid namespace) tells: below the command's pid means it wrapped.
+  const wrapped = !(lastPid() >= since);
   const pids = entries.filter((e) => {
     const c = e.charCodeAt(0);
     if (c < 48 || c > 57) return false;
@@ -235,14 +236,14 @@ async function killMarked(marker: string, sig: NodeJS.Signals, since: number): P
   }
 }
 
-/** The kernel's pid limit (where pid numbering wraps), read once. */
-const PID_MAX = (() => {
+/** The most recently allocated pid of this pid namespace (from /proc/loadavg), NaN if unknown. */
+function lastPid(): number {
   try {
-    return Number(readFileSync("/proc/sys/kernel/pid_max", "utf8").trim()) || 4_194_304;
+    return Number(readFileSync("/proc/loadavg", "utf8").trim().split(/\s+/)[4]);
   } catch {
-    return 4_194_304;
+    return Number.NaN;
   }
-})();
+}
 
 /** The cgroup's cumulative OOM-kill count, 0 when unknown. */
 function readOomKills(): number {
