@@ -234,12 +234,21 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               if (exited || !(err instanceof DomainError) || err.reason !== "WORKSPACE_NOT_READY") throw err;
               // The attach stream ends as the sandbox dies; the engine may record the exit a moment later.
               let state = await container.inspect().then((i) => i.State, () => undefined);
-              for (let i = 0; i < 30 && state?.Running; i++) {
+              for (let i = 0; i < 100 && state?.Running; i++) {
                 await new Promise((r) => setTimeout(r, 100));
                 state = await container.inspect().then((x) => x.State, () => undefined);
               }
               const finished = state ? Date.parse(state.FinishedAt) : Number.NaN;
-              if (!state?.OOMKilled || !(finished >= started - 1000)) throw err;
+              if (!state?.OOMKilled || !(finished >= started - 1000)) {
+                options.log("sandbox connection lost during a command", {
+                  workspace_id: record.id,
+                  running: state?.Running,
+                  oom_killed: state?.OOMKilled,
+                  exit_code: state?.ExitCode,
+                  finished_at: state?.FinishedAt,
+                });
+                throw err;
+              }
               yield { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - started } };
             }
           })();

@@ -152,19 +152,19 @@ export function registerToolScenarios<C>(
   scenario("Bash › Command timeout", async (t, ws) => {
     const { error, detail } = await expectError(
       t,
-      ws.bash("sleep 30 & echo $! > child.pid; echo partial; echo warn >&2; sleep 30", { timeoutMs: 500n }),
+      ws.bash("sleep 30 & echo $! > child.pid; echo partial; echo warn >&2; sleep 30", { timeoutMs: 2000n }),
       Code.DeadlineExceeded,
       ErrorReason.COMMAND_TIMEOUT,
     );
     // SIGTERM ended it (a command that does not trap TERM needs no SIGKILL after the grace).
     t.regex(error.rawMessage, /timed out/);
-    t.is(detail.metadata.timeout_ms, "500");
+    t.is(detail.metadata.timeout_ms, "2000");
     t.is(detail.metadata.signal, "SIGTERM");
     t.is(detail.partialOutput?.stdout, "partial\n");
     t.is(detail.partialOutput?.stderr, "warn\n");
     t.is(detail.partialOutput?.stdoutTotalBytes, 8n);
     t.false(detail.partialOutput?.stdoutTruncated);
-    t.true((detail.partialOutput?.durationMs ?? 0n) >= 500n);
+    t.true((detail.partialOutput?.durationMs ?? 0n) >= 2000n);
     // The whole process group got the signal, the background sleep included.
     t.regex(await waitGone(ws, ["child.pid"]), /child\.pid=gone/);
   });
@@ -173,20 +173,21 @@ export function registerToolScenarios<C>(
     const started = Date.now();
     const { detail } = await expectError(
       t,
-      ws.bash(`trap "" TERM; echo $$ > shell.pid; echo still-here; sleep 30`, { timeoutMs: 300n }),
+      ws.bash(`trap "" TERM; echo $$ > shell.pid; echo still-here; sleep 30`, { timeoutMs: 3000n }),
       Code.DeadlineExceeded,
       ErrorReason.COMMAND_TIMEOUT,
     );
-    // The grace period was honoured before SIGKILL.
-    t.true(Date.now() - started >= 5000);
+    // The grace period was honoured before SIGKILL. (The timeout leaves a slow sandbox time to
+    // install the trap first; otherwise SIGTERM would rightly end the shell at once.)
+    t.true(Date.now() - started >= 8000);
     t.is(detail.metadata.signal, "SIGKILL");
     t.is(detail.partialOutput?.stdout, "still-here\n");
-    t.true((detail.partialOutput?.durationMs ?? 0n) >= 5000n);
+    t.true((detail.partialOutput?.durationMs ?? 0n) >= 8000n);
     t.regex(await waitGone(ws, ["shell.pid"]), /shell\.pid=gone/);
   });
 
   scenario("Bash › Command timeout › StreamBash ends with one exited event marked timed_out", async (t, ws) => {
-    const events = await collect(ws.tools.streamBash({ workspaceId: ws.id, command: "echo partial; sleep 30", timeoutMs: 500n }));
+    const events = await collect(ws.tools.streamBash({ workspaceId: ws.id, command: "echo partial; sleep 30", timeoutMs: 2000n }));
     t.is(events[0]?.event.case, "started");
     const exits = events.filter((e) => e.event.case === "exited");
     t.is(exits.length, 1);
