@@ -55,6 +55,9 @@ class LocalExecutor {
     });
     child.stderr?.setEncoding("utf8").on("data", (line: string) => this.#log("local executor", { line: line.trimEnd().slice(0, 2000) }));
     child.on("error", (err) => this.#log("local executor failed", { error: String(err) }));
+    child.on("exit", (code, signal) => {
+      if (this.#child === child) this.#log("local executor exited; the next command starts a new one", { code, signal });
+    });
     this.#child = child;
     this.#conn = new SandboxConnection(child.stdout!, child.stdin!, { dockerMultiplexed: false, onLog: () => undefined });
     return this.#conn;

@@ -74,13 +74,17 @@ function workspace(tools: Client<typeof ToolService>, id: string): Ws {
   return ws;
 }
 
-/** A Bash snippet printing "alive" while the process whose pid is in `pidFile` runs, else "gone" (zombies count as gone). */
+/**
+ * A Bash snippet printing "alive" while the process whose pid is in `pidFile` runs, else "gone".
+ * Zombies count as gone, and so does a pid the kernel has since given to an unrelated process
+ * (pids wrap quickly on a busy host): a workspace process carries the execution marker variable.
+ */
 function probe(pidFile: string): string {
-  return `pid=$(cat ${pidFile}); [ -n "$pid" ] || { echo nopid; exit 0; }; if kill -0 "$pid" 2>/dev/null && ! grep -qs '^State:[[:space:]]*Z' "/proc/$pid/status"; then echo alive; else echo gone; fi`;
+  return `pid=$(cat ${pidFile}); [ -n "$pid" ] || { echo nopid; exit 0; }; if kill -0 "$pid" 2>/dev/null && ! grep -qs '^State:[[:space:]]*Z' "/proc/$pid/status" && tr '\\0' '\\n' < "/proc/$pid/environ" 2>/dev/null | grep -q '^AGENT_WORKSPACE_EXEC_ID='; then echo alive; else echo gone; fi`;
 }
 
 /** Polls until every process named by the pid files is gone; returns the last observation. */
-async function waitGone(ws: Ws, pidFiles: string[], timeoutMs = 3000): Promise<string> {
+async function waitGone(ws: Ws, pidFiles: string[], timeoutMs = 10_000): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   let seen = "";
   for (;;) {
