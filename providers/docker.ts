@@ -239,7 +239,10 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
                 state = await container.inspect().then((x) => x.State, () => undefined);
               }
               const finished = state ? Date.parse(state.FinishedAt) : Number.NaN;
-              if (!state?.OOMKilled || !(finished >= started - 1000)) {
+              // The engine does not always flag a gVisor sandbox's OOM kill; a sandbox SIGKILLed (137)
+              // under a memory limit while nobody stopped it is the same event.
+              const oom = Boolean(state?.OOMKilled) || (state?.ExitCode === 137 && record.limits.memoryBytes > 0);
+              if (!oom || !(finished >= started - 1000)) {
                 options.log("sandbox connection lost during a command", {
                   workspace_id: record.id,
                   running: state?.Running,
