@@ -8,6 +8,7 @@
  */
 import { checkExecRequest } from "./sandbox-executor-check.ts";
 import { runProcess } from "./process-runner.ts";
+import { readdir } from "node:fs/promises";
 import { dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { encodeFrame, type ExecRequest, executorVersion, F, FrameReader, WINDOW } from "./sandbox-protocol.ts";
@@ -65,6 +66,11 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
     running.delete(id);
   }
 }
+
+// Start libuv's thread pool now (it starts lazily on the first asynchronous fs call). Later, a
+// command may have used up the sandbox's process limit (a fork bomb), and a thread that cannot be
+// created then aborts Node, taking the executor down with the bomb.
+await readdir("/");
 
 const reader = new FrameReader();
 process.stdin.on("data", (chunk: Buffer) => {
