@@ -109,22 +109,32 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
 }
 
 function openLocalWorkspace(id: string, root: string, rg: string, executor: LocalExecutor): WorkspaceHandle {
+  // Commands still running when the handle closes (the workspace is being deleted) are killed,
+  // so nothing keeps running in a directory that is about to disappear.
+  const running = new Set<AbortController>();
   return {
     id,
     fs: new HostDirectoryFs(root),
     ripgrepPath: rg,
     exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
       const env = sandboxEnv(root, spec.env);
-      return executor.connection().exec(
-        {
-          argv: spec.argv,
-          cwd: spec.cwd === "" ? root : path.join(root, spec.cwd),
-          env,
-          timeoutMs: spec.timeoutMs,
-          killGraceMs: spec.killGraceMs ?? 5000,
-        },
-        spec.signal,
-      );
+      const request = {
+        argv: spec.argv,
+        cwd: spec.cwd === "" ? root : path.join(root, spec.cwd),
+        env,
+        timeoutMs: spec.timeoutMs,
+        killGraceMs: spec.killGraceMs ?? 5000,
+      };
+      return (async function* () {
+        const closing = new AbortController();
+        running.add(closing);
+        try {
+          const signal = spec.signal ? AbortSignal.any([spec.signal, closing.signal]) : closing.signal;
+          yield* executor.connection().exec(request, signal);
+        } finally {
+          running.delete(closing);
+        }
+      })();
     },
     async health() {
       try {
@@ -134,6 +144,8 @@ function openLocalWorkspace(id: string, root: string, rg: string, executor: Loca
         return { status: "failed", message: "workspace directory is missing" };
       }
     },
-    async close(): Promise<void> {},
+    async close(): Promise<void> {
+      for (const c of running) c.abort();
+    },
   };
 }

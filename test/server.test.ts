@@ -378,3 +378,34 @@ test("close() ends connections that never sent a byte", async (t) => {
   await ended;
   t.true(Date.now() - started < 5000);
 });
+
+test("DeleteWorkspace kills the commands still running in it", async (t) => {
+  const { tools, workspaces } = t.context.server.clients.grpc;
+  const { workspace } = await workspaces.createWorkspace({ provider: "local" });
+  const id = workspace!.id;
+  // The local provider isolates paths, not processes, so the command can leave its pid outside.
+  const dir = await mkdtemp(path.join(tmpdir(), "aw-delete-"));
+  const pidFile = path.join(dir, "pid");
+  const abort = new AbortController();
+  try {
+    const stream = tools.streamBash({ workspaceId: id, command: `echo $$ > ${pidFile}; echo ready; sleep 100` }, { signal: abort.signal });
+    const iterator = stream[Symbol.asyncIterator]();
+    for (let ev = await iterator.next(); !ev.done && ev.value.event.case !== "stdout"; ev = await iterator.next());
+    await workspaces.deleteWorkspace({ id });
+    const pid = Number((await promisify(execFile)("cat", [pidFile])).stdout.trim());
+    // The command would sleep for 100 s; the delete must end it (polled for up to 10 s).
+    let alive = true;
+    for (let i = 0; i < 100 && alive; i++) {
+      try {
+        process.kill(pid, 0);
+        await new Promise((r) => setTimeout(r, 100));
+      } catch {
+        alive = false;
+      }
+    }
+    t.false(alive, "the command outlived its workspace");
+  } finally {
+    abort.abort();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
