@@ -23,13 +23,15 @@ export function createFileWorkspaceStore(dataDir: string): WorkspaceStore {
   let chain: Promise<void> = Promise.resolve();
 
   const persist = () => {
-    chain = chain.then(async () => {
+    const write = chain.then(async () => {
       await mkdir(dataDir, { recursive: true });
       const tmp = `${file}.${process.pid}.tmp`;
       await writeFile(tmp, JSON.stringify([...records.values()], null, 2));
       await rename(tmp, file);
     });
-    return chain;
+    // One failed write (a full disk) fails its caller, not every later write.
+    chain = write.catch(() => undefined);
+    return write;
   };
 
   return {

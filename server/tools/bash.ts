@@ -43,6 +43,12 @@ export type BashStreamEvent =
       stderrTotalBytes: number;
     };
 
+function bashMissing(spawnError: string): DomainError {
+  return new DomainError("WORKSPACE_NOT_READY", `bash could not be started in the workspace (${spawnError}); its image needs bash`, {
+    metadata: { error: spawnError },
+  });
+}
+
 function resolveTimeout(requested: number, limits: ToolLimits): number {
   if (!Number.isFinite(requested) || requested < 0) {
     throw new DomainError("INVALID_ARGUMENT", "timeout_ms must not be negative", { metadata: { field: "timeout_ms" } });
@@ -82,7 +88,7 @@ export async function runBash(ws: WorkspaceHandle, input: BashInput, limits: Too
     else if (ev.type === "exited") exit = ev.exit;
   }
   if (!exit) throw new Error("exec stream ended without an exit event");
-  if (exit.spawnError) throw new DomainError("INTERNAL", "bash could not be started in the workspace", { cause: exit.spawnError });
+  if (exit.spawnError) throw bashMissing(exit.spawnError);
   if (signal?.aborted) throw new DomainError("CANCELLED", "The call was cancelled and the command killed");
   const partial = {
     stdout: out.text(),
@@ -129,7 +135,7 @@ export async function* streamBash(
     } else if (ev.type === "started") {
       yield ev;
     } else {
-      if (ev.exit.spawnError) throw new DomainError("INTERNAL", "bash could not be started in the workspace", { cause: ev.exit.spawnError });
+      if (ev.exit.spawnError) throw bashMissing(ev.exit.spawnError);
       yield {
         type: "exited",
         exit: ev.exit,

@@ -142,6 +142,7 @@ export async function* grep(ws: WorkspaceHandle, input: GrepInput, limits: ToolL
   let stderr = "";
   let partial = "";
   let exitCode = 0;
+  let timedOut = false;
   let spawnError: string | undefined;
   try {
     const events = ws.exec({ argv, cwd: "", timeoutMs: limits.grepTimeoutMs, killGraceMs: 1000, signal: stop.signal });
@@ -153,6 +154,7 @@ export async function* grep(ws: WorkspaceHandle, input: GrepInput, limits: ToolL
       }
       if (ev.type === "exited") {
         exitCode = ev.exit.exitCode;
+        timedOut = ev.exit.timedOut;
         spawnError = ev.exit.spawnError;
         continue;
       }
@@ -191,6 +193,11 @@ export async function* grep(ws: WorkspaceHandle, input: GrepInput, limits: ToolL
   }
   if (!truncated && exitCode === 2 && /regex parse error|error parsing glob|regex.*(syntax|invalid)|unclosed/i.test(stderr)) {
     throw new DomainError("INVALID_PATTERN", `Invalid pattern: ${firstError(stderr)}`, { metadata: { field: /glob/i.test(stderr) ? "glob" : "pattern" } });
+  }
+  if (timedOut && !truncated) {
+    throw new DomainError("COMMAND_TIMEOUT", `The search ran past ${limits.grepTimeoutMs} ms and was stopped; narrow the path or the glob`, {
+      metadata: { timeout_ms: String(limits.grepTimeoutMs), matches_found: String(sent) },
+    });
   }
   if (!truncated && exitCode > 2 && !signal?.aborted) {
     throw new DomainError("INTERNAL", "ripgrep failed", { cause: stderr });
