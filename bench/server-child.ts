@@ -17,7 +17,7 @@
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { createApp } from "../server/app.ts";
-import { loadConfig } from "../server/config.ts";
+import { parseSettings } from "../server/settings.ts";
 import { listen } from "../server/http-server.ts";
 
 /** What the child reports about itself. */
@@ -52,7 +52,7 @@ export interface ChildRequest {
 const { values } = parseArgs({ options: { "data-dir": { type: "string" } }, strict: true });
 if (!values["data-dir"]) throw new Error("--data-dir is required");
 
-const config = loadConfig({ ...process.env, AGENT_WORKSPACE_DATA_DIR: values["data-dir"], AGENT_WORKSPACE_QUIET: "1" }, []);
+const config = parseSettings({ ...process.env, AGENT_WORKSPACE_DATA_DIR: values["data-dir"], AGENT_WORKSPACE_QUIET: "1" }, []);
 const app = await createApp(config);
 const server = await listen(app.handler, { host: "127.0.0.1", port: 0 });
 

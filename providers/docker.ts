@@ -17,13 +17,13 @@ import { fileURLToPath } from "node:url";
 import type { Duplex } from "node:stream";
 import Docker from "dockerode";
 import { rgPath } from "@vscode/ripgrep";
-import { DomainError, errnoCode } from "./errors.ts";
+import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
 import { HostDirectoryFs } from "./host-fs.ts";
 import { WORKSPACE_ROOT } from "./jail.ts";
 import { SandboxConnection } from "./sandbox-connection.ts";
 import { executorVersion } from "./sandbox-protocol.ts";
 import { sandboxEnv } from "./sandbox-env.ts";
-import type { CreateOptions, ExecEvent, ExecSpec, Provider, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
+import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** Label keys the server puts on its containers. */
 export const LABELS = {
@@ -59,8 +59,8 @@ export interface DockerProviderOptions {
   baseDir: string;
   /** uid:gid commands run as; must own the workspace directory. */
   user: { uid: number; gid: number };
-  /** Called with lines the executors write to stderr, and with lifecycle events. */
-  log: (msg: string, fields: Record<string, unknown>) => void;
+  /** Receives lines the executors write to stderr, and lifecycle events. */
+  log: ProviderLog;
 }
 
 /** Translates dockerode failures into domain errors: an unreachable engine is UNAVAILABLE. */
@@ -175,12 +175,12 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             const info = await container.inspect();
             const stream = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
             if (!info.State.Running) await container.start();
-            const onLog = (line: string) => options.log("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) });
+            const onLog = (line: string) => options.log.warn("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) });
             let c = new SandboxConnection(stream, stream, { dockerMultiplexed: true, onLog });
             const running = await c.ping(30_000);
             if (running !== EXECUTOR_VERSION) {
               // An executor started by an older server: restart the container so it runs this code.
-              options.log("restarting workspace container to update its executor", { workspace_id: record.id, running, current: EXECUTOR_VERSION });
+              options.log.warn("restarting workspace container to update its executor", { workspace_id: record.id, running, current: EXECUTOR_VERSION });
               c.close();
               await container.stop({ t: 1 });
               const fresh = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
@@ -231,7 +231,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               // Under gVisor the memory limit applies to the whole sandbox: the kernel's OOM killer
               // takes the sandbox down mid-command. Report that as the command's OOM kill (the
               // next call restarts the sandbox), not as a broken connection.
-              if (exited || !(err instanceof DomainError) || err.reason !== "WORKSPACE_NOT_READY") throw err;
+              if (exited || !hasReason(err, "WORKSPACE_NOT_READY")) throw err;
               // The attach stream ends as the sandbox dies; the engine may record the exit a moment later.
               let state = await container.inspect().then((i) => i.State, () => undefined);
               for (let i = 0; i < 100 && state?.Running; i++) {
@@ -243,7 +243,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               // under a memory limit while nobody stopped it is the same event.
               const oom = Boolean(state?.OOMKilled) || (state?.ExitCode === 137 && record.limits.memoryBytes > 0);
               if (!oom || !(finished >= started - 1000)) {
-                options.log("sandbox connection lost during a command", {
+                options.log.warn("sandbox connection lost during a command", {
                   workspace_id: record.id,
                   running: state?.Running,
                   oom_killed: state?.OOMKilled,

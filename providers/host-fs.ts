@@ -9,7 +9,7 @@ import { constants, type Stats } from "node:fs";
 import { chown, lstat, mkdir, open, opendir, rename, rm, stat, unlink } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 import path from "node:path";
-import { DomainError, errnoCode } from "./errors.ts";
+import { DomainError, errnoCode } from "../core/errors.ts";
 import { assertFdInside, assertRealInside, displayPath, resolveOnHost } from "./jail.ts";
 import type { DirEntry, EntryType, FileStat, WorkspaceFs } from "./types.ts";
 

@@ -10,7 +10,7 @@
  */
 import { lstat, readlink, realpath } from "node:fs/promises";
 import path from "node:path";
-import { DomainError, errnoCode } from "./errors.ts";
+import { DomainError, errnoCode } from "../core/errors.ts";
 
 /** The path tools and commands see as the workspace root, on every provider. */
 export const WORKSPACE_ROOT = "/workspace";

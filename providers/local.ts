@@ -20,7 +20,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { SandboxConnection } from "./sandbox-connection.ts";
 import { sandboxEnv } from "./sandbox-env.ts";
-import type { CreateOptions, ExecEvent, ExecSpec, Provider, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
+import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** Options of the local provider. */
 export interface LocalProviderOptions {
@@ -29,7 +29,7 @@ export interface LocalProviderOptions {
   /** ripgrep binary; defaults to the one shipped by @vscode/ripgrep. Tests point it elsewhere. */
   ripgrepPath?: string;
   /** Receives what the executor writes to stderr. */
-  log?: (msg: string, fields: Record<string, unknown>) => void;
+  log?: ProviderLog;
 }
 
 const EXECUTOR = fileURLToPath(new URL("./sandbox-executor.ts", import.meta.url));
@@ -41,9 +41,9 @@ const EXECUTOR = fileURLToPath(new URL("./sandbox-executor.ts", import.meta.url)
 class LocalExecutor {
   #child: ChildProcess | undefined;
   #conn: SandboxConnection | undefined;
-  readonly #log: (msg: string, fields: Record<string, unknown>) => void;
+  readonly #log: ProviderLog;
 
-  constructor(log: (msg: string, fields: Record<string, unknown>) => void) {
+  constructor(log: ProviderLog) {
     this.#log = log;
   }
 
@@ -53,10 +53,10 @@ class LocalExecutor {
       stdio: ["pipe", "pipe", "pipe"],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     });
-    child.stderr?.setEncoding("utf8").on("data", (line: string) => this.#log("local executor", { line: line.trimEnd().slice(0, 2000) }));
-    child.on("error", (err) => this.#log("local executor failed", { error: String(err) }));
+    child.stderr?.setEncoding("utf8").on("data", (line: string) => this.#log.warn("local executor", { line: line.trimEnd().slice(0, 2000) }));
+    child.on("error", (err) => this.#log.warn("local executor failed", { error: String(err) }));
     child.on("exit", (code, signal) => {
-      if (this.#child === child) this.#log("local executor exited; the next command starts a new one", { code, signal });
+      if (this.#child === child) this.#log.warn("local executor exited; the next command starts a new one", { code, signal });
     });
     this.#child = child;
     this.#conn = new SandboxConnection(child.stdout!, child.stdin!, { dockerMultiplexed: false, onLog: () => undefined });
@@ -75,7 +75,7 @@ class LocalExecutor {
 export function createLocalProvider(options: LocalProviderOptions): Provider {
   const baseDir = path.resolve(options.baseDir);
   const rg = options.ripgrepPath ?? rgPath;
-  const executor = new LocalExecutor(options.log ?? (() => undefined));
+  const executor = new LocalExecutor(options.log ?? { info: () => undefined, warn: () => undefined });
   return {
     name: "local",
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {

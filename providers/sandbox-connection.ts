@@ -5,7 +5,7 @@
  * execution's output is buffered only up to the protocol window.
  */
 import type { Readable, Writable } from "node:stream";
-import { DomainError } from "./errors.ts";
+import { DomainError } from "../core/errors.ts";
 import type { ExecEvent, ExecExit } from "./types.ts";
 import { CREDIT_BATCH, encodeFrame, type ExecRequest, F, FrameReader } from "./sandbox-protocol.ts";
 

@@ -2,7 +2,7 @@
  * The environment a workspace command starts with. Nothing is inherited from the server, so
  * server secrets (tokens, credentials in the server's environment) never reach a command.
  */
-import { DomainError } from "./errors.ts";
+import { DomainError } from "../core/errors.ts";
 
 /** Variables a caller may not set: they would let a command escape or confuse supervision. */
 const RESERVED = new Set(["AGENT_WORKSPACE_EXEC_ID", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"]);

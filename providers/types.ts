@@ -137,6 +137,12 @@ export interface CreateOptions {
   image: string;
 }
 
+/** Where providers report lifecycle events and what their executors say on stderr (the server's logger fits). */
+export interface ProviderLog {
+  info(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+}
+
 /** A way of providing workspaces. */
 export interface Provider {
   /** "local", "docker", "gvisor", … */

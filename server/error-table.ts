@@ -4,7 +4,7 @@
  */
 import { Code } from "@connectrpc/connect";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
-import type { Reason } from "../providers/errors.ts";
+import type { Reason } from "../core/errors.ts";
 
 /** How one reason goes on the wire. */
 export interface ReasonMapping {

@@ -1,29 +1,64 @@
 /**
- * Entry point: `npm start` (or `node server/main.ts [--port N] [--host H] [--data-dir D]`).
- * Serves gRPC, gRPC-Web and Connect on one port; stops cleanly on SIGINT/SIGTERM.
+ * The server process: parses settings, builds the app, serves it and stops it on SIGINT/SIGTERM.
+ * Reached through `agent-workspace serve` (bin/agent-workspace.js), which `npm start` execs.
+ *
+ * Shutdown is graceful but bounded: the first signal stops accepting, ends streams and closes
+ * connections (those that do not finish within the server's grace period are cut); if the whole
+ * shutdown has not finished after SHUTDOWN_LIMIT_MS the process exits anyway. A signal repeated
+ * more than a second after the first exits at once (a person pressing Ctrl-C again); one arriving
+ * sooner is the same request delivered twice (to the process group and forwarded by npm).
  */
 import { createApp } from "./app.ts";
-import { loadConfig } from "./config.ts";
 import { listen } from "./http-server.ts";
+import { parseSettings, SettingsError, USAGE } from "./settings.ts";
 
-const config = loadConfig(process.env, process.argv.slice(2));
-const app = await createApp(config);
-const server = await listen(app.handler, { host: config.host, port: config.port, tlsCert: config.tlsCert, tlsKey: config.tlsKey });
-app.logger.warn("agent-workspace listening", {
-  url: server.url,
-  data_dir: config.dataDir,
-  providers: app.workspaces.providerNames,
-  default_provider: config.defaultProvider,
-});
+/** Longest a graceful shutdown may take before the process exits regardless. */
+const SHUTDOWN_LIMIT_MS = 10_000;
 
-let stopping = false;
-const stop = async (signal: string) => {
-  if (stopping) return;
-  stopping = true;
-  app.logger.warn("shutting down", { signal });
-  await app.close();
-  await server.close();
-  process.exit(0);
-};
-process.on("SIGINT", () => void stop("SIGINT"));
-process.on("SIGTERM", () => void stop("SIGTERM"));
+/** Runs the server until a signal stops it. `argv` excludes node, the script and the subcommand. */
+export async function serve(argv: string[], env: NodeJS.ProcessEnv): Promise<void> {
+  if (argv.includes("--help") || argv.includes("-h")) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
+  let settings;
+  try {
+    settings = parseSettings(env, argv);
+  } catch (err) {
+    if (!(err instanceof SettingsError)) throw err;
+    process.stderr.write(`agent-workspace: ${err.message}\n`);
+    process.exit(2);
+  }
+  const app = await createApp(settings);
+  const server = await listen(app.handler, { host: settings.host, port: settings.port, tlsCert: settings.tlsCert, tlsKey: settings.tlsKey });
+  app.logger.warn("agent-workspace listening", {
+    url: server.url,
+    pid: process.pid,
+    data_dir: settings.providers.dataDir,
+    providers: app.workspaces.providerNames,
+    default_provider: settings.defaultProvider,
+  });
+
+  let firstSignalAt = 0;
+  const stop = async (signal: NodeJS.Signals) => {
+    if (firstSignalAt !== 0) {
+      if (Date.now() - firstSignalAt > 1000) {
+        app.logger.warn("second signal; exiting now", { signal });
+        process.exit(1);
+      }
+      return;
+    }
+    firstSignalAt = Date.now();
+    app.logger.warn("shutting down", { signal });
+    const limit = setTimeout(() => {
+      app.logger.error("shutdown did not finish in time; exiting", { limit_ms: SHUTDOWN_LIMIT_MS });
+      process.exit(1);
+    }, SHUTDOWN_LIMIT_MS);
+    limit.unref();
+    await Promise.all([app.close(), server.close()]);
+    app.logger.warn("stopped", { duration_ms: Date.now() - firstSignalAt });
+    process.exit(0);
+  };
+  process.on("SIGINT", () => void stop("SIGINT"));
+  process.on("SIGTERM", () => void stop("SIGTERM"));
+}

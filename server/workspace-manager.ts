@@ -4,10 +4,10 @@
  * workspace only through `handle(id)`.
  */
 import { randomBytes } from "node:crypto";
-import { DomainError } from "../providers/errors.ts";
+import { DomainError, hasReason } from "../core/errors.ts";
 import type { Provider, WorkspaceHandle, WorkspaceRecord } from "../providers/types.ts";
 import type { Logger } from "./logger.ts";
-import { type LimitStrings, resolveLimits } from "./limits.ts";
+import { type LimitStrings, resolveLimits } from "./workspace-limits.ts";
 import type { WorkspaceStore } from "./workspace-store.ts";
 
 /** What CreateWorkspace asks for. */
@@ -133,7 +133,7 @@ export class WorkspaceManager {
       const health = await h.health();
       return { record, status: health.status, statusMessage: health.message };
     } catch (err) {
-      if (err instanceof DomainError && err.reason === "PROVIDER_UNAVAILABLE") return { record, status: "failed", statusMessage: err.message };
+      if (hasReason(err, "PROVIDER_UNAVAILABLE")) return { record, status: "failed", statusMessage: err.message };
       throw err;
     }
   }

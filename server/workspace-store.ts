@@ -5,7 +5,7 @@
  */
 import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { errnoCode } from "../providers/errors.ts";
+import { errnoCode } from "../core/errors.ts";
 import type { WorkspaceRecord } from "../providers/types.ts";
 
 /** Where workspace records live. */

@@ -12,7 +12,7 @@ import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect
 import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { createApp } from "../server/app.ts";
-import { loadConfig } from "../server/config.ts";
+import { parseSettings } from "../server/settings.ts";
 import { listen } from "../server/http-server.ts";
 
 test("TLS with ALPN serves gRPC over HTTP/2 and Connect over HTTP/1.1 on one port", async (t) => {
@@ -20,7 +20,7 @@ test("TLS with ALPN serves gRPC over HTTP/2 and Connect over HTTP/1.1 on one por
   const cert = path.join(dir, "cert.pem");
   const key = path.join(dir, "key.pem");
   execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], { stdio: "ignore" });
-  const config = loadConfig({ AGENT_WORKSPACE_DATA_DIR: path.join(dir, "data"), AGENT_WORKSPACE_QUIET: "1", AGENT_WORKSPACE_DOCKER: "off" }, ["--tls-cert", cert, "--tls-key", key]);
+  const config = parseSettings({ AGENT_WORKSPACE_DATA_DIR: path.join(dir, "data"), AGENT_WORKSPACE_QUIET: "1", AGENT_WORKSPACE_DOCKER: "off" }, ["--tls-cert", cert, "--tls-key", key]);
   const app = await createApp(config);
   const server = await listen(app.handler, { host: "127.0.0.1", port: 0, tlsCert: config.tlsCert, tlsKey: config.tlsKey });
   try {

@@ -1,56 +1,120 @@
 /**
  * Turns every failure into a ConnectError with a typed ErrorDetail, in one place, for unary and
- * streaming calls alike. Domain errors keep their message and reason; anything else becomes
- * INTERNAL with a generic message while the cause is logged on the server, never sent.
+ * streaming calls alike, and logs each failed call once (procedure, code, reason, duration; never
+ * contents). Domain errors keep their message and reason; anything else becomes INTERNAL with a
+ * generic message. Causes stay on the server: they are attached as the ConnectError's `cause`
+ * and logged for internal and unavailable errors, and never sent to the client.
  */
+import { inspect } from "node:util";
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor, type StreamResponse, type UnaryResponse } from "@connectrpc/connect";
-import {
-  ClosestMatchSchema,
-  ErrorDetailSchema,
-  ErrorReason,
-  PartialOutputSchema,
-} from "../../gen/agentworkspace/v1/errors_pb.js";
-import { DomainError } from "../../providers/errors.ts";
+import { ClosestMatchSchema, ErrorDetailSchema, ErrorReason, PartialOutputSchema } from "../../gen/agentworkspace/v1/errors_pb.js";
+import { DomainError, type ErrorPayload } from "../../core/errors.ts";
 import { ERROR_TABLE } from "../error-table.ts";
 import type { Logger } from "../logger.ts";
 
-/** Converts any thrown value into the ConnectError the client will see. */
-export function toConnectError(err: unknown, logger: Logger, procedure: string): ConnectError {
-  if (err instanceof DomainError) {
-    const mapping = ERROR_TABLE[err.reason];
-    const detail = create(ErrorDetailSchema, {
-      reason: mapping.reason,
-      message: err.message,
-      metadata: err.metadata,
-      partialOutput: err.partialOutput ? create(PartialOutputSchema, { ...err.partialOutput, stdoutTotalBytes: BigInt(err.partialOutput.stdoutTotalBytes), stderrTotalBytes: BigInt(err.partialOutput.stderrTotalBytes), durationMs: BigInt(err.partialOutput.durationMs) }) : undefined,
-      closestMatch: err.closestMatch ? create(ClosestMatchSchema, err.closestMatch) : undefined,
-    });
-    return new ConnectError(err.message, mapping.code, undefined, [{ desc: ErrorDetailSchema, value: detail }]);
+type DetailInit = Parameters<typeof create<typeof ErrorDetailSchema>>[1];
+
+function payloadFields(payload: ErrorPayload | undefined): Pick<NonNullable<DetailInit>, "partialOutput" | "closestMatch"> {
+  switch (payload?.case) {
+    case undefined:
+      return {};
+    case "partialOutput": {
+      const p = payload.value;
+      return {
+        partialOutput: create(PartialOutputSchema, {
+          ...p,
+          stdoutTotalBytes: BigInt(p.stdoutTotalBytes),
+          stderrTotalBytes: BigInt(p.stderrTotalBytes),
+          durationMs: BigInt(p.durationMs),
+        }),
+      };
+    }
+    case "closestMatch":
+      return { closestMatch: create(ClosestMatchSchema, payload.value) };
   }
-  if (err instanceof ConnectError) {
-    // Errors raised by the framework itself (a malformed body, an unknown method, a cancel) keep
-    // their code; they get a detail too so clients can always switch on a reason.
-    if (err.findDetails(ErrorDetailSchema).length > 0) return err;
-    const reason =
-      err.code === Code.Canceled ? ErrorReason.CANCELLED : err.code === Code.InvalidArgument ? ErrorReason.INVALID_ARGUMENT : err.code === Code.Internal || err.code === Code.Unknown ? ErrorReason.INTERNAL : ErrorReason.UNSPECIFIED;
-    err.details.push({ desc: ErrorDetailSchema, value: create(ErrorDetailSchema, { reason, message: err.rawMessage }) });
-    return err;
-  }
-  logger.error("internal error", { procedure, error: err instanceof Error ? (err.stack ?? err.message) : String(err) });
-  const detail = create(ErrorDetailSchema, { reason: ErrorReason.INTERNAL, message: "Internal server error" });
-  return new ConnectError("Internal server error", Code.Internal, undefined, [{ desc: ErrorDetailSchema, value: detail }]);
 }
 
-/** The interceptor; place it innermost so it sees the handlers' own errors first. */
+/** The reason a framework error (a malformed body, an unknown method, a cancel) is reported with. */
+function frameworkReason(code: Code): ErrorReason {
+  switch (code) {
+    case Code.Canceled:
+      return ErrorReason.CANCELLED;
+    case Code.InvalidArgument:
+      return ErrorReason.INVALID_ARGUMENT;
+    case Code.DeadlineExceeded:
+      return ErrorReason.COMMAND_TIMEOUT;
+    case Code.ResourceExhausted:
+      return ErrorReason.RESOURCE_EXHAUSTED;
+    case Code.Internal:
+    case Code.Unknown:
+      return ErrorReason.INTERNAL;
+    default:
+      return ErrorReason.UNSPECIFIED;
+  }
+}
+
+/** Converts any thrown value into the ConnectError the client will see; the original is its `cause`. */
+export function toConnectError(err: unknown): ConnectError {
+  if (err instanceof DomainError) {
+    const mapping = ERROR_TABLE[err.reason];
+    const detail = create(ErrorDetailSchema, { reason: mapping.reason, message: err.message, metadata: err.metadata, ...payloadFields(err.payload) });
+    return new ConnectError(err.message, mapping.code, undefined, [{ desc: ErrorDetailSchema, value: detail }], err);
+  }
+  if (err instanceof ConnectError) {
+    // Framework errors keep their code; they get a detail too so clients can always switch on a reason.
+    if (err.findDetails(ErrorDetailSchema).length === 0) {
+      err.details.push({ desc: ErrorDetailSchema, value: create(ErrorDetailSchema, { reason: frameworkReason(err.code), message: err.rawMessage }) });
+    }
+    return err;
+  }
+  const detail = create(ErrorDetailSchema, { reason: ErrorReason.INTERNAL, message: "Internal server error" });
+  return new ConnectError("Internal server error", Code.Internal, undefined, [{ desc: ErrorDetailSchema, value: detail }], err);
+}
+
+/** A cause as a log field: a stack for errors (with their own causes), text otherwise. */
+export function describeCause(cause: unknown): string {
+  if (cause instanceof Error) return inspect(cause, { depth: 4, breakLength: Number.POSITIVE_INFINITY }).slice(0, 8000);
+  return (typeof cause === "string" ? cause : inspect(cause, { depth: 4 })).slice(0, 8000);
+}
+
+/** Codes that mean the server, not the caller, has a problem: their causes are logged. */
+const SERVER_FAULTS = new Set([Code.Internal, Code.Unknown, Code.Unavailable, Code.DataLoss, Code.Unimplemented]);
+
+function logFailure(logger: Logger, procedure: string, error: ConnectError, startedAt: number): void {
+  const detail = error.findDetails(ErrorDetailSchema)[0];
+  const fields: Record<string, unknown> = {
+    procedure,
+    code: Code[error.code],
+    reason: ErrorReason[detail?.reason ?? ErrorReason.UNSPECIFIED],
+    duration_ms: Math.round(performance.now() - startedAt),
+  };
+  if (!SERVER_FAULTS.has(error.code)) {
+    logger.info("call failed", fields);
+    return;
+  }
+  // The DomainError (or unknown value) the ConnectError was made from, and what caused that.
+  const original = error.cause;
+  const underlying = original instanceof DomainError ? original.cause : original;
+  if (underlying !== undefined) fields.cause = describeCause(underlying);
+  (error.code === Code.Unavailable ? logger.warn : logger.error)("call failed", fields);
+}
+
+/** The interceptor; place it inside audit/tracing and outside authentication and permissions. */
 export function createErrorInterceptor(logger: Logger): Interceptor {
   return (next) => async (req) => {
-    const procedure = req.url;
+    const procedure = `${req.service.typeName}/${req.method.name}`;
+    const startedAt = performance.now();
+    const fail = (err: unknown): ConnectError => {
+      const error = toConnectError(err);
+      logFailure(logger, procedure, error, startedAt);
+      return error;
+    };
     let res: UnaryResponse | StreamResponse;
     try {
       res = await next(req);
     } catch (err) {
-      throw toConnectError(err, logger, procedure);
+      throw fail(err);
     }
     if (!res.stream) return res;
     const inner = res.message;
@@ -61,11 +125,11 @@ export function createErrorInterceptor(logger: Logger): Interceptor {
           yield* inner;
         } catch (err) {
           // A client that went away makes the next response write fail; connect-node throws that
-          // write error into this stream. It is a cancellation, not a server fault to log.
+          // write error into this stream. It is a cancellation, not a server fault.
           if (req.signal.aborted && !(err instanceof DomainError) && !(err instanceof ConnectError)) {
-            throw toConnectError(new ConnectError("The call was cancelled", Code.Canceled, undefined, undefined, err), logger, procedure);
+            throw fail(new ConnectError("The call was cancelled", Code.Canceled, undefined, undefined, err));
           }
-          throw toConnectError(err, logger, procedure);
+          throw fail(err);
         }
       })(),
     };

@@ -22,7 +22,7 @@ import { runBash, streamBash } from "../tools/bash.ts";
 import { editFile, patchFile } from "../tools/edit.ts";
 import { glob, listFiles } from "../tools/find.ts";
 import { grep, grepAll, type GrepInput } from "../tools/grep.ts";
-import type { ToolLimits } from "../tools/limits.ts";
+import type { ToolLimits } from "../tools/tool-limits.ts";
 import { readFile } from "../tools/read.ts";
 import { deleteFile, writeFile } from "../tools/write.ts";
 

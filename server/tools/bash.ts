@@ -2,9 +2,9 @@
  * The bash tool: `bash -c command` in the workspace, written once above the provider's exec
  * primitive. `runBash` collects and truncates; `streamBash` forwards chunks as they come.
  */
-import { DomainError } from "../../providers/errors.ts";
+import { DomainError } from "../../core/errors.ts";
 import type { ExecExit, WorkspaceHandle } from "../../providers/types.ts";
-import type { ToolLimits } from "./limits.ts";
+import type { ToolLimits } from "./tool-limits.ts";
 import { jailDirectory } from "./paths.ts";
 import { BoundedBuffer } from "./text.ts";
 
@@ -102,7 +102,7 @@ export async function runBash(ws: WorkspaceHandle, input: BashInput, limits: Too
   if (exit.timedOut) {
     throw new DomainError("COMMAND_TIMEOUT", `Command timed out after ${spec.timeoutMs} ms and was killed (${exit.signal || "exited"})`, {
       metadata: { timeout_ms: String(spec.timeoutMs), signal: exit.signal },
-      partialOutput: partial,
+      payload: { case: "partialOutput", value: partial },
     });
   }
   return { ...partial, exitCode: exit.exitCode, signal: exit.signal, oomKilled: exit.oomKilled };

@@ -2,10 +2,10 @@
  * The edit and patch tools: exact string replacement, read-modify-write through the atomic
  * write primitive, so a failed edit or patch leaves the file untouched.
  */
-import { DomainError } from "../../providers/errors.ts";
-import type { ClosestMatchInfo } from "../../providers/errors.ts";
+import { DomainError } from "../../core/errors.ts";
+import type { ClosestMatchInfo } from "../../core/errors.ts";
 import type { WorkspaceHandle } from "../../providers/types.ts";
-import type { ToolLimits } from "./limits.ts";
+import type { ToolLimits } from "./tool-limits.ts";
 import { displayPath, jailPath } from "./paths.ts";
 import { looksBinary, splitLines } from "./text.ts";
 
@@ -107,7 +107,7 @@ function notFound(rel: string, text: string, needle: string, message: string, me
   const closest = closestMatch(text, needle);
   return new DomainError("FIND_NOT_FOUND", message, {
     metadata: { path: rel, ...meta, ...(closest ? { closest_lines: `${closest.startLine}-${closest.endLine}` } : {}) },
-    closestMatch: closest,
+    payload: closest ? { case: "closestMatch", value: closest } : undefined,
   });
 }
 

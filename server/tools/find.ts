@@ -4,7 +4,7 @@
  * and micromatch: well kept, pure JavaScript, bash-like semantics).
  */
 import picomatch from "picomatch";
-import { DomainError } from "../../providers/errors.ts";
+import { DomainError, hasReason } from "../../core/errors.ts";
 import type { DirEntry, WorkspaceHandle } from "../../providers/types.ts";
 import { WORKSPACE_ROOT } from "../../providers/jail.ts";
 import { jailDirectory } from "./paths.ts";
@@ -54,7 +54,7 @@ async function* walkMatches(ws: WorkspaceHandle, base: string, match: (p: string
       entries = await ws.fs.list(join(base, sub));
     } catch (err) {
       // A directory removed or made unreadable during the walk is skipped, not fatal.
-      if (err instanceof DomainError && (err.reason === "FILE_NOT_FOUND" || err.reason === "ACCESS_DENIED" || err.reason === "NOT_A_DIRECTORY")) continue;
+      if (hasReason(err, "FILE_NOT_FOUND", "ACCESS_DENIED", "NOT_A_DIRECTORY")) continue;
       throw err;
     }
     entries.sort((a, b) => (a.name < b.name ? 1 : a.name > b.name ? -1 : 0));

@@ -4,9 +4,9 @@
  * read as a flag; the search root is canonicalised by the jail first, because ripgrep follows a
  * symlink given as its root. ripgrep respects .gitignore and skips hidden files, as agents expect.
  */
-import { DomainError } from "../../providers/errors.ts";
+import { DomainError } from "../../core/errors.ts";
 import type { WorkspaceHandle } from "../../providers/types.ts";
-import type { ToolLimits } from "./limits.ts";
+import type { ToolLimits } from "./tool-limits.ts";
 import { jailPath } from "./paths.ts";
 
 export interface GrepInput {

@@ -2,7 +2,7 @@
  * The tools' entry into the jail: every caller-supplied path goes through `jailPath` before a
  * provider primitive sees it.
  */
-import { DomainError } from "../../providers/errors.ts";
+import { DomainError } from "../../core/errors.ts";
 import { displayPath, toWorkspacePath } from "../../providers/jail.ts";
 import type { WorkspaceHandle } from "../../providers/types.ts";
 

@@ -2,9 +2,9 @@
  * The read tool: numbered lines of a text file, a directory's listing, or a binary file's size
  * and MIME type (never its bytes).
  */
-import { DomainError } from "../../providers/errors.ts";
+import { DomainError } from "../../core/errors.ts";
 import type { WorkspaceHandle } from "../../providers/types.ts";
-import type { ToolLimits } from "./limits.ts";
+import type { ToolLimits } from "./tool-limits.ts";
 import { displayPath, jailPath } from "./paths.ts";
 import { guessMime, looksBinary, splitLines } from "./text.ts";
 

@@ -21,9 +21,9 @@ import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import type { Provider } from "../../providers/types.ts";
 import { createApp, type App, type AppOverrides } from "../../server/app.ts";
-import { loadConfig } from "../../server/config.ts";
+import { parseSettings } from "../../server/settings.ts";
 import { listen } from "../../server/http-server.ts";
-import type { Logger } from "../../server/logger.ts";
+import { createLogger } from "../../server/logger.ts";
 
 /** The two clients of one protocol. */
 export interface ClientSet {
@@ -59,21 +59,15 @@ function clientSet(transport: Transport): ClientSet {
   return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport) };
 }
 
-/** A logger handing each record, as one JSON line, to `sink`. */
-function lineLogger(sink: (line: string) => void): Logger {
-  const write = (level: string) => (msg: string, fields?: Record<string, unknown>) =>
-    sink(JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }));
-  return { info: write("info"), warn: write("warn"), error: write("error") };
-}
 
 /** Builds the app from configuration, as `server/main.ts` does, and serves it on 127.0.0.1:0. */
 export async function startServer(options: StartServerOptions = {}): Promise<TestServer> {
   const ownDir = options.dataDir === undefined;
   const dataDir = options.dataDir ?? (await mkdtemp(path.join(tmpdir(), "aw-test-")));
-  const config = loadConfig({ AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_QUIET: "1", ...options.env }, []);
+  const config = parseSettings({ AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_QUIET: "1", ...options.env }, []);
   const overrides: AppOverrides = {};
   if (options.providers) overrides.providers = options.providers;
-  if (options.onLog) overrides.logger = lineLogger(options.onLog);
+  if (options.onLog) overrides.logger = createLogger({ level: "debug", sink: options.onLog });
   const app = await createApp(config, overrides);
   const server = await listen(app.handler, { host: "127.0.0.1", port: 0 });
   const baseUrl = server.url;

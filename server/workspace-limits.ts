@@ -1,5 +1,5 @@
 /** Parsing of resource limit strings ("2", "0.5", "4G", "512M") into provider-neutral numbers. */
-import { DomainError } from "../providers/errors.ts";
+import { DomainError } from "../core/errors.ts";
 import type { Limits } from "../providers/types.ts";
 
 const SIZE = /^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)$/i;

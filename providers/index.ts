@@ -1,0 +1,134 @@
+/**
+ * Builds the providers from validated settings: the local provider always, and `docker` and
+ * `gvisor` when the engine answers, when container workspaces are already on record, or always
+ * with mode "on" (calls then fail with UNAVAILABLE until the engine is up). Also owns the start-up
+ * chores of container providers: the server instance id and the report of orphaned containers.
+ */
+import { randomBytes } from "node:crypto";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import path from "node:path";
+import Docker from "dockerode";
+import { errnoCode } from "../core/errors.ts";
+import { createDockerProvider, engineAvailable, runtimeAvailable } from "./docker.ts";
+import { createLocalProvider } from "./local.ts";
+import type { Provider, ProviderLog } from "./types.ts";
+
+/** How to reach the Docker engine: a local socket, or a TCP endpoint (TLS when a cert dir is given). */
+export type DockerConnection = { socketPath: string } | { host: string; port: number; tlsCertDir: string | undefined };
+
+/** What the providers are configured with (parsed and validated by server/settings.ts). */
+export interface ProviderSettings {
+  /** Holds the instance id, local workspaces and container workspace storage. */
+  dataDir: string;
+  docker: {
+    /** "auto" enables container providers when the engine answers at start. */
+    mode: "auto" | "on" | "off";
+    connection: DockerConnection;
+    /** Default image of container workspaces. */
+    image: string;
+    /** Docker network of `docker` workspaces; gVisor always has none. */
+    network: string;
+    /** Remove containers labelled as this instance's that no workspace record knows. */
+    cleanupOrphans: boolean;
+    /** uid/gid commands run as in containers. */
+    user: { uid: number; gid: number };
+  };
+}
+
+/** The built providers and what the server does with them at start. */
+export interface ProviderSet {
+  providers: Provider[];
+  /** Reports (and with cleanupOrphans removes) containers of this instance that no record knows. */
+  reconcileOrphans(known: Set<string>): Promise<void>;
+}
+
+type ContainerProvider = ReturnType<typeof createDockerProvider>;
+
+/** A dockerode client for the configured connection. */
+async function dockerClient(connection: DockerConnection): Promise<Docker> {
+  if ("socketPath" in connection) return new Docker({ socketPath: connection.socketPath });
+  if (connection.tlsCertDir === undefined) return new Docker({ host: connection.host, port: connection.port, protocol: "http" });
+  const file = (name: string) => readFile(path.join(connection.tlsCertDir as string, name));
+  return new Docker({ host: connection.host, port: connection.port, protocol: "https", ca: await file("ca.pem"), cert: await file("cert.pem"), key: await file("key.pem") });
+}
+
+/** Where the engine is, for log lines (never credentials). */
+function describe(connection: DockerConnection): string {
+  return "socketPath" in connection ? connection.socketPath : `${connection.host}:${connection.port}`;
+}
+
+/**
+ * Creates the providers. `onRecord` names the providers of workspaces already on record: their
+ * providers stay registered even when the engine is down at start, so those workspaces' calls
+ * fail with UNAVAILABLE and recover once the engine is back.
+ */
+export async function createProviders(settings: ProviderSettings, log: ProviderLog, onRecord: Set<string>): Promise<ProviderSet> {
+  const providers: Provider[] = [createLocalProvider({ baseDir: path.join(settings.dataDir, "workspaces"), log })];
+  const containers: ContainerProvider[] = [];
+  const set: ProviderSet = { providers, reconcileOrphans: (known) => reconcileOrphans(containers, known, settings.docker.cleanupOrphans, log) };
+  const { docker: cfg } = settings;
+  if (cfg.mode === "off") return set;
+  const docker = await dockerClient(cfg.connection);
+  const up = await engineAvailable(docker);
+  const needed = onRecord.has("docker") || onRecord.has("gvisor");
+  const where = { engine: describe(cfg.connection) };
+  if (!up && cfg.mode === "auto" && !needed) {
+    log.warn("docker engine not reachable; container providers disabled", where);
+    return set;
+  }
+  if (!up) log.warn("docker engine not reachable; container workspaces answer UNAVAILABLE until it is back", where);
+  const common = {
+    docker,
+    instance: await instanceId(settings.dataDir),
+    image: cfg.image,
+    network: cfg.network,
+    baseDir: path.join(settings.dataDir, "containers"),
+    user: cfg.user,
+    log,
+  };
+  containers.push(createDockerProvider({ ...common, name: "docker" }));
+  if (!up || (await runtimeAvailable(docker, "runsc"))) {
+    containers.push(createDockerProvider({ ...common, name: "gvisor", runtime: "runsc", network: "none" }));
+  } else {
+    log.warn("runsc runtime not registered with the docker engine; gvisor provider disabled", where);
+  }
+  providers.push(...containers);
+  return set;
+}
+
+/**
+ * The id of this server instance: random, kept in the data directory, so a restarted server
+ * recognises its own containers and two servers on one engine never claim each other's.
+ */
+async function instanceId(dataDir: string): Promise<string> {
+  const file = path.join(dataDir, "instance-id");
+  try {
+    const id = (await readFile(file, "utf8")).trim();
+    if (/^[0-9a-f]{16}$/.test(id)) return id;
+  } catch (err) {
+    if (errnoCode(err) !== "ENOENT") throw err;
+  }
+  const id = randomBytes(8).toString("hex");
+  await mkdir(dataDir, { recursive: true });
+  await writeFile(file, `${id}\n`, { flag: "wx" }).catch(async (err) => {
+    if (errnoCode(err) !== "EEXIST") throw err;
+  });
+  return (await readFile(file, "utf8")).trim();
+}
+
+async function reconcileOrphans(containers: ContainerProvider[], known: Set<string>, cleanup: boolean, log: ProviderLog): Promise<void> {
+  for (const p of containers) {
+    try {
+      for (const orphan of await p.findOrphans(known)) {
+        log.warn(cleanup ? "removing orphaned workspace container" : "orphaned workspace container (set AGENT_WORKSPACE_CLEANUP_ORPHANS=1 to remove)", {
+          provider: p.name,
+          container_id: orphan.containerId,
+          workspace_id: orphan.workspaceId,
+        });
+        if (cleanup) await p.removeContainer(orphan.containerId);
+      }
+    } catch (err) {
+      log.warn("could not look for orphaned containers", { provider: p.name, error: String(err) });
+    }
+  }
+}

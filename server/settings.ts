@@ -1,0 +1,212 @@
+/**
+ * Server settings: every environment variable and command-line flag is read and validated here,
+ * once, at start (flags win over the environment). A bad value stops the server with a
+ * SettingsError naming the variable or flag; nothing below `main` reads `process.env`. Every
+ * setting has a default that starts a working server with the local provider and no external
+ * services. (Per-agent-type configuration is the ConfigService's business, not this module's.)
+ */
+import path from "node:path";
+import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
+import type { DockerConnection, ProviderSettings } from "../providers/index.ts";
+import { DomainError } from "../core/errors.ts";
+import { LOG_LEVELS, type LogLevel } from "./logger.ts";
+import { DEFAULT_TOOL_LIMITS, type ToolLimits } from "./tools/tool-limits.ts";
+import { type LimitStrings, parseCpu, parseSize } from "./workspace-limits.ts";
+
+/** Everything the server is configured with. */
+export interface Settings {
+  host: string;
+  port: number;
+  /** TLS certificate and key files (PEM); both empty for plain HTTP. */
+  tlsCert: string;
+  tlsKey: string;
+  /** Providers, the data directory and the container engine. */
+  providers: ProviderSettings;
+  /** Provider used when a request names none. */
+  defaultProvider: string;
+  /** Limits a workspace gets when its request leaves them out. */
+  workspaceDefaults: LimitStrings;
+  toolLimits: ToolLimits;
+  /** Largest request or response message, in bytes. */
+  maxMessageBytes: number;
+  /** Response compression offered to clients: "none" (default) or "gzip" (gzip and brotli). */
+  compression: "none" | "gzip";
+  logLevel: LogLevel;
+}
+
+/** A setting that cannot be used; the message names the variable or flag and what it accepts. */
+export class SettingsError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SettingsError";
+  }
+}
+
+/** Providers a request or the default may name. */
+export const PROVIDER_NAMES = ["local", "docker", "gvisor"] as const;
+
+/** Command-line flags and the variables they override. */
+const FLAGS = {
+  host: { type: "string", env: "HOST" },
+  port: { type: "string", env: "PORT" },
+  "data-dir": { type: "string", env: "AGENT_WORKSPACE_DATA_DIR" },
+  "default-provider": { type: "string", env: "AGENT_WORKSPACE_DEFAULT_PROVIDER" },
+  "tls-cert": { type: "string", env: "AGENT_WORKSPACE_TLS_CERT" },
+  "tls-key": { type: "string", env: "AGENT_WORKSPACE_TLS_KEY" },
+  "log-level": { type: "string", env: "AGENT_WORKSPACE_LOG_LEVEL" },
+  quiet: { type: "boolean", env: "AGENT_WORKSPACE_QUIET" },
+} as const;
+
+/** Usage text for `agent-workspace serve --help`. */
+export const USAGE = `Usage: agent-workspace serve [options]
+
+Options (each also read from the environment variable shown):
+  --host HOST               listen address (HOST, default 127.0.0.1)
+  --port N                  port, 0 for any free one (PORT, default 8080)
+  --data-dir DIR            workspace records and local workspaces (AGENT_WORKSPACE_DATA_DIR, default ./.data)
+  --default-provider NAME   local | docker | gvisor (AGENT_WORKSPACE_DEFAULT_PROVIDER, default local)
+  --tls-cert FILE --tls-key FILE   serve HTTPS (AGENT_WORKSPACE_TLS_CERT / _KEY)
+  --log-level LEVEL         debug | info | warn | error (AGENT_WORKSPACE_LOG_LEVEL, default info)
+  --quiet                   same as --log-level warn (AGENT_WORKSPACE_QUIET=1)
+
+The README lists every other environment variable.`;
+
+/** Reads one variable: trimmed, undefined when unset or empty. */
+function read(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const v = env[name]?.trim();
+  return v === undefined || v === "" ? undefined : v;
+}
+
+function oneOf<T extends string>(value: string | undefined, name: string, allowed: readonly T[], fallback: T): T {
+  if (value === undefined) return fallback;
+  if (!(allowed as readonly string[]).includes(value)) {
+    throw new SettingsError(`${name} must be one of ${allowed.join(", ")}; got '${value}'`);
+  }
+  return value as T;
+}
+
+function integer(value: string | undefined, name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < min || n > max) {
+    throw new SettingsError(`${name} must be a whole number from ${min} to ${max}; got '${value}'`);
+  }
+  return n;
+}
+
+function bool(value: string | undefined, name: string): boolean {
+  if (value === undefined) return false;
+  if (["1", "true", "yes", "on"].includes(value.toLowerCase())) return true;
+  if (["0", "false", "no", "off"].includes(value.toLowerCase())) return false;
+  throw new SettingsError(`${name} must be 1 or 0 (true or false); got '${value}'`);
+}
+
+/** Checks a limit string with the same parser requests use, blaming the variable. */
+function limit(value: string | undefined, name: string, parse: (v: string, field: string) => number): string {
+  if (value === undefined) return "";
+  try {
+    parse(value, name);
+  } catch (err) {
+    if (err instanceof DomainError) throw new SettingsError(err.message);
+    throw err;
+  }
+  return value;
+}
+
+/**
+ * Where the Docker engine is: DOCKER_SOCKET (a socket path) wins, then DOCKER_HOST
+ * (`unix:///path` or `tcp://host:port`, HTTPS with DOCKER_TLS_VERIFY=1 and the client
+ * certificates in DOCKER_CERT_PATH), then /var/run/docker.sock.
+ */
+function dockerConnection(env: NodeJS.ProcessEnv): DockerConnection {
+  const socket = read(env, "DOCKER_SOCKET");
+  if (socket !== undefined) return { socketPath: path.resolve(socket) };
+  const host = read(env, "DOCKER_HOST");
+  if (host === undefined) return { socketPath: "/var/run/docker.sock" };
+  let url: URL;
+  try {
+    url = new URL(host);
+  } catch {
+    throw new SettingsError(`DOCKER_HOST must be unix:///path or tcp://host:port; got '${host}'`);
+  }
+  if (url.protocol === "unix:") {
+    if (url.pathname === "" || url.pathname === "/") throw new SettingsError(`DOCKER_HOST names no socket path: '${host}'`);
+    return { socketPath: url.pathname };
+  }
+  if (url.protocol === "tcp:") {
+    const tls = bool(read(env, "DOCKER_TLS_VERIFY"), "DOCKER_TLS_VERIFY");
+    const port = integer(url.port === "" ? undefined : url.port, "the port of DOCKER_HOST", tls ? 2376 : 2375, 1, 65535);
+    if (url.hostname === "") throw new SettingsError(`DOCKER_HOST names no host: '${host}'`);
+    const certDir = read(env, "DOCKER_CERT_PATH");
+    if (tls && certDir === undefined) throw new SettingsError("DOCKER_TLS_VERIFY=1 needs DOCKER_CERT_PATH (a directory with ca.pem, cert.pem and key.pem)");
+    return { host: url.hostname, port, tlsCertDir: tls ? path.resolve(certDir as string) : undefined };
+  }
+  throw new SettingsError(`DOCKER_HOST must be unix:///path or tcp://host:port; '${url.protocol}' is not supported`);
+}
+
+/**
+ * Parses settings from `env` and `argv` (without the node and script entries). Throws
+ * SettingsError for anything it cannot use.
+ */
+export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string[] = []): Settings {
+  let values: Record<string, string | boolean | Array<string | boolean> | undefined>;
+  try {
+    const options: ParseArgsOptionsConfig = Object.fromEntries(Object.entries(FLAGS).map(([k, v]) => [k, { type: v.type }]));
+    ({ values } = parseArgs({ args: argv, options, strict: true, allowPositionals: false }));
+  } catch (err) {
+    throw new SettingsError(`${(err as Error).message}\n\n${USAGE}`);
+  }
+  // A flag wins over its variable; both go through the same checks under the flag's name.
+  const pick = (flag: keyof typeof FLAGS): [string | undefined, string] => {
+    const v = values[flag];
+    if (Array.isArray(v)) throw new SettingsError(`--${flag} may be given once`);
+    if (typeof v === "string") return [v.trim() === "" ? undefined : v.trim(), `--${flag}`];
+    if (v === true) return ["1", `--${flag}`];
+    return [read(env, FLAGS[flag].env), FLAGS[flag].env];
+  };
+
+  const [tlsCert] = pick("tls-cert");
+  const [tlsKey] = pick("tls-key");
+  if ((tlsCert === undefined) !== (tlsKey === undefined)) {
+    throw new SettingsError("--tls-cert and --tls-key (AGENT_WORKSPACE_TLS_CERT, AGENT_WORKSPACE_TLS_KEY) must be given together");
+  }
+  const maxTimeoutMs = integer(read(env, "AGENT_WORKSPACE_MAX_TIMEOUT_MS"), "AGENT_WORKSPACE_MAX_TIMEOUT_MS", DEFAULT_TOOL_LIMITS.maxTimeoutMs, 1000, 24 * 3600 * 1000);
+  const quiet = bool(...pick("quiet"));
+  const [level, levelName] = pick("log-level");
+
+  return {
+    host: pick("host")[0] ?? "127.0.0.1",
+    port: integer(...pick("port"), 8080, 0, 65535),
+    tlsCert: tlsCert ?? "",
+    tlsKey: tlsKey ?? "",
+    defaultProvider: oneOf(...pick("default-provider"), PROVIDER_NAMES, "local"),
+    workspaceDefaults: {
+      cpu: limit(read(env, "WORKSPACE_DEFAULT_CPU"), "WORKSPACE_DEFAULT_CPU", parseCpu),
+      memory: limit(read(env, "WORKSPACE_DEFAULT_MEMORY"), "WORKSPACE_DEFAULT_MEMORY", parseSize),
+      disk: limit(read(env, "WORKSPACE_DEFAULT_DISK"), "WORKSPACE_DEFAULT_DISK", parseSize),
+      pids: integer(read(env, "WORKSPACE_DEFAULT_PIDS"), "WORKSPACE_DEFAULT_PIDS", 1024, 0, 4_194_304),
+    },
+    toolLimits: {
+      ...DEFAULT_TOOL_LIMITS,
+      maxTimeoutMs,
+      defaultTimeoutMs: Math.min(DEFAULT_TOOL_LIMITS.defaultTimeoutMs, maxTimeoutMs),
+    },
+    maxMessageBytes: 32 * 1024 * 1024,
+    compression: oneOf(read(env, "AGENT_WORKSPACE_COMPRESSION"), "AGENT_WORKSPACE_COMPRESSION", ["none", "gzip"], "none"),
+    logLevel: level === undefined ? (quiet ? "warn" : "info") : oneOf(level, levelName, LOG_LEVELS, "info"),
+    providers: {
+      dataDir: path.resolve(pick("data-dir")[0] ?? ".data"),
+      docker: {
+        mode: oneOf(read(env, "AGENT_WORKSPACE_DOCKER"), "AGENT_WORKSPACE_DOCKER", ["auto", "on", "off"], "auto"),
+        connection: dockerConnection(env),
+        image: read(env, "AGENT_WORKSPACE_IMAGE") ?? "agent-workspace-base:bookworm",
+        network: read(env, "AGENT_WORKSPACE_DOCKER_NETWORK") ?? "none",
+        cleanupOrphans: bool(read(env, "AGENT_WORKSPACE_CLEANUP_ORPHANS"), "AGENT_WORKSPACE_CLEANUP_ORPHANS"),
+        user: {
+          uid: integer(read(env, "AGENT_WORKSPACE_CONTAINER_UID"), "AGENT_WORKSPACE_CONTAINER_UID", 1000, 0, 2 ** 31 - 1),
+          gid: integer(read(env, "AGENT_WORKSPACE_CONTAINER_GID"), "AGENT_WORKSPACE_CONTAINER_GID", 1000, 0, 2 ** 31 - 1),
+        },
+      },
+    },
+  };
+}
