@@ -1,10 +1,11 @@
 /**
  * Container providers through dockerode: `docker` (runc) and `gvisor` (the runsc runtime). Each
  * workspace is a long-lived container whose /workspace is a bind-mounted host directory, and
- * whose main process is the resident executor (sandbox-executor.ts) started with the server's
- * own Node binary, mounted read-only with this directory and ripgrep. So:
+ * whose main process is the resident executor (executor/main.ts) started with the server's own
+ * Node binary, mounted read-only with the executor folder (and nothing else of the server) and
+ * ripgrep. So:
  * - commands start with one frame on an attached stream, not a Docker exec round trip, and get
- *   the same supervision as on the local provider (process-runner.ts);
+ *   the same supervision as on the local provider (executor/process-runner.ts);
  * - file tools work on the host directory through the same jail as the local provider;
  * - images need nothing but bash.
  *
@@ -13,7 +14,6 @@
  */
 import { chown, mkdir, realpath, rm } from "node:fs/promises";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import type { Duplex } from "node:stream";
 import Docker from "dockerode";
 import { rgPath } from "@vscode/ripgrep";
@@ -21,8 +21,9 @@ import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
 import { HostDirectoryFs } from "./host-fs.ts";
 import { WORKSPACE_ROOT } from "./jail.ts";
 import { SandboxConnection } from "./sandbox-connection.ts";
-import { executorVersion } from "./sandbox-protocol.ts";
-import { sandboxEnv } from "./sandbox-env.ts";
+import { DockerAttachDemux } from "./docker-attach.ts";
+import { sandboxEnv } from "./executor/env.ts";
+import { EXECUTOR_DIR, executorVersion } from "./executor/version.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** Label keys the server puts on its containers. */
@@ -34,10 +35,8 @@ export const LABELS = {
   instance: "agent-workspace.instance",
 } as const;
 
-const PROVIDERS_DIR = path.dirname(fileURLToPath(import.meta.url));
-const PACKAGE_JSON = path.join(PROVIDERS_DIR, "..", "package.json");
 const MOUNT = "/opt/agent-workspace";
-const EXECUTOR_VERSION = executorVersion(PROVIDERS_DIR);
+const EXECUTOR_VERSION = executorVersion();
 
 /** Options of a container provider. */
 export interface DockerProviderOptions {
@@ -111,8 +110,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         Binds: [
           `${dir}:${WORKSPACE_ROOT}`,
           `${nodeBinary}:${MOUNT}/node:ro`,
-          `${PROVIDERS_DIR}:${MOUNT}/app/providers:ro`,
-          `${PACKAGE_JSON}:${MOUNT}/app/package.json:ro`,
+          `${EXECUTOR_DIR}:${MOUNT}/executor:ro`,
           `${rg}:${MOUNT}/bin/rg:ro`,
         ],
         Init: true,
@@ -133,7 +131,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         container = await docker.createContainer({
           name: `aw-${opts.id}`,
           Image: image,
-          Cmd: [`${MOUNT}/node`, "--disable-warning=ExperimentalWarning", `${MOUNT}/app/providers/sandbox-executor.ts`, "--detect-oom"],
+          Cmd: [`${MOUNT}/node`, "--disable-warning=ExperimentalWarning", "--disable-sigusr1", `${MOUNT}/executor/main.ts`, "--detect-oom"],
           Entrypoint: [],
           User: `${options.user.uid}:${options.user.gid}`,
           WorkingDir: WORKSPACE_ROOT,
@@ -173,19 +171,18 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         connecting ??= (async () => {
           try {
             const info = await container.inspect();
-            const stream = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
+            const attach = () => attachExecutor(container, (line) => options.log.warn("sandbox executor", { workspace_id: record.id, line }));
+            const first = await attach();
             if (!info.State.Running) await container.start();
-            const onLog = (line: string) => options.log.warn("sandbox executor", { workspace_id: record.id, line: line.trimEnd().slice(0, 2000) });
-            let c = new SandboxConnection(stream, stream, { dockerMultiplexed: true, onLog });
+            let c = first;
             const running = await c.ping(30_000);
             if (running !== EXECUTOR_VERSION) {
               // An executor started by an older server: restart the container so it runs this code.
               options.log.warn("restarting workspace container to update its executor", { workspace_id: record.id, running, current: EXECUTOR_VERSION });
               c.close();
               await container.stop({ t: 1 });
-              const fresh = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
+              c = await attach();
               await container.start();
-              c = new SandboxConnection(fresh, fresh, { dockerMultiplexed: true, onLog });
               await c.ping(30_000);
             }
             conn = c;
@@ -300,6 +297,19 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       await docker.getContainer(containerId).remove({ force: true, v: true });
     },
   };
+}
+
+/**
+ * Attaches to the container's executor: its stdout comes demultiplexed from Docker's framing
+ * (stderr lines go to `onStderr`), its stdin is the raw hijacked socket.
+ */
+async function attachExecutor(container: Docker.Container, onStderr: (line: string) => void): Promise<SandboxConnection> {
+  const stream = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
+  const stdout = new DockerAttachDemux((chunk) => onStderr(chunk.toString("utf8").trimEnd().slice(0, 2000)));
+  stream.pipe(stdout);
+  stream.on("error", (err) => stdout.destroy(err));
+  stream.on("close", () => stdout.destroy());
+  return new SandboxConnection(stdout, stream);
 }
 
 /** True when the engine answers a ping within a short time. */

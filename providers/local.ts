@@ -4,8 +4,8 @@
  * embedded default for development; it isolates paths (the jail) but not processes, so use a
  * container provider for untrusted agents.
  *
- * Commands are started by one resident executor child process (the same sandbox-executor.ts the
- * container providers run), not by the server itself: forking a small process is cheap and keeps
+ * Commands are started by one resident executor child process (the same executor/ the container
+ * providers run), not by the server itself: forking a small process is cheap and keeps
  * the fork and the process supervision off the server's event loop.
  *
  * On this provider commands run with the real directory as their working directory and $HOME;
@@ -19,7 +19,7 @@ import { HostDirectoryFs } from "./host-fs.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { SandboxConnection } from "./sandbox-connection.ts";
-import { sandboxEnv } from "./sandbox-env.ts";
+import { sandboxEnv } from "./executor/env.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** Options of the local provider. */
@@ -32,7 +32,7 @@ export interface LocalProviderOptions {
   log?: ProviderLog;
 }
 
-const EXECUTOR = fileURLToPath(new URL("./sandbox-executor.ts", import.meta.url));
+const EXECUTOR = fileURLToPath(new URL("./executor/main.ts", import.meta.url));
 
 /**
  * The local executor child, started on first use and again after it died. Its environment is
@@ -49,7 +49,7 @@ class LocalExecutor {
 
   connection(): SandboxConnection {
     if (this.#conn?.alive) return this.#conn;
-    const child = spawn(process.execPath, ["--disable-warning=ExperimentalWarning", EXECUTOR], {
+    const child = spawn(process.execPath, ["--disable-warning=ExperimentalWarning", "--disable-sigusr1", EXECUTOR], {
       stdio: ["pipe", "pipe", "pipe"],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     });
@@ -59,7 +59,7 @@ class LocalExecutor {
       if (this.#child === child) this.#log.warn("local executor exited; the next command starts a new one", { code, signal });
     });
     this.#child = child;
-    this.#conn = new SandboxConnection(child.stdout!, child.stdin!, { dockerMultiplexed: false, onLog: () => undefined });
+    this.#conn = new SandboxConnection(child.stdout!, child.stdin!);
     return this.#conn;
   }
 

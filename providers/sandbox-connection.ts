@@ -1,13 +1,15 @@
 /**
- * The server's end of the executor protocol (see sandbox-protocol.ts): multiplexes executions
- * over one stdin/stdout pair of an executor (a container's attached main process, or the local
- * provider's child process), with per-execution credit so each
- * execution's output is buffered only up to the protocol window.
+ * The server's end of the executor protocol (see executor/protocol.ts): multiplexes executions
+ * over one plain byte stream pair of an executor (a container's attached main process, or the
+ * local provider's child process), with per-execution credit so each execution's output is
+ * buffered only up to the protocol window. How the bytes travel (Docker's attach framing, a
+ * child's pipes) is the provider's business: this class only ever sees the executor's stdout and
+ * stdin.
  */
 import type { Readable, Writable } from "node:stream";
 import { DomainError } from "../core/errors.ts";
 import type { ExecEvent, ExecExit } from "./types.ts";
-import { CREDIT_BATCH, encodeFrame, type ExecRequest, F, FrameReader } from "./sandbox-protocol.ts";
+import { CREDIT_BATCH, encodeFrame, type ExecRequest, F, FrameReader } from "./executor/protocol.ts";
 
 interface Pending {
   queue: ExecEvent[];
@@ -19,51 +21,22 @@ interface Pending {
   unacked: number;
 }
 
-/**
- * Splits Docker's multiplexed attach stream (8-byte headers: stream type, 3 zero bytes, u32
- * size) into the stdout payload; stderr of the executor is handed to `onStderr`.
- */
-class DockerDemux {
-  #buf: Buffer = Buffer.alloc(0);
-  push(chunk: Buffer, onStdout: (b: Buffer) => void, onStderr: (b: Buffer) => void): void {
-    this.#buf = this.#buf.length === 0 ? chunk : Buffer.concat([this.#buf, chunk]);
-    let at = 0;
-    while (this.#buf.length - at >= 8) {
-      const size = this.#buf.readUInt32BE(at + 4);
-      if (this.#buf.length - at < 8 + size) break;
-      const payload = this.#buf.subarray(at + 8, at + 8 + size);
-      if (this.#buf[at] === 2) onStderr(payload);
-      else onStdout(payload);
-      at += 8 + size;
-    }
-    this.#buf = at === this.#buf.length ? Buffer.alloc(0) : this.#buf.subarray(at);
-  }
-}
-
 /** One attached connection to a sandbox executor. */
 export class SandboxConnection {
   readonly #input: Readable;
   readonly #output: Writable;
   readonly #pending = new Map<number, Pending>();
   readonly #frames = new FrameReader();
-  readonly #demux = new DockerDemux();
   #nextId = 1;
   #closed: Error | undefined;
-  readonly #onLog: (line: string) => void;
 
-  /**
-   * `input` carries the executor's stdout, `output` its stdin. For a Docker attach both are the
-   * same hijacked stream and `input` is multiplexed (`dockerMultiplexed`), with the executor's
-   * stderr interleaved; for a child process they are its pipes and stderr is read separately.
-   */
-  constructor(input: Readable, output: Writable, options: { dockerMultiplexed: boolean; onLog: (line: string) => void }) {
+  /** `input` carries the executor's stdout, `output` its stdin. */
+  constructor(input: Readable, output: Writable) {
     this.#input = input;
     this.#output = output;
-    this.#onLog = options.onLog;
     input.on("data", (chunk: Buffer) => {
       try {
-        if (options.dockerMultiplexed) this.#demux.push(chunk, (b) => this.#onFrames(b), (b) => this.#onLog(b.toString("utf8")));
-        else this.#onFrames(chunk);
+        this.#onFrames(chunk);
       } catch (err) {
         this.#fail(err instanceof Error ? err : new Error(String(err)));
         input.destroy();

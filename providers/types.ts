@@ -63,32 +63,8 @@ export interface ExecSpec {
   signal?: AbortSignal;
 }
 
-/**
- * Events of one execution, in order: exactly one `started` (or a `spawn_failed` exit), any
- * number of output chunks of at most 64 KiB, exactly one `exited`. The consumer's pace is the
- * producer's: output is read from the process only as fast as the iterator is drained, so memory
- * stays bounded however much a command prints.
- */
-export type ExecEvent =
-  | { type: "started"; startedAt: Date }
-  | { type: "stdout"; data: Uint8Array }
-  | { type: "stderr"; data: Uint8Array }
-  | { type: "exited"; exit: ExecExit };
-
-/** How an execution ended. */
-export interface ExecExit {
-  /** Exit code; 128+N when killed by signal N; 127 when the program could not be started. */
-  exitCode: number;
-  /** Name of the killing signal ("SIGKILL"), or "" when the process exited by itself. */
-  signal: string;
-  /** True when the timeout fired. */
-  timedOut: boolean;
-  /** True when the workspace's memory limit killed the process. */
-  oomKilled: boolean;
-  durationMs: number;
-  /** Set when the program could not be started at all (e.g. "ENOENT"). */
-  spawnError?: string;
-}
+export type { ExecEvent, ExecExit } from "./executor/types.ts";
+import type { ExecEvent } from "./executor/types.ts";
 
 /** Resource limits in provider-neutral units, after server defaults were applied. */
 export interface Limits {

@@ -3,6 +3,7 @@
  * primitive. `runBash` collects and truncates; `streamBash` forwards chunks as they come.
  */
 import { DomainError } from "../../core/errors.ts";
+import { envProblem } from "../../providers/executor/env.ts";
 import type { ExecExit, WorkspaceHandle } from "../../providers/types.ts";
 import type { ToolLimits } from "./tool-limits.ts";
 import { jailDirectory } from "./paths.ts";
@@ -67,6 +68,10 @@ async function prepare(ws: WorkspaceHandle, input: BashInput, limits: ToolLimits
   }
   if (input.command.includes("\0")) {
     throw new DomainError("INVALID_ARGUMENT", "command contains a NUL byte", { metadata: { field: "command" } });
+  }
+  for (const [name, value] of Object.entries(input.env)) {
+    const problem = envProblem(name, value);
+    if (problem !== undefined) throw new DomainError("INVALID_ARGUMENT", problem, { metadata: { field: "env", name: name.slice(0, 100) } });
   }
   const timeoutMs = resolveTimeout(input.timeoutMs, limits);
   const cwd = await jailDirectory(ws, input.workdir, "workdir");

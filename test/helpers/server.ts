@@ -64,7 +64,7 @@ function clientSet(transport: Transport): ClientSet {
 export async function startServer(options: StartServerOptions = {}): Promise<TestServer> {
   const ownDir = options.dataDir === undefined;
   const dataDir = options.dataDir ?? (await mkdtemp(path.join(tmpdir(), "aw-test-")));
-  const config = parseSettings({ AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_QUIET: "1", ...options.env }, []);
+  const config = parseSettings({ AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_LOG_LEVEL: "error", ...options.env }, []);
   const overrides: AppOverrides = {};
   if (options.providers) overrides.providers = options.providers;
   if (options.onLog) overrides.logger = createLogger({ level: "debug", sink: options.onLog });

@@ -1,7 +1,7 @@
 /**
  * Runs one process and turns it into the ExecEvent stream of the provider boundary. This is the
  * one implementation of process supervision: the local provider calls it in the server process,
- * and container providers run it inside the sandbox (providers/sandbox-executor.ts), so timeouts,
+ * and container providers run it inside the sandbox (executor/main.ts), so timeouts,
  * kills and output handling are identical everywhere.
  *
  * Guarantees:

@@ -1,6 +1,6 @@
 /**
  * The wire protocol between the server and the executor resident in a container sandbox
- * (providers/sandbox-executor.ts). The executor is the container's main process; the server
+ * (main.ts in this folder). The executor is the container's main process; the server
  * talks to it over the container's attached stdin/stdout, so starting a command costs one frame
  * instead of a Docker exec round trip, and it works the same under runc and gVisor.
  *
@@ -11,9 +11,6 @@
  *
  * Imports only node: modules: it runs inside sandboxes too.
  */
-import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 
 /** Frame types. */
 export const F = {
@@ -38,20 +35,6 @@ export const F = {
   /** executor → server: the request was malformed; JSON { message }. */
   ERROR: 15,
 } as const;
-
-/** Source files that make up the executor; their hash is the executor's version. */
-export const EXECUTOR_FILES = ["sandbox-executor.ts", "sandbox-executor-check.ts", "sandbox-protocol.ts", "process-runner.ts"];
-
-/**
- * The version of the executor code in `dir`: a hash of its source files. A running executor
- * reports the version it started with, so the server notices one left over from an older server
- * and restarts it.
- */
-export function executorVersion(dir: string): string {
-  const hash = createHash("sha256");
-  for (const f of EXECUTOR_FILES) hash.update(readFileSync(join(dir, f)));
-  return hash.digest("hex").slice(0, 16);
-}
 
 /** Output bytes in flight per execution before the executor waits for credit. */
 export const WINDOW = 4 * 1024 * 1024;

@@ -6,14 +6,13 @@
  * Runs with the server's own Node binary and this directory bind-mounted read-only, so images
  * need nothing but a shell.
  */
-import { checkExecRequest } from "./sandbox-executor-check.ts";
+import { checkExecRequest } from "./check.ts";
 import { runProcess } from "./process-runner.ts";
 import { readdir } from "node:fs/promises";
-import { dirname } from "node:path";
-import { fileURLToPath } from "node:url";
-import { encodeFrame, type ExecRequest, executorVersion, F, FrameReader, WINDOW } from "./sandbox-protocol.ts";
+import { encodeFrame, type ExecRequest, F, FrameReader, WINDOW } from "./protocol.ts";
+import { executorVersion } from "./version.ts";
 
-const VERSION = Buffer.from(executorVersion(dirname(fileURLToPath(import.meta.url))));
+const VERSION = Buffer.from(executorVersion());
 /** Count cgroup OOM kills: only meaningful when the executor has a cgroup of its own (a container). */
 const DETECT_OOM = process.argv.includes("--detect-oom");
 

@@ -1,0 +1,31 @@
+/**
+ * The event stream of one execution, shared by the executor (which produces it in the sandbox)
+ * and the provider boundary (providers/types.ts re-exports it). Types only.
+ */
+
+/**
+ * Events of one execution, in order: exactly one `started` (or a `spawn_failed` exit), any
+ * number of output chunks of at most 64 KiB, exactly one `exited`. The consumer's pace is the
+ * producer's: output is read from the process only as fast as the iterator is drained, so memory
+ * stays bounded however much a command prints.
+ */
+export type ExecEvent =
+  | { type: "started"; startedAt: Date }
+  | { type: "stdout"; data: Uint8Array }
+  | { type: "stderr"; data: Uint8Array }
+  | { type: "exited"; exit: ExecExit };
+
+/** How an execution ended. */
+export interface ExecExit {
+  /** Exit code; 128+N when killed by signal N; 127 when the program could not be started. */
+  exitCode: number;
+  /** Name of the killing signal ("SIGKILL"), or "" when the process exited by itself. */
+  signal: string;
+  /** True when the timeout fired. */
+  timedOut: boolean;
+  /** True when the workspace's memory limit killed the process. */
+  oomKilled: boolean;
+  durationMs: number;
+  /** Set when the program could not be started at all (e.g. "ENOENT"). */
+  spawnError?: string;
+}
