@@ -7,6 +7,7 @@ import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip, connectNodeAdapter } from "@connectrpc/connect-node";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { file_agentworkspace_v1_errors } from "../gen/agentworkspace/v1/errors_pb.js";
 import { file_agentworkspace_v1_options } from "../gen/agentworkspace/v1/options_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
@@ -18,6 +19,7 @@ import { createLogger, type Logger } from "./logger.ts";
 import { registerReflection } from "./reflection.ts";
 import { createToolService } from "./services/tool-service.ts";
 import { createWorkspaceService } from "./services/workspace-service.ts";
+import { checkToolRegistry } from "./tools/registry.ts";
 import type { Settings } from "./settings.ts";
 import { WorkspaceManager } from "./workspace-manager.ts";
 import { createFileWorkspaceStore } from "./workspace-store.ts";
@@ -42,6 +44,8 @@ export interface AppOverrides {
 
 /** Builds the application from settings. */
 export async function createApp(settings: Settings, overrides: AppOverrides = {}): Promise<App> {
+  // Before anything else: a proto method without its tool, or a tool without its method, is a build fault.
+  checkToolRegistry(ToolService);
   const logger = overrides.logger ?? createLogger({ level: settings.logLevel });
   const store = createFileWorkspaceStore(settings.providers.dataDir);
   // Workspaces of container providers already on record keep their providers registered even
@@ -66,7 +70,9 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     router.service(WorkspaceService, createWorkspaceService(workspaces));
     router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits }));
     registerHealth(router, health);
-    registerReflection(router, { files: [file_agentworkspace_v1_options] });
+    // Besides the services' own files: the tool option, and the error detail every error carries,
+    // so reflection clients (buf curl, grpcurl) decode error details without local protos.
+    registerReflection(router, { files: [file_agentworkspace_v1_options, file_agentworkspace_v1_errors] });
   };
   const handler = connectNodeAdapter({
     routes,
@@ -75,6 +81,8 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     // Compression is off by default: tool output goes to agents on the same host or network, where
     // gzip of every 64 KiB stream chunk costs far more CPU than the bytes it saves.
     acceptCompression: settings.compression === "gzip" ? [compressionGzip, compressionBrotli] : [],
+    // An unknown JSON field is a caller's mistake ({"cmd": …} for "command"): refuse it, naming it.
+    jsonOptions: { ignoreUnknownFields: false },
     // Bounded request bodies: WriteFile content is the largest legitimate message.
     readMaxBytes: settings.maxMessageBytes,
     writeMaxBytes: settings.maxMessageBytes,

@@ -1,30 +1,31 @@
 /**
- * ToolService: reads each request, calls the tool written once in server/tools, and returns the
- * response. No filesystem or process work happens here.
+ * ToolService: a thin adapter over the tool registry. Each RPC is one line: how its request
+ * becomes the tool's input, which registry entry runs, and how the result (or each event) becomes
+ * the response. The tool context is built in one place: the workspace resolved once, the limits,
+ * the caller's cancellation and the protocol deadline.
  */
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
-  type BashExited,
+  type BashRequest,
+  type GrepRequest,
+  type StreamBashRequest,
+  type StreamGrepRequest,
   BashExitedSchema,
   FileKind,
   FileType,
-  type StreamBashResponse,
-  type StreamGrepResponse,
   StreamBashResponseSchema,
   StreamGrepResponseSchema,
   ToolService,
 } from "../../gen/agentworkspace/v1/tool_pb.js";
 import type { EntryType } from "../../providers/types.ts";
-import type { WorkspaceManager } from "../workspace-manager.ts";
-import { runBash, streamBash } from "../tools/bash.ts";
-import { editFile, patchFile } from "../tools/edit.ts";
-import { glob, listFiles } from "../tools/find.ts";
-import { grep, grepAll, type GrepInput } from "../tools/grep.ts";
+import type { BashInput, BashStreamEvent } from "../tools/bash.ts";
+import type { ToolContext } from "../tools/context.ts";
+import type { GrepEvent, GrepInput } from "../tools/grep.ts";
+import { TOOL_REGISTRY } from "../tools/registry.ts";
 import type { ToolLimits } from "../tools/tool-limits.ts";
-import { readFile } from "../tools/read.ts";
-import { deleteFile, writeFile } from "../tools/write.ts";
+import type { WorkspaceManager } from "../workspace-manager.ts";
 
 const FILE_TYPES: Record<EntryType, FileType> = {
   file: FileType.FILE,
@@ -34,145 +35,114 @@ const FILE_TYPES: Record<EntryType, FileType> = {
 };
 const FILE_KINDS = { text: FileKind.TEXT, directory: FileKind.DIRECTORY, binary: FileKind.BINARY } as const;
 
-function grepInput(req: {
-  pattern: string;
-  path: string;
-  glob: string;
-  caseSensitive?: boolean;
-  contextLines: number;
-  maxResults: number;
-}): GrepInput {
-  return {
-    pattern: req.pattern,
-    path: req.path,
-    glob: req.glob,
-    caseSensitive: req.caseSensitive ?? true,
-    contextLines: req.contextLines,
-    maxResults: req.maxResults,
-  };
-}
-
 /** Dependencies of the tool service. */
 export interface ToolServiceDeps {
   workspaces: WorkspaceManager;
   limits: ToolLimits;
 }
 
+/**
+ * A signal that follows `signal` except for its deadline: the protocol deadline reaches tools as
+ * `ToolContext.deadline`, so a command is stopped at it with SIGTERM first, not killed outright.
+ */
+function cancelOnly(signal: AbortSignal): AbortSignal {
+  const isDeadline = (reason: unknown) => reason instanceof ConnectError && reason.code === Code.DeadlineExceeded;
+  if (signal.aborted) return isDeadline(signal.reason) ? new AbortController().signal : signal;
+  const controller = new AbortController();
+  signal.addEventListener("abort", () => {
+    if (!isDeadline(signal.reason)) controller.abort(signal.reason);
+  }, { once: true });
+  return controller.signal;
+}
+
+const bashInput = (r: BashRequest | StreamBashRequest): BashInput => ({
+  command: r.command,
+  workdir: r.workdir,
+  timeoutMs: Number(r.timeoutMs),
+  env: r.env,
+});
+
+const grepInput = (r: GrepRequest | StreamGrepRequest): GrepInput => ({
+  pattern: r.pattern,
+  path: r.path,
+  glob: r.glob,
+  caseSensitive: r.caseSensitive ?? true,
+  contextLines: r.contextLines,
+  maxResults: r.maxResults,
+});
+
+function bashEvent(ev: BashStreamEvent) {
+  switch (ev.type) {
+    case "started":
+      return create(StreamBashResponseSchema, { event: { case: "started", value: { startedAt: timestampFromDate(ev.startedAt) } } });
+    case "stdout":
+    case "stderr":
+      return create(StreamBashResponseSchema, { event: { case: ev.type, value: ev.data } });
+    case "exited":
+      return create(StreamBashResponseSchema, {
+        event: {
+          case: "exited",
+          value: create(BashExitedSchema, {
+            exitCode: ev.exit.exitCode,
+            durationMs: BigInt(ev.exit.durationMs),
+            timedOut: ev.exit.timedOut,
+            signal: ev.exit.signal,
+            oomKilled: ev.exit.oomKilled,
+            stdoutTruncated: ev.stdoutTruncated,
+            stderrTruncated: ev.stderrTruncated,
+            stdoutTotalBytes: BigInt(ev.stdoutTotalBytes),
+            stderrTotalBytes: BigInt(ev.stderrTotalBytes),
+          }),
+        },
+      });
+  }
+}
+
+function grepEvent(ev: GrepEvent) {
+  return ev.type === "match"
+    ? create(StreamGrepResponseSchema, { event: { case: "match", value: ev.match } })
+    : create(StreamGrepResponseSchema, { event: { case: "done", value: { matchCount: ev.matchCount, truncated: ev.truncated } } });
+}
+
 /** Creates the ToolService implementation. */
 export function createToolService({ workspaces, limits }: ToolServiceDeps): ServiceImpl<typeof ToolService> {
+  const context = async (workspaceId: string, hctx: HandlerContext): Promise<ToolContext> => {
+    const workspace = await workspaces.handle(workspaceId);
+    const left = hctx.timeoutMs();
+    return { workspace, limits, signal: cancelOnly(hctx.signal), deadline: left === undefined ? undefined : Date.now() + left };
+  };
+  /** A unary RPC: request → tool input → tool → response. */
+  const unary =
+    <Req extends { workspaceId: string }, In, Out, Res>(run: (ctx: ToolContext, input: In) => Promise<Out>, input: (req: Req) => In, output: (out: Out) => Res) =>
+    async (req: Req, hctx: HandlerContext): Promise<Res> =>
+      output(await run(await context(req.workspaceId, hctx), input(req)));
+  /** A server-streaming RPC: each event of the tool becomes one response. */
+  const streaming = <Req extends { workspaceId: string }, In, Ev, Res>(run: (ctx: ToolContext, input: In) => AsyncIterable<Ev>, input: (req: Req) => In, output: (ev: Ev) => Res) =>
+    async function* (req: Req, hctx: HandlerContext): AsyncGenerator<Res> {
+      for await (const ev of run(await context(req.workspaceId, hctx), input(req))) yield output(ev);
+    };
+  const same = <T>(x: T) => x;
+  const tools = TOOL_REGISTRY;
+
   return {
-    async bash(req, ctx) {
-      const ws = await workspaces.handle(req.workspaceId);
-      const r = await runBash(ws, { command: req.command, workdir: req.workdir, timeoutMs: Number(req.timeoutMs), env: req.env }, limits, ctx.signal);
-      return {
-        stdout: r.stdout,
-        stderr: r.stderr,
-        exitCode: r.exitCode,
-        durationMs: BigInt(r.durationMs),
-        stdoutTruncated: r.stdoutTruncated,
-        stderrTruncated: r.stderrTruncated,
-        stdoutTotalBytes: BigInt(r.stdoutTotalBytes),
-        stderrTotalBytes: BigInt(r.stderrTotalBytes),
-        signal: r.signal,
-        oomKilled: r.oomKilled,
-      };
-    },
-
-    async *streamBash(req, ctx): AsyncGenerator<StreamBashResponse> {
-      const ws = await workspaces.handle(req.workspaceId);
-      const input = { command: req.command, workdir: req.workdir, timeoutMs: Number(req.timeoutMs), env: req.env };
-      for await (const ev of streamBash(ws, input, Number(req.maxOutputBytes), limits, ctx.signal)) {
-        switch (ev.type) {
-          case "started":
-            yield create(StreamBashResponseSchema, { event: { case: "started", value: { startedAt: timestampFromDate(ev.startedAt) } } });
-            break;
-          case "stdout":
-          case "stderr":
-            yield create(StreamBashResponseSchema, { event: { case: ev.type, value: ev.data } });
-            break;
-          case "exited": {
-            const exited: BashExited = create(BashExitedSchema, {
-              exitCode: ev.exit.exitCode,
-              durationMs: BigInt(ev.exit.durationMs),
-              timedOut: ev.exit.timedOut,
-              signal: ev.exit.signal,
-              stdoutTruncated: ev.stdoutTruncated,
-              stderrTruncated: ev.stderrTruncated,
-              stdoutTotalBytes: BigInt(ev.stdoutTotalBytes),
-              stderrTotalBytes: BigInt(ev.stderrTotalBytes),
-              oomKilled: ev.exit.oomKilled,
-            });
-            yield create(StreamBashResponseSchema, { event: { case: "exited", value: exited } });
-            break;
-          }
-        }
-      }
-    },
-
-    async readFile(req) {
-      const ws = await workspaces.handle(req.workspaceId);
-      const r = await readFile(ws, { path: req.path, offset: req.offset, limit: req.limit }, limits);
-      return {
-        content: r.content,
-        totalLines: r.totalLines,
-        truncated: r.truncated,
-        kind: FILE_KINDS[r.kind],
-        size: BigInt(r.size),
-        mimeType: r.mimeType,
-        path: r.path,
-      };
-    },
-
-    async writeFile(req) {
-      const ws = await workspaces.handle(req.workspaceId);
-      const r = await writeFile(ws, req.path, req.content);
-      return { bytesWritten: BigInt(r.bytesWritten), created: r.created };
-    },
-
-    async editFile(req) {
-      const ws = await workspaces.handle(req.workspaceId);
-      return await editFile(ws, { path: req.path, oldString: req.oldString, newString: req.newString, replaceAll: req.replaceAll }, limits);
-    },
-
-    async patchFile(req) {
-      const ws = await workspaces.handle(req.workspaceId);
-      return await patchFile(ws, req.path, req.patches.map((p) => ({ find: p.find, replace: p.replace })), limits);
-    },
-
-    async deleteFile(req) {
-      const ws = await workspaces.handle(req.workspaceId);
-      await deleteFile(ws, req.path);
-      return {};
-    },
-
-    async listFiles(req) {
-      const ws = await workspaces.handle(req.workspaceId);
-      const r = await listFiles(ws, req.path, req.pattern);
-      return {
-        files: r.files.map((f) => ({ path: f.path, size: BigInt(f.size), modified: timestampFromMs(Math.floor(f.mtimeMs)), type: FILE_TYPES[f.type] })),
-        truncated: r.truncated,
-      };
-    },
-
-    async glob(req) {
-      const ws = await workspaces.handle(req.workspaceId);
-      return await glob(ws, req.pattern, req.path, req.limit);
-    },
-
-    async grep(req, ctx) {
-      const ws = await workspaces.handle(req.workspaceId);
-      return await grepAll(ws, grepInput(req), limits, ctx.signal);
-    },
-
-    async *streamGrep(req, ctx): AsyncGenerator<StreamGrepResponse> {
-      const ws = await workspaces.handle(req.workspaceId);
-      for await (const ev of grep(ws, grepInput(req), limits, ctx.signal)) {
-        if (ev.type === "match") {
-          yield create(StreamGrepResponseSchema, { event: { case: "match", value: ev.match } });
-        } else {
-          yield create(StreamGrepResponseSchema, { event: { case: "done", value: { matchCount: ev.matchCount, truncated: ev.truncated } } });
-        }
-      }
-    },
+    bash: unary(tools.bash.bash, bashInput, (r) => ({
+      ...r,
+      durationMs: BigInt(r.durationMs),
+      stdoutTotalBytes: BigInt(r.stdoutTotalBytes),
+      stderrTotalBytes: BigInt(r.stderrTotalBytes),
+    })),
+    streamBash: streaming(tools.bash.streamBash, (r) => ({ ...bashInput(r), maxOutputBytes: Number(r.maxOutputBytes) }), bashEvent),
+    readFile: unary(tools.read.readFile, (r) => ({ path: r.path, offset: r.offset, limit: r.limit }), (r) => ({ ...r, kind: FILE_KINDS[r.kind], size: BigInt(r.size) })),
+    writeFile: unary(tools.write.writeFile, (r) => ({ path: r.path, content: r.content }), (r) => ({ bytesWritten: BigInt(r.bytesWritten), created: r.created })),
+    editFile: unary(tools.edit.editFile, (r) => ({ path: r.path, oldString: r.oldString, newString: r.newString, replaceAll: r.replaceAll }), same),
+    patchFile: unary(tools.patch.patchFile, (r) => ({ path: r.path, patches: r.patches.map((p) => ({ find: p.find, replace: p.replace })) }), same),
+    deleteFile: unary(tools.delete.deleteFile, (r) => ({ path: r.path }), same),
+    listFiles: unary(tools.list.listFiles, (r) => ({ path: r.path, pattern: r.pattern }), (r) => ({
+      files: r.files.map((f) => ({ path: f.path, size: BigInt(f.size), modified: timestampFromMs(Math.floor(f.mtimeMs)), type: FILE_TYPES[f.type] })),
+      truncated: r.truncated,
+    })),
+    glob: unary(tools.glob.glob, (r) => ({ pattern: r.pattern, path: r.path, limit: r.limit }), same),
+    grep: unary(tools.grep.grep, grepInput, same),
+    streamGrep: streaming(tools.grep.streamGrep, grepInput, grepEvent),
   };
 }

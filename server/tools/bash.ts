@@ -1,11 +1,17 @@
 /**
  * The bash tool: `bash -c command` in the workspace, written once above the provider's exec
  * primitive. `runBash` collects and truncates; `streamBash` forwards chunks as they come.
+ *
+ * Two clocks stop a command, with the same sequence (SIGTERM to the tree, SIGKILL after the
+ * grace): the request's `timeout_ms`, and the call's protocol deadline when it comes first. Both
+ * end as COMMAND_TIMEOUT (DEADLINE_EXCEEDED) carrying the output so far. A deadline also bounds
+ * the wait: the call answers shortly after it even if the command is still dying, and the kill
+ * sequence finishes in the background. A cancel by the caller kills at once and ends CANCELLED.
  */
-import { DomainError } from "../../core/errors.ts";
+import { type CapturedOutput, DomainError, type OutputTotals } from "../../core/errors.ts";
 import { envProblem } from "../../providers/executor/env.ts";
-import type { ExecExit, WorkspaceHandle } from "../../providers/types.ts";
-import type { ToolLimits } from "./tool-limits.ts";
+import type { ExecEvent, ExecExit, ExecSpec } from "../../providers/types.ts";
+import { remainingMs, type ToolContext } from "./context.ts";
 import { jailDirectory } from "./paths.ts";
 import { BoundedBuffer } from "./text.ts";
 
@@ -13,20 +19,19 @@ import { BoundedBuffer } from "./text.ts";
 export interface BashInput {
   command: string;
   workdir: string;
+  /** 0 for the default. */
   timeoutMs: number;
   env: Record<string, string>;
 }
 
+/** StreamBash's input: a command and how much of each stream to forward (0 = all). */
+export interface StreamBashInput extends BashInput {
+  maxOutputBytes: number;
+}
+
 /** The collected result of a finished command. */
-export interface BashResult {
-  stdout: string;
-  stderr: string;
+export interface BashResult extends CapturedOutput {
   exitCode: number;
-  durationMs: number;
-  stdoutTruncated: boolean;
-  stderrTruncated: boolean;
-  stdoutTotalBytes: number;
-  stderrTotalBytes: number;
   signal: string;
   oomKilled: boolean;
 }
@@ -35,14 +40,10 @@ export interface BashResult {
 export type BashStreamEvent =
   | { type: "started"; startedAt: Date }
   | { type: "stdout" | "stderr"; data: Uint8Array }
-  | {
-      type: "exited";
-      exit: ExecExit;
-      stdoutTruncated: boolean;
-      stderrTruncated: boolean;
-      stdoutTotalBytes: number;
-      stderrTotalBytes: number;
-    };
+  | ({ type: "exited"; exit: ExecExit } & OutputTotals);
+
+/** How long after a protocol deadline the call still waits for a command dying of SIGTERM. */
+const DEADLINE_SETTLE_MS = 250;
 
 function bashMissing(spawnError: string): DomainError {
   return new DomainError("WORKSPACE_NOT_READY", `bash could not be started in the workspace (${spawnError}); its image needs bash`, {
@@ -50,19 +51,17 @@ function bashMissing(spawnError: string): DomainError {
   });
 }
 
-function resolveTimeout(requested: number, limits: ToolLimits): number {
-  if (!Number.isFinite(requested) || requested < 0) {
-    throw new DomainError("INVALID_ARGUMENT", "timeout_ms must not be negative", { metadata: { field: "timeout_ms" } });
-  }
-  if (requested > limits.maxTimeoutMs) {
-    throw new DomainError("INVALID_ARGUMENT", `timeout_ms may be at most ${limits.maxTimeoutMs}`, {
-      metadata: { field: "timeout_ms", max: String(limits.maxTimeoutMs) },
-    });
-  }
-  return requested === 0 ? limits.defaultTimeoutMs : requested;
+/** A command's run: its exec spec and which clock stops it. */
+interface Plan {
+  spec: ExecSpec;
+  /** The request's own timeout (what the message reports when it fires). */
+  requestedTimeoutMs: number;
+  /** True when the protocol deadline comes before the request's timeout. */
+  deadlineBound: boolean;
 }
 
-async function prepare(ws: WorkspaceHandle, input: BashInput, limits: ToolLimits) {
+async function plan(ctx: ToolContext, input: BashInput): Promise<Plan> {
+  const { limits } = ctx;
   if (input.command.trim() === "") {
     throw new DomainError("INVALID_ARGUMENT", "command is required", { metadata: { field: "command" } });
   }
@@ -73,65 +72,135 @@ async function prepare(ws: WorkspaceHandle, input: BashInput, limits: ToolLimits
     const problem = envProblem(name, value);
     if (problem !== undefined) throw new DomainError("INVALID_ARGUMENT", problem, { metadata: { field: "env", name: name.slice(0, 100) } });
   }
-  const timeoutMs = resolveTimeout(input.timeoutMs, limits);
-  const cwd = await jailDirectory(ws, input.workdir, "workdir");
-  return { argv: ["bash", "-c", input.command], cwd, env: input.env, timeoutMs, killGraceMs: limits.killGraceMs };
+  if (!Number.isFinite(input.timeoutMs) || input.timeoutMs < 0) {
+    throw new DomainError("INVALID_ARGUMENT", "timeout_ms must not be negative", { metadata: { field: "timeout_ms" } });
+  }
+  if (input.timeoutMs > limits.maxTimeoutMs) {
+    throw new DomainError("INVALID_ARGUMENT", `timeout_ms may be at most ${limits.maxTimeoutMs}`, {
+      metadata: { field: "timeout_ms", max: String(limits.maxTimeoutMs) },
+    });
+  }
+  const requestedTimeoutMs = input.timeoutMs === 0 ? limits.defaultTimeoutMs : input.timeoutMs;
+  const cwd = await jailDirectory(ctx.workspace, input.workdir, "workdir");
+  const left = remainingMs(ctx);
+  const deadlineBound = left !== undefined && left < requestedTimeoutMs;
+  return {
+    spec: {
+      argv: ["bash", "-c", input.command],
+      cwd,
+      env: input.env,
+      timeoutMs: deadlineBound ? (left as number) : requestedTimeoutMs,
+      killGraceMs: limits.killGraceMs,
+      signal: ctx.signal,
+    },
+    requestedTimeoutMs,
+    deadlineBound,
+  };
+}
+
+function timeoutError(p: Plan, exit: ExecExit | undefined, partial: CapturedOutput): DomainError {
+  const how = exit ? `was stopped (${exit.signal || "exited"})` : "is being stopped (SIGTERM, then SIGKILL)";
+  const message = p.deadlineBound
+    ? `The call's deadline passed after ${p.spec.timeoutMs} ms; the command ${how}`
+    : `Command timed out after ${p.requestedTimeoutMs} ms and ${how}`;
+  return new DomainError("COMMAND_TIMEOUT", message, {
+    metadata: { timeout_ms: String(p.spec.timeoutMs), signal: exit?.signal ?? "", deadline: String(p.deadlineBound) },
+    payload: { case: "partialOutput", value: partial },
+  });
 }
 
 /**
- * Runs a command to completion. A non-zero exit is a normal result; a timeout throws
+ * Iterates `events` until `exited`, except that under a protocol deadline it stops waiting
+ * DEADLINE_SETTLE_MS after the deadline: then it yields nothing more and the rest of the stream
+ * is drained in the background, so the SIGTERM-then-SIGKILL sequence still completes.
+ */
+async function* untilSettled(events: AsyncIterable<ExecEvent>, p: Plan): AsyncGenerator<ExecEvent> {
+  const it = events[Symbol.asyncIterator]();
+  const giveUpAt = p.deadlineBound ? Date.now() + p.spec.timeoutMs + DEADLINE_SETTLE_MS : Number.POSITIVE_INFINITY;
+  let timer: NodeJS.Timeout | undefined;
+  // Whether the exec stream is finished or handed to the background drain; otherwise closing this
+  // generator early (a cancelled call) closes the exec stream, which kills the command.
+  let released = false;
+  try {
+    for (;;) {
+      let next: IteratorResult<ExecEvent>;
+      if (giveUpAt === Number.POSITIVE_INFINITY) {
+        next = await it.next();
+      } else {
+        const pending = it.next();
+        const late = new Promise<"late">((r) => (timer = setTimeout(() => r("late"), Math.max(0, giveUpAt - Date.now()))));
+        const first = await Promise.race([pending, late]);
+        clearTimeout(timer);
+        if (first === "late") {
+          released = true;
+          // Keep consuming in the background so the runner can finish its kill sequence.
+          void pending.then(async (r) => {
+            if (r.done) return;
+            for (let n = await it.next(); !n.done; n = await it.next());
+          }).catch(() => undefined);
+          return;
+        }
+        next = first;
+      }
+      if (next.done) {
+        released = true;
+        return;
+      }
+      yield next.value;
+    }
+  } finally {
+    clearTimeout(timer);
+    if (!released) await it.return?.();
+  }
+}
+
+/**
+ * Runs a command to completion. A non-zero exit is a normal result; a timeout or deadline throws
  * COMMAND_TIMEOUT carrying the partial output. Output past the limit is counted, not kept.
  */
-export async function runBash(ws: WorkspaceHandle, input: BashInput, limits: ToolLimits, signal?: AbortSignal): Promise<BashResult> {
-  const spec = await prepare(ws, input, limits);
-  const out = new BoundedBuffer(limits.maxOutputBytes);
-  const err = new BoundedBuffer(limits.maxOutputBytes);
+export async function runBash(ctx: ToolContext, input: BashInput): Promise<BashResult> {
+  const p = await plan(ctx, input);
+  const out = new BoundedBuffer(ctx.limits.maxOutputBytes);
+  const err = new BoundedBuffer(ctx.limits.maxOutputBytes);
+  const started = Date.now();
   let exit: ExecExit | undefined;
-  for await (const ev of ws.exec({ ...spec, signal })) {
+  for await (const ev of untilSettled(ctx.workspace.exec(p.spec), p)) {
     if (ev.type === "stdout") out.push(ev.data);
     else if (ev.type === "stderr") err.push(ev.data);
     else if (ev.type === "exited") exit = ev.exit;
   }
-  if (!exit) throw new Error("exec stream ended without an exit event");
-  if (exit.spawnError) throw bashMissing(exit.spawnError);
-  if (signal?.aborted) throw new DomainError("CANCELLED", "The call was cancelled and the command killed");
-  const partial = {
+  if (exit?.spawnError) throw bashMissing(exit.spawnError);
+  if (ctx.signal.aborted) throw new DomainError("CANCELLED", "The call was cancelled and the command killed");
+  const partial: CapturedOutput = {
     stdout: out.text(),
     stderr: err.text(),
     stdoutTruncated: out.truncated,
     stderrTruncated: err.truncated,
     stdoutTotalBytes: out.total,
     stderrTotalBytes: err.total,
-    durationMs: exit.durationMs,
+    durationMs: exit?.durationMs ?? Date.now() - started,
   };
-  if (exit.timedOut) {
-    throw new DomainError("COMMAND_TIMEOUT", `Command timed out after ${spec.timeoutMs} ms and was killed (${exit.signal || "exited"})`, {
-      metadata: { timeout_ms: String(spec.timeoutMs), signal: exit.signal },
-      payload: { case: "partialOutput", value: partial },
-    });
-  }
+  if (!exit || exit.timedOut) throw timeoutError(p, exit, partial);
   return { ...partial, exitCode: exit.exitCode, signal: exit.signal, oomKilled: exit.oomKilled };
 }
 
 /**
  * Runs a command and yields its events as they come. `maxOutputBytes` (0 = unlimited) stops
  * forwarding a stream past that many bytes while its total keeps counting. Ending the iteration
- * early (a cancelled call) kills the command.
+ * early (a cancelled call) kills the command. At a `timeout_ms` the stream ends normally with
+ * `exited.timedOut`; at a protocol deadline it sends that `exited` (when the command ended in
+ * time) and then fails with COMMAND_TIMEOUT.
  */
-export async function* streamBash(
-  ws: WorkspaceHandle,
-  input: BashInput,
-  maxOutputBytes: number,
-  limits: ToolLimits,
-  signal?: AbortSignal,
-): AsyncGenerator<BashStreamEvent> {
-  if (!Number.isFinite(maxOutputBytes) || maxOutputBytes < 0) {
+export async function* streamBash(ctx: ToolContext, input: StreamBashInput): AsyncGenerator<BashStreamEvent> {
+  if (!Number.isFinite(input.maxOutputBytes) || input.maxOutputBytes < 0) {
     throw new DomainError("INVALID_ARGUMENT", "max_output_bytes must not be negative", { metadata: { field: "max_output_bytes" } });
   }
-  const spec = await prepare(ws, input, limits);
-  const cap = maxOutputBytes === 0 ? Number.POSITIVE_INFINITY : maxOutputBytes;
+  const p = await plan(ctx, input);
+  const cap = input.maxOutputBytes === 0 ? Number.POSITIVE_INFINITY : input.maxOutputBytes;
   const totals = { stdout: 0, stderr: 0 };
-  for await (const ev of ws.exec({ ...spec, signal })) {
+  const started = Date.now();
+  let exit: ExecExit | undefined;
+  for await (const ev of untilSettled(ctx.workspace.exec(p.spec), p)) {
     if (ev.type === "stdout" || ev.type === "stderr") {
       const before = totals[ev.type];
       totals[ev.type] += ev.data.length;
@@ -141,6 +210,7 @@ export async function* streamBash(
       yield ev;
     } else {
       if (ev.exit.spawnError) throw bashMissing(ev.exit.spawnError);
+      exit = ev.exit;
       yield {
         type: "exited",
         exit: ev.exit,
@@ -150,5 +220,18 @@ export async function* streamBash(
         stderrTotalBytes: totals.stderr,
       };
     }
+  }
+  if (p.deadlineBound && (!exit || exit.timedOut)) {
+    // The output went out as it came; the error carries only the totals.
+    const partial: CapturedOutput = {
+      stdout: "",
+      stderr: "",
+      stdoutTruncated: totals.stdout > 0,
+      stderrTruncated: totals.stderr > 0,
+      stdoutTotalBytes: totals.stdout,
+      stderrTotalBytes: totals.stderr,
+      durationMs: exit?.durationMs ?? Date.now() - started,
+    };
+    throw timeoutError(p, exit, partial);
   }
 }

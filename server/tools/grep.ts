@@ -5,8 +5,7 @@
  * symlink given as its root. ripgrep respects .gitignore and skips hidden files, as agents expect.
  */
 import { DomainError } from "../../core/errors.ts";
-import type { WorkspaceHandle } from "../../providers/types.ts";
-import type { ToolLimits } from "./tool-limits.ts";
+import { remainingMs, type ToolContext } from "./context.ts";
 import { jailPath } from "./paths.ts";
 
 export interface GrepInput {
@@ -122,7 +121,8 @@ function validate(input: GrepInput): void {
  * Runs the search and yields matches as ripgrep reports them. Once max_results matches are out
  * and one more is seen (or ripgrep ends), ripgrep is stopped and `done` reports truncation.
  */
-export async function* grep(ws: WorkspaceHandle, input: GrepInput, limits: ToolLimits, signal?: AbortSignal): AsyncGenerator<GrepEvent> {
+export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<GrepEvent> {
+  const { workspace: ws, limits, signal } = ctx;
   validate(input);
   const rel = await ws.fs.resolve(jailPath(input.path, "path", false));
   await ws.fs.stat(rel); // FILE_NOT_FOUND before ripgrep would report it as an I/O error
@@ -133,9 +133,12 @@ export async function* grep(ws: WorkspaceHandle, input: GrepInput, limits: ToolL
   if (input.glob !== "") argv.push("--glob", input.glob);
   argv.push("-e", input.pattern, "--", rel === "" ? "." : rel);
 
+  const left = remainingMs(ctx);
+  const deadlineBound = left !== undefined && left < limits.grepTimeoutMs;
+  const timeoutMs = deadlineBound ? (left as number) : limits.grepTimeoutMs;
   const stop = new AbortController();
   const onAbort = () => stop.abort();
-  signal?.addEventListener("abort", onAbort, { once: true });
+  signal.addEventListener("abort", onAbort, { once: true });
   const asm = new ContextAssembler(input.contextLines);
   let sent = 0;
   let truncated = false;
@@ -145,7 +148,7 @@ export async function* grep(ws: WorkspaceHandle, input: GrepInput, limits: ToolL
   let timedOut = false;
   let spawnError: string | undefined;
   try {
-    const events = ws.exec({ argv, cwd: "", timeoutMs: limits.grepTimeoutMs, killGraceMs: 1000, signal: stop.signal });
+    const events = ws.exec({ argv, cwd: "", timeoutMs, killGraceMs: 1000, signal: stop.signal });
     const decoder = new TextDecoder();
     outer: for await (const ev of events) {
       if (ev.type === "stderr") {
@@ -185,7 +188,7 @@ export async function* grep(ws: WorkspaceHandle, input: GrepInput, limits: ToolL
       }
     }
   } finally {
-    signal?.removeEventListener("abort", onAbort);
+    signal.removeEventListener("abort", onAbort);
     stop.abort();
   }
   if (spawnError === "ENOENT" || spawnError === "EACCES") {
@@ -195,11 +198,14 @@ export async function* grep(ws: WorkspaceHandle, input: GrepInput, limits: ToolL
     throw new DomainError("INVALID_PATTERN", `Invalid pattern: ${firstError(stderr)}`, { metadata: { field: /glob/i.test(stderr) ? "glob" : "pattern" } });
   }
   if (timedOut && !truncated) {
-    throw new DomainError("COMMAND_TIMEOUT", `The search ran past ${limits.grepTimeoutMs} ms and was stopped; narrow the path or the glob`, {
-      metadata: { timeout_ms: String(limits.grepTimeoutMs), matches_found: String(sent) },
+    const message = deadlineBound
+      ? `The call's deadline passed after ${timeoutMs} ms; the search was stopped`
+      : `The search ran past ${timeoutMs} ms and was stopped; narrow the path or the glob`;
+    throw new DomainError("COMMAND_TIMEOUT", message, {
+      metadata: { timeout_ms: String(timeoutMs), matches_found: String(sent), deadline: String(deadlineBound) },
     });
   }
-  if (!truncated && exitCode > 2 && !signal?.aborted) {
+  if (!truncated && exitCode > 2 && !signal.aborted) {
     throw new DomainError("INTERNAL", "ripgrep failed", { cause: stderr });
   }
   yield { type: "done", matchCount: sent, truncated };
@@ -233,10 +239,10 @@ function parseRecord(line: string, asm: ContextAssembler, maxChars: number): Gre
 }
 
 /** Collects a whole search into one result. */
-export async function grepAll(ws: WorkspaceHandle, input: GrepInput, limits: ToolLimits, signal?: AbortSignal): Promise<{ matches: GrepMatch[]; truncated: boolean }> {
+export async function grepAll(ctx: ToolContext, input: GrepInput): Promise<{ matches: GrepMatch[]; truncated: boolean }> {
   const matches: GrepMatch[] = [];
   let truncated = false;
-  for await (const ev of grep(ws, input, limits, signal)) {
+  for await (const ev of grep(ctx, input)) {
     if (ev.type === "match") matches.push(ev.match);
     else truncated = ev.truncated;
   }

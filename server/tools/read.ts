@@ -3,8 +3,7 @@
  * and MIME type (never its bytes).
  */
 import { DomainError } from "../../core/errors.ts";
-import type { WorkspaceHandle } from "../../providers/types.ts";
-import type { ToolLimits } from "./tool-limits.ts";
+import type { ToolContext } from "./context.ts";
 import { displayPath, jailPath } from "./paths.ts";
 import { guessMime, looksBinary, splitLines } from "./text.ts";
 
@@ -25,7 +24,8 @@ export interface ReadResult {
 }
 
 /** Reads a file window, a directory listing or binary metadata. */
-export async function readFile(ws: WorkspaceHandle, input: ReadInput, limits: ToolLimits): Promise<ReadResult> {
+export async function readFile(ctx: ToolContext, input: ReadInput): Promise<ReadResult> {
+  const { workspace: ws, limits } = ctx;
   if (input.offset < 0) throw new DomainError("INVALID_ARGUMENT", "offset must be 1 or more", { metadata: { field: "offset" } });
   if (input.limit < 0) throw new DomainError("INVALID_ARGUMENT", "limit must not be negative", { metadata: { field: "limit" } });
   const rel = await ws.fs.resolve(jailPath(input.path, "path", false));
