@@ -20,9 +20,8 @@ import { rgPath } from "@vscode/ripgrep";
 import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
 import { HostDirectoryFs } from "./host-fs.ts";
 import { WORKSPACE_ROOT } from "./jail.ts";
-import { SandboxConnection } from "./sandbox-connection.ts";
+import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
-import { sandboxEnv } from "./executor/env.ts";
 import { EXECUTOR_DIR, executorVersion } from "./executor/version.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
@@ -206,21 +205,11 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         ripgrepPath: `${MOUNT}/bin/rg`,
         exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
           return (async function* () {
-            const env = sandboxEnv(WORKSPACE_ROOT, spec.env);
             const c = await connect();
             const started = Date.now();
             let exited = false;
             try {
-              for await (const ev of c.exec(
-              {
-                argv: spec.argv,
-                cwd: spec.cwd === "" ? WORKSPACE_ROOT : `${WORKSPACE_ROOT}/${spec.cwd}`,
-                env,
-                timeoutMs: spec.timeoutMs,
-                killGraceMs: spec.killGraceMs ?? 5000,
-              },
-              spec.signal,
-            )) {
+              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT), spec.signal)) {
                 if (ev.type === "exited") exited = true;
                 yield ev;
               }

@@ -18,8 +18,7 @@ import { rgPath } from "@vscode/ripgrep";
 import { HostDirectoryFs } from "./host-fs.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { SandboxConnection } from "./sandbox-connection.ts";
-import { sandboxEnv } from "./executor/env.ts";
+import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** Options of the local provider. */
@@ -117,14 +116,7 @@ function openLocalWorkspace(id: string, root: string, rg: string, executor: Loca
     fs: new HostDirectoryFs(root),
     ripgrepPath: rg,
     exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
-      const env = sandboxEnv(root, spec.env);
-      const request = {
-        argv: spec.argv,
-        cwd: spec.cwd === "" ? root : path.join(root, spec.cwd),
-        env,
-        timeoutMs: spec.timeoutMs,
-        killGraceMs: spec.killGraceMs ?? 5000,
-      };
+      const request = execRequest(spec, root);
       return (async function* () {
         const closing = new AbortController();
         running.add(closing);

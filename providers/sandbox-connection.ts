@@ -8,7 +8,8 @@
  */
 import type { Readable, Writable } from "node:stream";
 import { DomainError } from "../core/errors.ts";
-import type { ExecEvent, ExecExit } from "./types.ts";
+import { sandboxEnv } from "./executor/env.ts";
+import type { ExecEvent, ExecExit, ExecSpec } from "./types.ts";
 import { CREDIT_BATCH, encodeFrame, type ExecRequest, F, FrameReader } from "./executor/protocol.ts";
 
 interface Pending {
@@ -19,6 +20,21 @@ interface Pending {
   done: boolean;
   error: Error | undefined;
   unacked: number;
+}
+
+/**
+ * The EXEC request for `spec` in a workspace whose root the executor sees at `root` (the host
+ * directory for the local provider, /workspace in a container): the working directory under it,
+ * the minimal environment with home at the root, and the default kill grace.
+ */
+export function execRequest(spec: ExecSpec, root: string): ExecRequest {
+  return {
+    argv: spec.argv,
+    cwd: spec.cwd === "" ? root : `${root}/${spec.cwd}`,
+    env: sandboxEnv(root, spec.env),
+    timeoutMs: spec.timeoutMs,
+    killGraceMs: spec.killGraceMs ?? 5000,
+  };
 }
 
 /** One attached connection to a sandbox executor. */

@@ -4,9 +4,7 @@
  * gRPC-Web and Connect alike.
  */
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
-import { compressionBrotli, compressionGzip, connectNodeAdapter } from "@connectrpc/connect-node";
-import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { file_agentworkspace_v1_errors } from "../gen/agentworkspace/v1/errors_pb.js";
 import { file_agentworkspace_v1_options } from "../gen/agentworkspace/v1/options_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
@@ -16,6 +14,7 @@ import type { Provider } from "../providers/types.ts";
 import { HealthStatus, registerHealth } from "./health.ts";
 import { createErrorInterceptor } from "./interceptors/error-interceptor.ts";
 import { createLogger, type Logger } from "./logger.ts";
+import { createNodeHandler, type NodeHandler } from "./node-adapter.ts";
 import { registerReflection } from "./reflection.ts";
 import { createToolService } from "./services/tool-service.ts";
 import { createWorkspaceService } from "./services/workspace-service.ts";
@@ -26,7 +25,7 @@ import { createFileWorkspaceStore } from "./workspace-store.ts";
 
 /** A built application, not yet listening. */
 export interface App {
-  handler: (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse) => void;
+  handler: NodeHandler;
   routes: (router: ConnectRouter) => void;
   interceptors: Interceptor[];
   workspaces: WorkspaceManager;
@@ -74,8 +73,9 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     // so reflection clients (buf curl, grpcurl) decode error details without local protos.
     registerReflection(router, { files: [file_agentworkspace_v1_options, file_agentworkspace_v1_errors] });
   };
-  const handler = connectNodeAdapter({
+  const handler = createNodeHandler({
     routes,
+    logger,
     interceptors,
     shutdownSignal: shutdown.signal,
     // Compression is off by default: tool output goes to agents on the same host or network, where

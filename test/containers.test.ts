@@ -3,7 +3,6 @@
  * process limits, container lifecycle across server restarts, orphan reporting and an engine that
  * goes away and comes back. Runs against `docker` (runc) and `gvisor` (runsc).
  */
-import anyTest, { type TestFn } from "ava";
 import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -14,18 +13,11 @@ import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { LABELS } from "../providers/docker.ts";
 import { gate, probeEngines, required } from "./helpers/engines.ts";
-import { errorDetail, expectError, startServer, type TestServer } from "./helpers/server.ts";
+import { errorDetail, expectError, serverTest, startServer, type TestServer } from "./helpers/server.ts";
 
-const test = anyTest as TestFn<{ server: TestServer }>;
 const engines = await probeEngines();
+const test = serverTest();
 const docker = new Docker({ socketPath: "/var/run/docker.sock" });
-
-test.before(async (t) => {
-  t.context.server = await startServer();
-});
-test.after.always(async (t) => {
-  await t.context.server?.close();
-});
 
 async function containerOf(id: string): Promise<Docker.ContainerInfo | undefined> {
   const list = await docker.listContainers({ all: true, filters: { label: [`${LABELS.workspace}=${id}`] } });
@@ -177,85 +169,80 @@ for (const provider of ["docker", "gvisor"] as const) {
   });
 }
 
-test("an unreachable engine yields UNAVAILABLE, the server keeps serving, and it recovers once the engine is back", async (t) => {
-  if (!engines.docker) {
-    if (required("docker")) t.fail(engines.reason.docker);
-    else t.pass("skipped: no Docker engine");
-    return;
-  }
-  const dir = await mkdtemp(path.join(tmpdir(), "aw-proxy-"));
-  const socketPath = path.join(dir, "docker.sock");
-  // A switchable pass-through to the real engine socket.
-  const sockets = new Set<net.Socket>();
-  const proxy = net.createServer((client) => {
-    const upstream = net.connect("/var/run/docker.sock");
-    sockets.add(client).add(upstream);
-    client.pipe(upstream).pipe(client);
-    const drop = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on("error", drop).on("close", drop);
-    upstream.on("error", drop).on("close", drop);
-  });
-  const up = () => new Promise<void>((r) => proxy.listen(socketPath, () => r()));
-  const down = () =>
-    new Promise<void>((r) => {
-      for (const s of sockets) s.destroy();
-      proxy.close(() => r());
+if (gate(test, engines, "docker", "engine outage")) {
+  test("an unreachable engine yields UNAVAILABLE, the server keeps serving, and it recovers once the engine is back", async (t) => {
+    const dir = await mkdtemp(path.join(tmpdir(), "aw-proxy-"));
+    const socketPath = path.join(dir, "docker.sock");
+    // A switchable pass-through to the real engine socket.
+    const sockets = new Set<net.Socket>();
+    const proxy = net.createServer((client) => {
+      const upstream = net.connect("/var/run/docker.sock");
+      sockets.add(client).add(upstream);
+      client.pipe(upstream).pipe(client);
+      const drop = () => {
+        client.destroy();
+        upstream.destroy();
+      };
+      client.on("error", drop).on("close", drop);
+      upstream.on("error", drop).on("close", drop);
     });
-  const server = await startServer({ env: { DOCKER_SOCKET: socketPath, AGENT_WORKSPACE_DOCKER: "on" } });
-  try {
-    const { workspaces, tools } = server.clients.grpc;
-    await expectError(t, workspaces.createWorkspace({ provider: "docker" }), Code.Unavailable, ErrorReason.PROVIDER_UNAVAILABLE);
-    const local = await workspaces.createWorkspace({ provider: "local" });
-    t.is((await tools.bash({ workspaceId: local.workspace!.id, command: "echo fine" })).stdout, "fine\n");
-    await up();
-    const { workspace } = await workspaces.createWorkspace({ provider: "docker" });
-    t.is((await tools.bash({ workspaceId: workspace!.id, command: "echo back" })).stdout, "back\n");
-    await down();
-    const got = await workspaces.getWorkspace({ id: workspace!.id });
-    t.is(got.workspace?.status, WorkspaceStatus.FAILED);
-    await up();
-    await workspaces.deleteWorkspace({ id: workspace!.id });
-  } finally {
-    await server.close();
-    await down().catch(() => undefined);
-    await rm(dir, { recursive: true, force: true });
-  }
-});
-
-test("Provider-agnostic tool interface: the same calls give identical responses on local, docker and gvisor", async (t) => {
-  const providers = ["local", ...(["docker", "gvisor"] as const).filter((p) => engines[p] || required(p))];
-  if (providers.length === 1) {
-    t.pass("skipped: no container engine");
-    return;
-  }
-  const { workspaces, tools } = t.context.server.clients.grpc;
-  const transcript = async (provider: string) => {
-    const { workspace } = await workspaces.createWorkspace({ provider });
-    const workspaceId = workspace!.id;
+    const up = () => new Promise<void>((r) => proxy.listen(socketPath, () => r()));
+    const down = () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        proxy.close(() => r());
+      });
+    const server = await startServer({ env: { DOCKER_SOCKET: socketPath, AGENT_WORKSPACE_DOCKER: "on" } });
     try {
-      // Durations differ by nature; everything else must match exactly.
-      const strip = <T extends object>(m: T) => JSON.parse(JSON.stringify(m, (k, v) => (k === "durationMs" || k === "modified" ? undefined : typeof v === "bigint" ? v.toString() : v)));
-      return [
-        strip(await tools.bash({ workspaceId, command: 'echo "hello"' })),
-        strip(await tools.writeFile({ workspaceId, path: "/workspace/README.md", content: "# README\n\nContent...\n" })),
-        strip(await tools.writeFile({ workspaceId, path: "src/app.ts", content: "function main() {}\nconst port = 3000\n" })),
-        strip(await tools.readFile({ workspaceId, path: "README.md" })),
-        strip(await tools.readFile({ workspaceId, path: "." })),
-        strip(await tools.editFile({ workspaceId, path: "src/app.ts", oldString: "const port = 3000", newString: "const port = 8080" })),
-        strip(await tools.grep({ workspaceId, pattern: "function\\s+\\w+", contextLines: 1 })),
-        strip(await tools.glob({ workspaceId, pattern: "**/*.ts" })),
-        strip(await tools.listFiles({ workspaceId, path: "src" })),
-        strip(await tools.bash({ workspaceId, command: "cat src/app.ts; ls; exit 3", workdir: "/workspace" })),
-        strip(await tools.readFile({ workspaceId, path: "missing.txt" }).catch((e: unknown) => ({ error: String(e) }))),
-      ];
+      const { workspaces, tools } = server.clients.grpc;
+      await expectError(t, workspaces.createWorkspace({ provider: "docker" }), Code.Unavailable, ErrorReason.PROVIDER_UNAVAILABLE);
+      const local = await workspaces.createWorkspace({ provider: "local" });
+      t.is((await tools.bash({ workspaceId: local.workspace!.id, command: "echo fine" })).stdout, "fine\n");
+      await up();
+      const { workspace } = await workspaces.createWorkspace({ provider: "docker" });
+      t.is((await tools.bash({ workspaceId: workspace!.id, command: "echo back" })).stdout, "back\n");
+      await down();
+      const got = await workspaces.getWorkspace({ id: workspace!.id });
+      t.is(got.workspace?.status, WorkspaceStatus.FAILED);
+      await up();
+      await workspaces.deleteWorkspace({ id: workspace!.id });
     } finally {
-      await workspaces.deleteWorkspace({ id: workspaceId });
+      await server.close();
+      await down().catch(() => undefined);
+      await rm(dir, { recursive: true, force: true });
     }
-  };
-  const [reference, ...others] = await Promise.all(providers.map(transcript));
-  t.is(reference[0].stdout, "hello\n");
-  for (const [i, other] of others.entries()) t.deepEqual(other, reference, `${providers[i + 1]} differs from local`);
-});
+  });
+}
+
+if (gate(test, engines, "docker", "identical responses across providers")) {
+  test("Provider-agnostic tool interface: the same calls give identical responses on local, docker and gvisor", async (t) => {
+    const providers = ["local", ...(["docker", "gvisor"] as const).filter((p) => engines[p] || required(p))];
+    const { workspaces, tools } = t.context.server.clients.grpc;
+    const transcript = async (provider: string) => {
+      const { workspace } = await workspaces.createWorkspace({ provider });
+      const workspaceId = workspace!.id;
+      try {
+        // Durations differ by nature; everything else must match exactly.
+        const strip = <T extends object>(m: T) => JSON.parse(JSON.stringify(m, (k, v) => (k === "durationMs" || k === "modified" ? undefined : typeof v === "bigint" ? v.toString() : v)));
+        return [
+          strip(await tools.bash({ workspaceId, command: 'echo "hello"' })),
+          strip(await tools.writeFile({ workspaceId, path: "/workspace/README.md", content: "# README\n\nContent...\n" })),
+          strip(await tools.writeFile({ workspaceId, path: "src/app.ts", content: "function main() {}\nconst port = 3000\n" })),
+          strip(await tools.readFile({ workspaceId, path: "README.md" })),
+          strip(await tools.readFile({ workspaceId, path: "." })),
+          strip(await tools.editFile({ workspaceId, path: "src/app.ts", oldString: "const port = 3000", newString: "const port = 8080" })),
+          strip(await tools.grep({ workspaceId, pattern: "function\\s+\\w+", contextLines: 1 })),
+          strip(await tools.glob({ workspaceId, pattern: "**/*.ts" })),
+          strip(await tools.listFiles({ workspaceId, path: "src" })),
+          strip(await tools.bash({ workspaceId, command: "cat src/app.ts; ls; exit 3", workdir: "/workspace" })),
+          strip(await tools.readFile({ workspaceId, path: "missing.txt" }).catch((e: unknown) => ({ error: String(e) }))),
+        ];
+      } finally {
+        await workspaces.deleteWorkspace({ id: workspaceId });
+      }
+    };
+    const [reference, ...others] = await Promise.all(providers.map(transcript));
+    t.is(reference[0].stdout, "hello\n");
+    for (const [i, other] of others.entries()) t.deepEqual(other, reference, `${providers[i + 1]} differs from local`);
+  });
+}

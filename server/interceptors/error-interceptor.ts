@@ -64,7 +64,10 @@ export function toConnectError(err: unknown): ConnectError {
   if (err instanceof ConnectError) {
     // Framework errors keep their code; they get a detail too so clients can always switch on a reason.
     if (err.findDetails(ErrorDetailSchema).length === 0) {
-      err.details.push({ desc: ErrorDetailSchema, value: create(ErrorDetailSchema, { reason: frameworkReason(err.code), message: err.rawMessage }) });
+      // A JSON body with a field the message does not have: name the field, so the caller can fix it.
+      const unknownField = err.code === Code.InvalidArgument ? /key "([^"]{1,100})" is unknown/.exec(err.rawMessage)?.[1] : undefined;
+      const metadata: Record<string, string> = unknownField === undefined ? {} : { field: unknownField };
+      err.details.push({ desc: ErrorDetailSchema, value: create(ErrorDetailSchema, { reason: frameworkReason(err.code), message: err.rawMessage, metadata }) });
     }
     return err;
   }
@@ -86,7 +89,7 @@ function logFailure(logger: Logger, procedure: string, error: ConnectError, star
   const fields: Record<string, unknown> = {
     procedure,
     code: Code[error.code],
-    reason: ErrorReason[detail?.reason ?? ErrorReason.UNSPECIFIED],
+    reason: `ERROR_REASON_${ErrorReason[detail?.reason ?? ErrorReason.UNSPECIFIED]}`,
     duration_ms: Math.round(performance.now() - startedAt),
   };
   if (!SERVER_FAULTS.has(error.code)) {

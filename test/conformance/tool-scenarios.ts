@@ -20,7 +20,7 @@ import {
   ToolService,
 } from "../../gen/agentworkspace/v1/tool_pb.js";
 import type { WorkspaceService } from "../../gen/agentworkspace/v1/workspace_pb.js";
-import { expectError } from "../helpers/server.ts";
+import { type ClientSet, expectError, newWorkspace } from "../helpers/server.ts";
 
 /** What a registration gives the scenarios: clients of one server and a way to make workspaces. */
 export interface ScenarioEnv {
@@ -28,6 +28,15 @@ export interface ScenarioEnv {
   workspaces: Client<typeof WorkspaceService>;
   /** Creates a fresh, empty, ready workspace and returns its id. */
   createWorkspace(): Promise<string>;
+}
+
+/** Scenario clients over one protocol's client set, creating workspaces of `provider`. */
+export function providerEnv(clients: ClientSet, provider: string): ScenarioEnv {
+  return {
+    tools: clients.tools,
+    workspaces: clients.workspaces,
+    createWorkspace: () => newWorkspace(clients, { provider, labels: { suite: "conformance" } }),
+  };
 }
 
 /** A value the server process holds in its environment and must never hand to a command. */

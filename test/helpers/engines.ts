@@ -3,6 +3,7 @@
  * (set by .ci/run) a missing engine fails the suite; otherwise container tests are skipped with
  * a visible message, so a laptop without Docker still runs everything else.
  */
+import { spawnSync } from "node:child_process";
 import type { TestFn } from "ava";
 import Docker from "dockerode";
 import { engineAvailable, runtimeAvailable } from "../../providers/docker.ts";
@@ -49,10 +50,27 @@ export function gate<C>(test: TestFn<C>, engines: Engines, provider: "docker" | 
   if (engines[provider]) return true;
   const reason = engines.reason[provider];
   if (required(provider)) {
-    test(`${provider}: engine is available (required in CI)`, (t) => t.fail(reason));
+    test(`${provider}: ${what}: engine is available (required in CI)`, (t) => t.fail(reason));
   } else {
     console.log(`skipping ${provider} ${what}: ${reason}`);
     test.skip(`${provider}: ${what} (${reason})`, () => {});
+  }
+  return false;
+}
+
+/**
+ * Decides whether tests needing the program `command` run: true when it is on PATH; otherwise
+ * registers a failing test (REQUIRE_COMMANDS=1, set by .ci/run) or a visible skip, and returns false.
+ */
+export function commandGate<C>(test: TestFn<C>, command: string, what: string): boolean {
+  const probe = spawnSync(command, ["--version"], { stdio: "ignore" });
+  if (probe.error === undefined) return true;
+  const reason = `${command} is not installed (${(probe.error as NodeJS.ErrnoException).code})`;
+  if (process.env.REQUIRE_COMMANDS === "1") {
+    test(`${what}: ${command} is available (required in CI)`, (t) => t.fail(reason));
+  } else {
+    console.log(`skipping ${what}: ${reason}`);
+    test.skip(`${what} (${reason})`, () => {});
   }
   return false;
 }

@@ -15,7 +15,7 @@ import {
   createGrpcTransport,
   createGrpcWebTransport,
 } from "@connectrpc/connect-node";
-import type { ExecutionContext } from "ava";
+import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import { ErrorDetailSchema, ErrorReason, type ErrorDetail } from "../../gen/agentworkspace/v1/errors_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../../gen/agentworkspace/v1/workspace_pb.js";
@@ -100,6 +100,38 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
     },
   };
 }
+
+/** The context of a test file that shares one server. */
+export interface ServerCtx {
+  server: TestServer;
+}
+
+/**
+ * The typed ava `test` of a file whose tests share one server: started in `before` with
+ * `options`, closed in `after.always` (so teardown runs even when a test fails). Call it once per
+ * file, at the top. Tests needing a server of their own (a restart, other settings) call
+ * `startServer` and close it in `finally`.
+ */
+export function serverTest(options: StartServerOptions = {}): TestFn<ServerCtx> {
+  const test = anyTest as TestFn<ServerCtx>;
+  test.before(async (t) => {
+    t.context.server = await startServer(options);
+  });
+  test.after.always(async (t) => {
+    await t.context.server?.close();
+  });
+  return test;
+}
+
+/** Creates a workspace through `clients` and returns its id. */
+export async function newWorkspace(clients: ClientSet, init: { provider?: string; labels?: Record<string, string> } = {}): Promise<string> {
+  const { workspace } = await clients.workspaces.createWorkspace(init);
+  if (!workspace) throw new Error("CreateWorkspace returned no workspace");
+  return workspace.id;
+}
+
+/** Settings that keep a test server independent of a Docker engine. */
+export const LOCAL_ONLY = { AGENT_WORKSPACE_DOCKER: "off" } as const;
 
 /** The ErrorDetail every server error carries. */
 export function errorDetail(err: ConnectError): ErrorDetail | undefined {

@@ -1,0 +1,114 @@
+/**
+ * The Node request handler that serves the Connect router for gRPC, gRPC-Web and Connect (the
+ * same job as connect-node's `connectNodeAdapter`), plus one guarantee that adapter cannot give:
+ * errors raised by the protocol layer itself, before any interceptor runs (a malformed body, an
+ * unknown or mistyped JSON field, a bad timeout header), carry an `agentworkspace.v1.ErrorDetail`
+ * like every other error. For the Connect protocol's unary calls the detail is added to the JSON
+ * error body; for gRPC to the `grpc-status-details-bin` trailer. (gRPC-Web and Connect streaming
+ * carry their status inside the body stream and are left as the framework writes them.)
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { create, toBinary, toJson } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ConnectRouterOptions, createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
+import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import { ErrorDetailSchema } from "../gen/agentworkspace/v1/errors_pb.js";
+import { toConnectError } from "./interceptors/error-interceptor.ts";
+import type { Logger } from "./logger.ts";
+
+/** A request handler for node:http and node:http2 servers alike. */
+export type NodeHandler = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse) => void;
+
+/** Options of `createNodeHandler`: the router's options plus its routes. */
+export interface NodeHandlerOptions extends ConnectRouterOptions {
+  routes: (router: ConnectRouter) => void;
+  logger: Logger;
+}
+
+/**
+ * The error with an ErrorDetail (reason from its code, an unknown JSON field named), as every
+ * error gets. A request body that does not parse is the caller's fault: the framework reports it
+ * as INTERNAL (as grpc-go does); here it becomes INVALID_ARGUMENT.
+ */
+function withDetail(error: ConnectError): ConnectError {
+  const code = error.code === Code.Internal && error.rawMessage.startsWith("parse binary") ? Code.InvalidArgument : error.code;
+  return toConnectError(new ConnectError(error.rawMessage, code));
+}
+
+/** Adds the ErrorDetail to a Connect unary JSON error body that lacks one. */
+async function patchConnectUnaryError(res: UniversalServerResponse): Promise<UniversalServerResponse> {
+  const chunks: Uint8Array[] = [];
+  for await (const chunk of res.body ?? []) chunks.push(chunk);
+  const raw = Buffer.concat(chunks);
+  let body: { code?: string; message?: string; details?: unknown[] };
+  try {
+    body = JSON.parse(raw.toString("utf8"));
+  } catch {
+    return { ...res, body: (async function* () { yield raw; })() };
+  }
+  let status = res.status;
+  if (body.details === undefined && typeof body.code === "string") {
+    const code = Code[body.code.replace(/(^|_)([a-z])/g, (_m, _s, c: string) => c.toUpperCase()) as keyof typeof Code] as Code | undefined;
+    if (code !== undefined) {
+      const error = withDetail(new ConnectError(body.message ?? "", code));
+      const detail = error.findDetails(ErrorDetailSchema)[0];
+      body.code = Code[error.code].replace(/[A-Z]/g, (c, at: number) => (at === 0 ? "" : "_") + c.toLowerCase());
+      body.details = [{ type: ErrorDetailSchema.typeName, value: Buffer.from(toBinary(ErrorDetailSchema, detail)).toString("base64").replace(/=+$/, ""), debug: toJson(ErrorDetailSchema, detail) }];
+      if (error.code !== code) status = 400;
+    }
+  }
+  const out = Buffer.from(JSON.stringify(body));
+  const header = new Headers(res.header);
+  header.set("content-length", String(out.byteLength));
+  return { ...res, status, header, body: (async function* () { yield out; })() };
+}
+
+/** Adds the ErrorDetail to a gRPC status (in the trailer, or the headers of a trailers-only response). */
+function patchGrpcStatus(headers: Headers | undefined): void {
+  if (!headers || headers.has("grpc-status-details-bin")) return;
+  const error = findTrailerError(headers);
+  if (!error) return;
+  headers.delete("grpc-status");
+  headers.delete("grpc-message");
+  setTrailerStatus(headers, withDetail(new ConnectError(error.rawMessage, error.code)));
+}
+
+/** Wraps a universal handler so that protocol-level errors get an ErrorDetail. */
+function withProtocolErrorDetails(handler: UniversalHandler): UniversalHandler {
+  const wrapped = async (req: Parameters<UniversalHandler>[0]): Promise<UniversalServerResponse> => {
+    const res = await handler(req);
+    const contentType = res.header?.get("content-type") ?? "";
+    if (res.status >= 400 && contentType.startsWith("application/json")) return patchConnectUnaryError(res);
+    if (/^application\/grpc(\+|;|$)/.test(contentType)) {
+      patchGrpcStatus(res.header);
+      patchGrpcStatus(res.trailer);
+    }
+    return res;
+  };
+  return Object.assign(wrapped, handler);
+}
+
+/** Builds the router and returns the Node request handler serving it. */
+export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
+  const router = createConnectRouter(options);
+  options.routes(router);
+  const handlers = new Map<string, UniversalHandler>();
+  for (const h of router.handlers) handlers.set(h.requestPath, withProtocolErrorDetails(h));
+  return (req, res) => {
+    const handler = handlers.get((req.url ?? "").split("?", 1)[0]);
+    if (!handler) {
+      (res as ServerResponse).writeHead(404);
+      res.end();
+      return;
+    }
+    handler(universalRequestFromNodeRequest(req, res, undefined, undefined))
+      .then((uRes) => universalResponseToNodeResponse(uRes, res))
+      .catch((reason: unknown) => {
+        // A client that went away mid-response; nothing is left to answer.
+        if (ConnectError.from(reason).code === Code.Aborted) return;
+        options.logger.error("request handler failed", { procedure: `${handler.service.typeName}/${handler.method.name}`, error: String(reason) });
+      });
+  };
+}

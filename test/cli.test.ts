@@ -1,0 +1,160 @@
+/**
+ * The server as a user starts it: `npm start` (which execs `agent-workspace serve`) and the bin
+ * itself, as real processes. SIGTERM stops them gracefully within a bounded time even while
+ * clients hold connections and streams open; a bad setting stops the server at start with a
+ * message naming the variable.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import http2 from "node:http2";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import test from "ava";
+import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
+import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+/** Generous: the server must stop well within its own 10 s limit; this only keeps a broken test from hanging. */
+const STOP_WITHIN_MS = 15_000;
+
+interface Started {
+  child: ChildProcess;
+  url: string;
+  /** The server process's pid, from its "listening" log line (npm start runs it under npm). */
+  serverPid: number;
+  stderr: () => string;
+}
+
+/** Starts `command args` in its own process group and waits for the "listening" log line. */
+async function start(command: string, args: string[], dataDir: string): Promise<Started> {
+  const child = spawn(command, args, {
+    cwd: ROOT,
+    env: { ...process.env, AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_DOCKER: "off", PORT: "0" },
+    stdio: ["ignore", "ignore", "pipe"],
+    detached: true,
+  });
+  let err = "";
+  child.stderr?.setEncoding("utf8").on("data", (d: string) => (err += d));
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const line = err.split("\n").find((l) => l.includes('"agent-workspace listening"'));
+    if (line) {
+      const { url, pid } = JSON.parse(line) as { url: string; pid: number };
+      return { child, url, serverPid: pid, stderr: () => err };
+    }
+    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`server did not start:\n${err}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function waitDead(pids: number[], ms: number): Promise<boolean> {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    if (pids.every((p) => !alive(p))) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return pids.every((p) => !alive(p));
+}
+
+function portOpen(url: string): Promise<boolean> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    const s = net.connect(Number(port), hostname);
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once("error", () => resolve(false));
+  });
+}
+
+/** Opens what a busy server has: a running StreamBash, an open reflection stream, an idle HTTP/2 connection. */
+async function holdConnections(url: string): Promise<() => void> {
+  const sessions = new Http2SessionManager(url);
+  const transport = createGrpcTransport({ baseUrl: url, sessionManager: sessions });
+  const { workspace } = await createClient(WorkspaceService, transport).createWorkspace({});
+  const tools = createClient(ToolService, transport);
+  const abort = new AbortController();
+  const stream = tools.streamBash({ workspaceId: workspace!.id, command: "echo started; sleep 300" }, { signal: abort.signal });
+  const it = stream[Symbol.asyncIterator]();
+  while (true) {
+    const ev = await it.next();
+    if (ev.done || ev.value.event.case === "stdout") break;
+  }
+  void (async () => {
+    for (;;) if ((await it.next().catch(() => ({ done: true }))).done) break;
+  })();
+  // A reflection stream the client never half-closes.
+  const reflection = createClient(ServerReflection, transport);
+  const never = (async function* () {
+    yield { messageRequest: { case: "listServices" as const, value: "*" } };
+    await new Promise((r) => abort.signal.addEventListener("abort", r));
+  })();
+  void (async () => {
+    for await (const _ of reflection.serverReflectionInfo(never)) void _;
+  })().catch(() => undefined);
+  const idle = http2.connect(url);
+  idle.on("error", () => undefined);
+  return () => {
+    abort.abort();
+    sessions.abort();
+    idle.destroy();
+  };
+}
+
+for (const [how, command, args] of [
+  ["npm start", "npm", ["start", "--silent"]],
+  ["agent-workspace serve", process.execPath, ["bin/agent-workspace.js", "serve"]],
+] as const) {
+  for (const target of ["the process", "its process group"] as const) {
+    test(`SIGTERM to ${target} of \`${how}\` stops the server within a bounded time while clients hold streams open`, async (t) => {
+      const dataDir = await mkdtemp(path.join(tmpdir(), "aw-cli-"));
+      const s = await start(command, [...args], dataDir);
+      const release = await holdConnections(s.url);
+      try {
+        const pid = s.child.pid as number;
+        process.kill(target === "the process" ? pid : -pid, "SIGTERM");
+        t.true(await waitDead([pid, s.serverPid], STOP_WITHIN_MS), `still running after SIGTERM:\n${s.stderr()}`);
+        t.false(await portOpen(s.url), "the port is released");
+        t.regex(s.stderr(), /"msg":"stopped"/);
+      } finally {
+        release();
+        for (const p of [s.child.pid as number, s.serverPid]) if (alive(p)) process.kill(p, "SIGKILL");
+        await rm(dataDir, { recursive: true, force: true });
+      }
+    });
+  }
+}
+
+test("a bad setting stops the server at start with a message naming the variable", async (t) => {
+  const cases: Array<[Record<string, string>, string[], RegExp]> = [
+    [{ AGENT_WORKSPACE_DOCKER: "yes" }, [], /AGENT_WORKSPACE_DOCKER must be one of auto, on, off; got 'yes'/],
+    [{ PORT: "80a" }, [], /PORT must be a whole number from 0 to 65535; got '80a'/],
+    [{}, ["--port", "70000"], /--port must be a whole number from 0 to 65535; got '70000'/],
+    [{ WORKSPACE_DEFAULT_MEMORY: "lots" }, [], /WORKSPACE_DEFAULT_MEMORY 'lots' is not a size/],
+    [{ DOCKER_HOST: "ssh://box" }, [], /DOCKER_HOST must be unix:\/\/\/path or tcp:\/\/host:port; 'ssh:' is not supported/],
+    [{}, ["--no-such-flag"], /Unknown option '--no-such-flag'/],
+  ];
+  for (const [env, args, message] of cases) {
+    const child = spawn(process.execPath, ["bin/agent-workspace.js", "serve", ...args], { cwd: ROOT, env: { ...process.env, AGENT_WORKSPACE_DOCKER: "off", ...env }, stdio: ["ignore", "ignore", "pipe"] });
+    let err = "";
+    child.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
+    const code = await new Promise<number | null>((resolve) => child.on("exit", resolve));
+    t.is(code, 2, `${JSON.stringify(env)} ${args.join(" ")}: ${err}`);
+    t.regex(err, message);
+  }
+});

@@ -1,0 +1,188 @@
+/**
+ * The protocols on one port, as clients outside this codebase use them: gRPC-Web, plain HTTP/1.1
+ * JSON (curl, fetch), Connect's HTTP status codes for errors, unknown JSON fields, and protocol
+ * deadlines and cancels (`connect-timeout-ms`, `grpc-timeout`, a client that aborts).
+ */
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
+import { commandGate } from "./helpers/engines.ts";
+import { type ConnectErrorBody, post, reasonOf } from "./helpers/http.ts";
+import { errorDetail, expectError, LOCAL_ONLY, newWorkspace, serverTest } from "./helpers/server.ts";
+
+const test = serverTest({ env: LOCAL_ONLY });
+const run = promisify(execFile);
+
+test("gRPC-Web over HTTP/1.1 runs unary and streaming calls and carries error details", async (t) => {
+  const web = t.context.server.clients.grpcWeb;
+  const id = await newWorkspace(web);
+  const r = await web.tools.bash({ workspaceId: id, command: 'echo "hello"' });
+  t.is(r.stdout, "hello\n");
+  t.is(r.exitCode, 0);
+  await web.tools.writeFile({ workspaceId: id, path: "a.txt", content: "one\ntwo\n" });
+  t.is((await web.tools.readFile({ workspaceId: id, path: "/workspace/a.txt" })).content, "1: one\n2: two");
+  const events = [];
+  for await (const ev of web.tools.streamBash({ workspaceId: id, command: "echo out; echo err >&2" })) events.push(ev.event.case);
+  t.is(events[0], "started");
+  t.is(events.at(-1), "exited");
+  t.true(events.includes("stdout") && events.includes("stderr"));
+  await expectError(t, web.tools.readFile({ workspaceId: id, path: "missing" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
+  await expectError(t, web.tools.readFile({ workspaceId: id, path: "/etc/passwd" }), Code.PermissionDenied, ErrorReason.PATH_OUTSIDE_WORKSPACE);
+});
+
+test("plain HTTP/1.1 JSON POST to /agentworkspace.v1.ToolService/Bash works without HTTP/2", async (t) => {
+  const { url, clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  const ok = await post(url, "/agentworkspace.v1.ToolService/Bash", JSON.stringify({ workspaceId: id, command: "echo hi" }));
+  t.is(ok.httpVersion, "1.1");
+  t.is(ok.status, 200);
+  t.regex(String(ok.headers["content-type"]), /^application\/json/);
+  const body = JSON.parse(ok.body) as Record<string, unknown>;
+  t.is(body.stdout, "hi\n");
+  t.is(body.exitCode ?? 0, 0);
+  t.is(body.stdoutTotalBytes, "3");
+
+  // A failing command is still a 200 with the exit code in the body (seed 000).
+  const failed = await post(url, "/agentworkspace.v1.ToolService/Bash", JSON.stringify({ workspace_id: id, command: "echo nope >&2; exit 7" }));
+  t.is(failed.status, 200);
+  t.like(JSON.parse(failed.body), { exitCode: 7, stderr: "nope\n" });
+});
+
+if (commandGate(test, "curl", "curl --http1.1 can call the server")) {
+  test("curl --http1.1 can call the server", async (t) => {
+    const { url, clients } = t.context.server;
+    const id = await newWorkspace(clients.grpc);
+    const { stdout } = await run("curl", [
+      "--http1.1", "-sS", "-X", "POST", "-H", "Content-Type: application/json",
+      "-d", JSON.stringify({ workspaceId: id, command: "printf curl-ok" }),
+      `${url}/agentworkspace.v1.ToolService/Bash`,
+    ]);
+    t.is((JSON.parse(stdout) as { stdout: string }).stdout, "curl-ok");
+  });
+}
+
+test("Connect errors use HTTP statuses: 404 not found, 403 outside the workspace, 400 invalid argument and failed precondition", async (t) => {
+  const { url, clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  await clients.grpc.tools.writeFile({ workspaceId: id, path: "dir/f.txt", content: "x" });
+  const call = async (method: string, body: Record<string, unknown>) => {
+    const res = await post(url, `/agentworkspace.v1.ToolService/${method}`, JSON.stringify({ workspaceId: id, ...body }));
+    return { status: res.status, body: JSON.parse(res.body) as ConnectErrorBody };
+  };
+  const cases: Array<[string, Record<string, unknown>, number, string, ErrorReason]> = [
+    ["ReadFile", { path: "missing.txt" }, 404, "not_found", ErrorReason.FILE_NOT_FOUND],
+    ["ReadFile", { path: "/etc/passwd" }, 403, "permission_denied", ErrorReason.PATH_OUTSIDE_WORKSPACE],
+    ["Grep", { pattern: "a(" }, 400, "invalid_argument", ErrorReason.INVALID_PATTERN],
+    ["WriteFile", { path: "dir", content: "y" }, 400, "failed_precondition", ErrorReason.IS_DIRECTORY],
+    ["Bash", { command: "sleep 5", timeoutMs: "200" }, 504, "deadline_exceeded", ErrorReason.COMMAND_TIMEOUT],
+  ];
+  for (const [method, body, status, code, reason] of cases) {
+    const res = await call(method, body);
+    t.is(res.status, status, `${method} ${JSON.stringify(body)}`);
+    t.is(res.body.code, code);
+    t.is(reasonOf(res.body), reason);
+  }
+  const unknown = await post(url, "/agentworkspace.v1.ToolService/ReadFile", JSON.stringify({ workspaceId: "ws-0000000000000000", path: "a" }));
+  t.is(unknown.status, 404);
+  t.is(reasonOf(JSON.parse(unknown.body) as ConnectErrorBody), ErrorReason.WORKSPACE_NOT_FOUND);
+});
+
+test("an unknown JSON field is INVALID_ARGUMENT naming the field, and nothing runs", async (t) => {
+  const { url, clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  const res = await post(url, "/agentworkspace.v1.ToolService/Bash", JSON.stringify({ workspaceId: id, cmd: "touch ran" }));
+  t.is(res.status, 400);
+  const body = JSON.parse(res.body) as ConnectErrorBody & { details: Array<{ debug?: { metadata?: Record<string, string> } }> };
+  t.is(body.code, "invalid_argument");
+  t.regex(body.message, /"cmd" is unknown/);
+  t.is(reasonOf(body), ErrorReason.INVALID_ARGUMENT);
+  t.is(body.details[0].debug?.metadata?.field, "cmd");
+  t.is((await clients.grpc.tools.bash({ workspaceId: id, command: "ls" })).stdout, "");
+});
+
+/** A command that reports SIGTERM on stdout before exiting, so tests see the kill sequence. */
+const TERM_AWARE = "trap 'echo got-term; exit 143' TERM; echo before; sleep 30 & wait";
+
+test("Connect: connect-timeout-ms ends a unary Bash as DEADLINE_EXCEEDED with the partial output, after SIGTERM", async (t) => {
+  const { url, clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  const res = await post(url, "/agentworkspace.v1.ToolService/Bash", JSON.stringify({ workspaceId: id, command: TERM_AWARE }), "application/json", {
+    "connect-timeout-ms": "1000",
+  });
+  t.is(res.status, 504);
+  const body = JSON.parse(res.body) as ConnectErrorBody & { details: Array<{ debug?: { partialOutput?: { stdout?: string }; metadata?: Record<string, string> } }> };
+  t.is(body.code, "deadline_exceeded");
+  t.is(reasonOf(body), ErrorReason.COMMAND_TIMEOUT);
+  t.is(body.details[0].debug?.partialOutput?.stdout, "before\ngot-term\n");
+  t.is(body.details[0].debug?.metadata?.deadline, "true");
+});
+
+test("gRPC: grpc-timeout ends a unary Bash as DEADLINE_EXCEEDED with the partial output, after SIGTERM", async (t) => {
+  const { clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  // The header alone (no client-side timer), as a client whose deadline the server must enforce.
+  const { detail } = await expectError(
+    t,
+    clients.grpc.tools.bash({ workspaceId: id, command: TERM_AWARE }, { headers: { "grpc-timeout": "1S" } }),
+    Code.DeadlineExceeded,
+    ErrorReason.COMMAND_TIMEOUT,
+  );
+  t.is(detail.partialOutput?.stdout, "before\ngot-term\n");
+});
+
+test("gRPC: a StreamBash past its deadline sends exited with timed_out after SIGTERM, then ends DEADLINE_EXCEEDED", async (t) => {
+  const { clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  const seen: string[] = [];
+  const stream = async () => {
+    for await (const ev of clients.grpc.tools.streamBash({ workspaceId: id, command: TERM_AWARE }, { headers: { "grpc-timeout": "1S" } })) {
+      if (ev.event.case === "stdout") seen.push(new TextDecoder().decode(ev.event.value));
+      if (ev.event.case === "exited") seen.push(`exited timed_out=${ev.event.value.timedOut} code=${ev.event.value.exitCode}`);
+    }
+  };
+  await expectError(t, stream(), Code.DeadlineExceeded, ErrorReason.COMMAND_TIMEOUT);
+  t.deepEqual(seen.join("").split("\n"), ["before", "got-term", "exited timed_out=true code=143"]);
+});
+
+test("a command that ignores SIGTERM at the deadline is answered at once and killed after the grace", async (t) => {
+  const { clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  const { detail } = await expectError(
+    t,
+    clients.grpc.tools.bash({ workspaceId: id, command: "trap '' TERM; echo $$ > victim.pid; echo started; while :; do sleep 0.1; done" }, { headers: { "grpc-timeout": "1S" } }),
+    Code.DeadlineExceeded,
+    ErrorReason.COMMAND_TIMEOUT,
+  );
+  t.is(detail.partialOutput?.stdout, "started\n");
+  t.regex(detail.message, /is being stopped/);
+  // The kill sequence goes on without the caller: SIGKILL follows the 5 s grace.
+  const probe = 'kill -0 "$(cat victim.pid)" 2>/dev/null && echo alive || echo gone';
+  let state = "";
+  for (let i = 0; i < 150 && state !== "gone"; i++) {
+    state = (await clients.grpc.tools.bash({ workspaceId: id, command: probe })).stdout.trim();
+    if (state !== "gone") await new Promise((r) => setTimeout(r, 100));
+  }
+  t.is(state, "gone");
+});
+
+test("a cancel by the client stays CANCELLED and kills the command at once", async (t) => {
+  const { clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  const abort = new AbortController();
+  const call = clients.grpc.tools.bash({ workspaceId: id, command: "echo $$ > c.pid; exec sleep 30" }, { signal: abort.signal });
+  for (let i = 0; i < 100; i++) {
+    if ((await clients.grpc.tools.bash({ workspaceId: id, command: "cat c.pid 2>/dev/null" })).stdout !== "") break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  abort.abort();
+  const err = await t.throwsAsync(call);
+  t.is(ConnectError.from(err).code, Code.Canceled);
+  let state = "";
+  for (let i = 0; i < 50 && state !== "gone"; i++) {
+    state = (await clients.grpc.tools.bash({ workspaceId: id, command: 'kill -0 "$(cat c.pid)" 2>/dev/null && echo alive || echo gone' })).stdout.trim();
+    if (state !== "gone") await new Promise((r) => setTimeout(r, 100));
+  }
+  t.is(state, "gone");
+  void errorDetail;
+});
