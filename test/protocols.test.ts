@@ -9,7 +9,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { commandGate } from "./helpers/engines.ts";
 import { type ConnectErrorBody, post, reasonOf } from "./helpers/http.ts";
-import { errorDetail, expectError, LOCAL_ONLY, newWorkspace, serverTest } from "./helpers/server.ts";
+import { type ClientSet, expectError, LOCAL_ONLY, newWorkspace, serverTest } from "./helpers/server.ts";
 
 const test = serverTest({ env: LOCAL_ONLY });
 const run = promisify(execFile);
@@ -101,6 +101,17 @@ test("an unknown JSON field is INVALID_ARGUMENT naming the field, and nothing ru
   t.is((await clients.grpc.tools.bash({ workspaceId: id, command: "ls" })).stdout, "");
 });
 
+/** Polls until the process whose pid is in the workspace file `pidFile` is gone; "gone" or "alive". */
+async function waitGone(clients: ClientSet, workspaceId: string, pidFile: string, withinMs: number): Promise<string> {
+  const command = `kill -0 "$(cat ${pidFile})" 2>/dev/null && echo alive || echo gone`;
+  const until = Date.now() + withinMs;
+  for (;;) {
+    const state = (await clients.tools.bash({ workspaceId, command })).stdout.trim();
+    if (state === "gone" || Date.now() > until) return state;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** A command that reports SIGTERM on stdout before exiting, so tests see the kill sequence. */
 const TERM_AWARE = "trap 'echo got-term; exit 143' TERM; echo before; sleep 30 & wait";
 
@@ -157,13 +168,7 @@ test("a command that ignores SIGTERM at the deadline is answered at once and kil
   t.is(detail.partialOutput?.stdout, "started\n");
   t.regex(detail.message, /is being stopped/);
   // The kill sequence goes on without the caller: SIGKILL follows the 5 s grace.
-  const probe = 'kill -0 "$(cat victim.pid)" 2>/dev/null && echo alive || echo gone';
-  let state = "";
-  for (let i = 0; i < 150 && state !== "gone"; i++) {
-    state = (await clients.grpc.tools.bash({ workspaceId: id, command: probe })).stdout.trim();
-    if (state !== "gone") await new Promise((r) => setTimeout(r, 100));
-  }
-  t.is(state, "gone");
+  t.is(await waitGone(clients.grpc, id, "victim.pid", 15_000), "gone");
 });
 
 test("a cancel by the client stays CANCELLED and kills the command at once", async (t) => {
@@ -178,11 +183,5 @@ test("a cancel by the client stays CANCELLED and kills the command at once", asy
   abort.abort();
   const err = await t.throwsAsync(call);
   t.is(ConnectError.from(err).code, Code.Canceled);
-  let state = "";
-  for (let i = 0; i < 50 && state !== "gone"; i++) {
-    state = (await clients.grpc.tools.bash({ workspaceId: id, command: 'kill -0 "$(cat c.pid)" 2>/dev/null && echo alive || echo gone' })).stdout.trim();
-    if (state !== "gone") await new Promise((r) => setTimeout(r, 100));
-  }
-  t.is(state, "gone");
-  void errorDetail;
+  t.is(await waitGone(clients.grpc, id, "c.pid", 5000), "gone");
 });

@@ -22,6 +22,7 @@ import { readFileSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
+import type { ExecRequest } from "./protocol.ts";
 import type { ExecEvent, ExecExit } from "./types.ts";
 
 /** Largest output chunk emitted, in bytes. */
@@ -33,15 +34,8 @@ const PIPE_DRAIN_MS = 2000;
 /** Events buffered between the pipes and a slow consumer before the pipes are paused. */
 const QUEUE_HIGH_WATER = 8;
 
-/** A fully resolved process to run. */
-export interface RunSpec {
-  argv: string[];
-  /** Absolute working directory. */
-  cwd: string;
-  /** The complete environment (nothing is inherited). */
-  env: Record<string, string>;
-  timeoutMs: number;
-  killGraceMs: number;
+/** A fully resolved process to run: an EXEC request (complete environment, absolute directory) plus local controls. */
+export interface RunSpec extends ExecRequest {
   signal?: AbortSignal;
   /** Count cgroup OOM kills around the run (only meaningful inside a sandbox with its own cgroup). */
   detectOom?: boolean;
