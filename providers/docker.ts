@@ -1,25 +1,28 @@
 /**
  * Container providers through dockerode: `docker` (runc) and `gvisor` (the runsc runtime). Each
- * workspace is a long-lived container whose /workspace is a bind-mounted host directory, and
- * whose main process is the resident executor (executor/main.ts) started with the server's own
- * Node binary, mounted read-only with the executor folder (and nothing else of the server) and
+ * workspace is a long-lived container whose /workspace is a Docker volume of its own, and whose
+ * main process is the resident executor (executor/main.ts) started with the server's own Node
+ * binary, mounted read-only with the executor folder (and nothing else of the server) and
  * ripgrep. So:
  * - commands start with one frame on an attached stream, not a Docker exec round trip, and get
  *   the same supervision as on the local provider (executor/process-runner.ts);
- * - file tools work on the host directory through the same jail as the local provider;
+ * - file tools run inside the sandbox, in the executor, as the sandbox user, through the same jail
+ *   as the local provider (executor-fs.ts): the server never touches a workspace's files by a
+ *   host path, so a race inside the sandbox reaches at most what that user reaches with bash;
  * - images need nothing but bash.
  *
  * Security defaults: no network, an init that reaps zombies, a process limit, memory and CPU
- * limits, every capability dropped, no-new-privileges, a non-root user (uid 1000 by default).
+ * limits, no-new-privileges, and no capabilities but the three the executor needs to hand the
+ * volume to the sandbox user and switch to it (it keeps real uid 0, so commands running as the
+ * sandbox user can neither signal it nor open its channel; see executor/main.ts).
  */
-import { chown, mkdir, realpath, rm } from "node:fs/promises";
-import path from "node:path";
+import { realpath } from "node:fs/promises";
 import type { Duplex } from "node:stream";
 import Docker from "dockerode";
 import { rgPath } from "@vscode/ripgrep";
 import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
-import { HostDirectoryFs } from "./host-fs.ts";
-import { WORKSPACE_ROOT } from "./jail.ts";
+import { WORKSPACE_ROOT } from "./executor/jail.ts";
+import { ExecutorFs } from "./executor-fs.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
 import { EXECUTOR_DIR, executorVersion } from "./executor/version.ts";
@@ -32,7 +35,15 @@ export const LABELS = {
   provider: "agent-workspace.provider",
   /** The server instance (one data directory) that owns the container. */
   instance: "agent-workspace.instance",
+  /** How the container is laid out; containers of an older layout cannot be reopened. */
+  layout: "agent-workspace.layout",
 } as const;
+
+/** The current container layout: the workspace in a volume, the executor started as root with --sandbox. */
+const LAYOUT = "2";
+
+/** The Docker volume holding a workspace's files. */
+export const volumeName = (workspaceId: string) => `aw-${workspaceId}`;
 
 const MOUNT = "/opt/agent-workspace";
 const EXECUTOR_VERSION = executorVersion();
@@ -53,9 +64,7 @@ export interface DockerProviderOptions {
   image: string;
   /** Docker network for workspaces; "none" (default) means no network at all. */
   network: string;
-  /** Host directory under which workspace directories are created. */
-  baseDir: string;
-  /** uid:gid commands run as; must own the workspace directory. */
+  /** uid:gid commands and file operations run as. */
   user: { uid: number; gid: number };
   /** Receives lines the executors write to stderr, and lifecycle events. */
   log: ProviderLog;
@@ -82,39 +91,30 @@ export function engineError(err: unknown, what: string): unknown {
 export function createDockerProvider(options: DockerProviderOptions): Provider & {
   /** Containers this instance created whose workspace the server no longer knows. */
   findOrphans(known: Set<string>): Promise<Array<{ containerId: string; workspaceId: string }>>;
-  removeContainer(containerId: string): Promise<void>;
+  /** Removes an orphaned container and its workspace volume. */
+  removeContainer(containerId: string, workspaceId: string): Promise<void>;
 } {
   const { docker } = options;
-  const baseDir = path.resolve(options.baseDir);
   const isGvisor = options.runtime === "runsc";
-
-  const hostDirOf = (record: WorkspaceRecord) => record.state.dir ?? path.join(baseDir, record.id);
-
-  async function containerFor(record: WorkspaceRecord): Promise<Docker.Container> {
-    return docker.getContainer(record.state.containerId);
-  }
 
   return {
     name: options.name,
 
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {
       const image = opts.image === "" ? options.image : opts.image;
-      const dir = path.join(baseDir, opts.id);
-      await mkdir(dir, { recursive: true, mode: 0o755 });
-      await chown(dir, options.user.uid, options.user.gid);
       const nodeBinary = await realpath(process.execPath);
       const rg = await realpath(rgPath);
       const { limits } = opts;
+      const labels = { [LABELS.managed]: "true", [LABELS.workspace]: opts.id, [LABELS.provider]: options.name, [LABELS.instance]: options.instance };
+      const volume = volumeName(opts.id);
       const hostConfig: Docker.HostConfig = {
-        Binds: [
-          `${dir}:${WORKSPACE_ROOT}`,
-          `${nodeBinary}:${MOUNT}/node:ro`,
-          `${EXECUTOR_DIR}:${MOUNT}/executor:ro`,
-          `${rg}:${MOUNT}/bin/rg:ro`,
-        ],
+        Mounts: [{ Type: "volume", Source: volume, Target: WORKSPACE_ROOT }],
+        Binds: [`${nodeBinary}:${MOUNT}/node:ro`, `${EXECUTOR_DIR}:${MOUNT}/executor:ro`, `${rg}:${MOUNT}/bin/rg:ro`],
         Init: true,
         NetworkMode: options.network,
         CapDrop: ["ALL"],
+        // Only what the executor needs: hand a fresh volume to the sandbox user, and switch to it.
+        CapAdd: ["CHOWN", "SETUID", "SETGID"],
         SecurityOpt: ["no-new-privileges"],
         Memory: limits.memoryBytes || undefined,
         MemorySwap: limits.memoryBytes ? limits.memoryBytes : undefined,
@@ -127,12 +127,24 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       };
       let container: Docker.Container;
       try {
+        await docker.createVolume({ Name: volume, Labels: labels });
         container = await docker.createContainer({
           name: `aw-${opts.id}`,
           Image: image,
-          Cmd: [`${MOUNT}/node`, "--disable-warning=ExperimentalWarning", "--disable-sigusr1", `${MOUNT}/executor/main.ts`, "--detect-oom"],
+          Cmd: [
+            `${MOUNT}/node`,
+            "--disable-warning=ExperimentalWarning",
+            "--disable-sigusr1",
+            `${MOUNT}/executor/main.ts`,
+            "--sandbox",
+            "--detect-oom",
+            "--uid",
+            String(options.user.uid),
+            "--gid",
+            String(options.user.gid),
+          ],
           Entrypoint: [],
-          User: `${options.user.uid}:${options.user.gid}`,
+          User: "0:0",
           WorkingDir: WORKSPACE_ROOT,
           Env: [`HOME=${WORKSPACE_ROOT}`, "NODE_OPTIONS="],
           OpenStdin: true,
@@ -142,11 +154,11 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           AttachStderr: true,
           Tty: false,
           NetworkDisabled: options.network === "none",
-          Labels: { [LABELS.managed]: "true", [LABELS.workspace]: opts.id, [LABELS.provider]: options.name, [LABELS.instance]: options.instance },
+          Labels: { ...labels, [LABELS.layout]: LAYOUT },
           HostConfig: hostConfig,
         });
       } catch (err) {
-        await rm(dir, { recursive: true, force: true });
+        await docker.getVolume(volume).remove().catch(() => undefined);
         throw engineError(err, "create the workspace container");
       }
       return {
@@ -156,13 +168,12 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         labels: opts.labels,
         limits: opts.limits,
         image,
-        state: { containerId: container.id, dir },
+        state: { containerId: container.id, volume },
       };
     },
 
     async open(record: WorkspaceRecord): Promise<WorkspaceHandle> {
-      const root = await realpath(hostDirOf(record));
-      const container = await containerFor(record);
+      const container = docker.getContainer(record.state.containerId);
       let connecting: Promise<SandboxConnection> | undefined;
       let conn: SandboxConnection | undefined;
       const connect = async (): Promise<SandboxConnection> => {
@@ -170,6 +181,15 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         connecting ??= (async () => {
           try {
             const info = await container.inspect();
+            if (info.Config.Labels?.[LABELS.layout] !== LAYOUT) {
+              options.log.warn("workspace container has an older layout and cannot be reopened", { workspace_id: record.id, host_dir: record.state.dir });
+              throw new DomainError("WORKSPACE_NOT_READY", "The workspace was created by an older server version and cannot be reopened; delete it and create a new one");
+            }
+            if (conn?.violation !== undefined) {
+              // The executor broke the protocol: start it afresh rather than trust its stream.
+              options.log.warn("restarting workspace container after an executor protocol violation", { workspace_id: record.id, violation: conn.violation });
+              await container.restart({ t: 1 });
+            }
             const attach = () => attachExecutor(container, (line) => options.log.warn("sandbox executor", { workspace_id: record.id, line }));
             const first = await attach();
             if (!info.State.Running) await container.start();
@@ -198,7 +218,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         return connecting;
       };
       await connect();
-      const fs = new HostDirectoryFs(root, options.user);
+      const fs = new ExecutorFs(connect, WORKSPACE_ROOT);
       return {
         id: record.id,
         fs,
@@ -261,13 +281,17 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
     },
 
     async destroy(record: WorkspaceRecord): Promise<void> {
+      const gone = (err: unknown) => (err as { statusCode?: number }).statusCode === 404;
       try {
         await docker.getContainer(record.state.containerId).remove({ force: true, v: true });
       } catch (err) {
-        if ((err as { statusCode?: number }).statusCode !== 404) throw engineError(err, "remove the workspace container");
+        if (!gone(err)) throw engineError(err, "remove the workspace container");
       }
-      const dir = hostDirOf(record);
-      if (path.dirname(path.resolve(dir)) === baseDir) await rm(dir, { recursive: true, force: true });
+      try {
+        await docker.getVolume(record.state.volume ?? volumeName(record.id)).remove();
+      } catch (err) {
+        if (!gone(err)) throw engineError(err, "remove the workspace volume");
+      }
     },
 
     async dispose(): Promise<void> {},
@@ -282,8 +306,9 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         .filter((c) => !known.has(c.workspaceId));
     },
 
-    async removeContainer(containerId: string) {
+    async removeContainer(containerId: string, workspaceId: string) {
       await docker.getContainer(containerId).remove({ force: true, v: true });
+      await docker.getVolume(volumeName(workspaceId)).remove().catch(() => undefined);
     },
   };
 }

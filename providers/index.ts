@@ -82,7 +82,6 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
     instance: await instanceId(settings.dataDir),
     image: cfg.image,
     network: cfg.network,
-    baseDir: path.join(settings.dataDir, "containers"),
     user: cfg.user,
     log,
   };
@@ -125,7 +124,7 @@ async function reconcileOrphans(containers: ContainerProvider[], known: Set<stri
           container_id: orphan.containerId,
           workspace_id: orphan.workspaceId,
         });
-        if (cleanup) await p.removeContainer(orphan.containerId);
+        if (cleanup) await p.removeContainer(orphan.containerId, orphan.workspaceId);
       }
     } catch (err) {
       log.warn("could not look for orphaned containers", { provider: p.name, error: String(err) });

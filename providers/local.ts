@@ -8,14 +8,16 @@
  * providers run), not by the server itself: forking a small process is cheap and keeps
  * the fork and the process supervision off the server's event loop.
  *
- * On this provider commands run with the real directory as their working directory and $HOME;
- * tool paths written as /workspace/... are mapped by the jail, but a command that names
- * "/workspace" literally only finds it on container providers.
+ * File operations run in the server process through the executor's jail (local-fs.ts), beneath a
+ * descriptor of the workspace directory opened when the workspace is opened; commands start in a
+ * directory the executor opened the same way. Commands run with the real directory as their
+ * working directory and $HOME; tool paths written as /workspace/... are mapped by the jail, but a
+ * command that names "/workspace" literally only finds it on container providers.
  */
 import { mkdir, realpath, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import { rgPath } from "@vscode/ripgrep";
-import { HostDirectoryFs } from "./host-fs.ts";
+import { LocalFs } from "./local-fs.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
@@ -111,9 +113,10 @@ function openLocalWorkspace(id: string, root: string, rg: string, executor: Loca
   // Commands still running when the handle closes (the workspace is being deleted) are killed,
   // so nothing keeps running in a directory that is about to disappear.
   const running = new Set<AbortController>();
+  const fs = new LocalFs(root);
   return {
     id,
-    fs: new HostDirectoryFs(root),
+    fs,
     ripgrepPath: rg,
     exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
       const request = execRequest(spec, root);
@@ -138,6 +141,7 @@ function openLocalWorkspace(id: string, root: string, rg: string, executor: Loca
     },
     async close(): Promise<void> {
       for (const c of running) c.abort();
+      fs.close();
     },
   };
 }

@@ -1,43 +1,67 @@
 /**
- * The server's end of the executor protocol (see executor/protocol.ts): multiplexes executions
- * over one plain byte stream pair of an executor (a container's attached main process, or the
- * local provider's child process), with per-execution credit so each execution's output is
- * buffered only up to the protocol window. How the bytes travel (Docker's attach framing, a
- * child's pipes) is the provider's business: this class only ever sees the executor's stdout and
- * stdin.
+ * The server's end of the executor protocol (executor/protocol.ts): commands and file operations
+ * multiplexed over one plain byte stream pair of an executor (a container's attached main
+ * process, or the local provider's child process). How the bytes travel (Docker's attach
+ * framing, a child's pipes) is the provider's business: this class only sees the executor's
+ * stdout and stdin.
+ *
+ * Nothing from the executor is trusted: every frame is checked for its size, its type and that
+ * its id belongs to a call this connection started; a frame that fails ends the connection
+ * (`violated`), so a broken or hostile executor can cost its own workspace a restart and never
+ * the server a stall. Frames are parsed incrementally with bounded sizes, so one workspace's
+ * channel never holds up the event loop for others.
  */
 import type { Readable, Writable } from "node:stream";
 import { DomainError } from "../core/errors.ts";
 import { sandboxEnv } from "./executor/env.ts";
+import type { FaultInfo } from "./executor/fault.ts";
+import {
+  CREDIT_BATCH,
+  encodeFrame,
+  type ExecRequest,
+  F,
+  FINAL,
+  type Frame,
+  FrameReader,
+  FROM_EXECUTOR,
+  MAX_CHUNK,
+  type OpRequest,
+} from "./executor/protocol.ts";
+import { faultFromWire } from "./faults.ts";
 import type { ExecEvent, ExecExit, ExecSpec } from "./types.ts";
-import { CREDIT_BATCH, encodeFrame, type ExecRequest, F, FrameReader } from "./executor/protocol.ts";
-
-interface Pending {
-  queue: ExecEvent[];
-  /** PONG's payload. */
-  answer?: string;
-  wake: (() => void) | undefined;
-  done: boolean;
-  error: Error | undefined;
-  unacked: number;
-}
 
 /**
  * The EXEC request for `spec` in a workspace whose root the executor sees at `root` (the host
- * directory for the local provider, /workspace in a container): the working directory under it,
- * the minimal environment with home at the root, and the default kill grace.
+ * directory for the local provider, /workspace in a container): the working directory, resolved
+ * by the executor's jail, the minimal environment with home at the root, and the default grace.
  */
 export function execRequest(spec: ExecSpec, root: string): ExecRequest {
   return {
     argv: spec.argv,
-    cwd: spec.cwd === "" ? root : `${root}/${spec.cwd}`,
+    root,
+    cwd: spec.cwd,
     env: sandboxEnv(root, spec.env),
     timeoutMs: spec.timeoutMs,
     killGraceMs: spec.killGraceMs ?? 5000,
   };
 }
 
-/** One attached connection to a sandbox executor. */
+/** Frame types whose payload is streamed under credit. */
+const STREAMED = new Set<number>([F.STDOUT, F.STDERR, F.CHUNK, F.ENTRIES]);
+
+interface Pending {
+  frames: Frame[];
+  wake: (() => void) | undefined;
+  done: boolean;
+  error: Error | undefined;
+  unacked: number;
+}
+
+function unavailable(cause: Error): DomainError {
+  return new DomainError("WORKSPACE_NOT_READY", "The workspace sandbox stopped responding; retry the call", { cause });
+}
+
+/** One attached connection to an executor. */
 export class SandboxConnection {
   readonly #input: Readable;
   readonly #output: Writable;
@@ -45,6 +69,7 @@ export class SandboxConnection {
   readonly #frames = new FrameReader();
   #nextId = 1;
   #closed: Error | undefined;
+  #violation: string | undefined;
 
   /** `input` carries the executor's stdout, `output` its stdin. */
   constructor(input: Readable, output: Writable) {
@@ -52,10 +77,9 @@ export class SandboxConnection {
     this.#output = output;
     input.on("data", (chunk: Buffer) => {
       try {
-        this.#onFrames(chunk);
+        for (const f of this.#frames.push(chunk)) this.#onFrame(f);
       } catch (err) {
-        this.#fail(err instanceof Error ? err : new Error(String(err)));
-        input.destroy();
+        this.#violate(err instanceof Error ? err.message : String(err));
       }
     });
     const lost = () => this.#fail(new Error("sandbox connection closed"));
@@ -71,36 +95,31 @@ export class SandboxConnection {
     return this.#closed === undefined;
   }
 
-  #onFrames(bytes: Buffer): void {
-    for (const f of this.#frames.push(bytes)) {
-      const p = this.#pending.get(f.id);
-      if (!p) continue;
-      switch (f.type) {
-        case F.STARTED:
-          p.queue.push({ type: "started", startedAt: new Date(JSON.parse(f.payload.toString("utf8")).startedAt) });
-          break;
-        case F.STDOUT:
-        case F.STDERR:
-          // Copy: the payload is a view into a buffer the reader reuses.
-          p.queue.push({ type: f.type === F.STDOUT ? "stdout" : "stderr", data: Buffer.from(f.payload) });
-          break;
-        case F.EXITED:
-          p.queue.push({ type: "exited", exit: JSON.parse(f.payload.toString("utf8")) as ExecExit });
-          p.done = true;
-          break;
-        case F.PONG:
-          p.answer = f.payload.toString("utf8");
-          p.done = true;
-          break;
-        case F.ERROR:
-          p.error = new Error(`sandbox executor: ${JSON.parse(f.payload.toString("utf8")).message}`);
-          p.done = true;
-          break;
-      }
-      const w = p.wake;
-      p.wake = undefined;
-      w?.();
-    }
+  /** What the executor did wrong, when the connection ended over a protocol violation. */
+  get violation(): string | undefined {
+    return this.#violation;
+  }
+
+  #violate(message: string): void {
+    if (this.#closed) return;
+    this.#violation = message;
+    this.#fail(new Error(`executor protocol violation: ${message}`));
+    this.#input.destroy();
+    this.#output.destroy();
+  }
+
+  #onFrame(f: Frame): void {
+    if (!FROM_EXECUTOR.has(f.type)) throw new Error(`frame type ${f.type} from the executor`);
+    if (f.id === 0 || f.id >= this.#nextId) throw new Error(`frame for id ${f.id}, which no call has`);
+    if (STREAMED.has(f.type) && f.type !== F.ENTRIES && f.payload.length > MAX_CHUNK) throw new Error(`bulk frame of ${f.payload.length} bytes`);
+    const p = this.#pending.get(f.id);
+    // A late frame of a call that already ended (killed, abandoned) is dropped.
+    if (!p || p.done) return;
+    p.frames.push(f);
+    if (FINAL.has(f.type)) p.done = true;
+    const w = p.wake;
+    p.wake = undefined;
+    w?.();
   }
 
   #fail(err: Error): void {
@@ -115,51 +134,49 @@ export class SandboxConnection {
     }
   }
 
-  #register(): [number, Pending] {
-    const id = this.#nextId++;
-    const p: Pending = { queue: [], wake: undefined, done: false, error: undefined, unacked: 0 };
-    this.#pending.set(id, p);
-    return [id, p];
+  #write(type: number, id: number, payload?: Uint8Array): boolean {
+    return this.#closed ? true : this.#output.write(encodeFrame(type, id, payload));
   }
 
-  #write(type: number, id: number, payload?: Uint8Array): void {
-    if (!this.#closed) this.#output.write(encodeFrame(type, id, payload));
+  /** Writes a frame, waiting while the stream is full (bulk uploads). */
+  async #send(type: number, id: number, payload?: Uint8Array): Promise<void> {
+    if (this.#write(type, id, payload) || this.#closed) return;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        this.#output.off("drain", done);
+        this.#output.off("close", done);
+        resolve();
+      };
+      this.#output.on("drain", done);
+      this.#output.on("close", done);
+    });
   }
 
-  /** Resolves with the executor's version once it answers a PING, or rejects after `timeoutMs`. */
-  async ping(timeoutMs: number): Promise<string> {
-    const [id, p] = this.#register();
-    const timer = setTimeout(() => {
-      p.error = new DomainError("WORKSPACE_NOT_READY", `The workspace sandbox did not answer within ${timeoutMs} ms; check its image (bash and glibc are required) and retry`);
-      p.done = true;
-      p.wake?.();
-    }, timeoutMs);
-    try {
-      this.#write(F.PING, id);
-      while (!p.done) await new Promise<void>((r) => (p.wake = r));
-      if (p.error) throw p.error instanceof DomainError ? p.error : unavailable(p.error);
-      return p.answer ?? "";
-    } finally {
-      clearTimeout(timer);
-      this.#pending.delete(id);
-    }
-  }
-
-  /** Runs a request in the sandbox; ending the iteration early kills the process tree there. */
-  async *exec(req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+  /**
+   * Starts a call with `type` (EXEC, OP, PING) and yields its frames up to and including the
+   * final one, returning credit for streamed bytes as they are consumed. `upload` bytes follow as
+   * DATA frames and an END. Ending the iteration early (or `signal` aborting) sends KILL.
+   */
+  async *#call(type: number, request: unknown, options: { signal?: AbortSignal; upload?: Uint8Array } = {}): AsyncGenerator<Frame> {
     if (this.#closed) throw unavailable(this.#closed);
-    const [id, p] = this.#register();
-    const onAbort = () => this.#write(F.KILL, id);
-    signal?.addEventListener("abort", onAbort, { once: true });
-    let finished = false;
+    const id = this.#nextId++;
+    const p: Pending = { frames: [], wake: undefined, done: false, error: undefined, unacked: 0 };
+    this.#pending.set(id, p);
+    const kill = () => this.#write(F.KILL, id);
+    options.signal?.addEventListener("abort", kill, { once: true });
+    let ended = false;
     try {
-      this.#write(F.EXEC, id, Buffer.from(JSON.stringify(req)));
-      if (signal?.aborted) onAbort();
+      this.#write(type, id, request === undefined ? undefined : Buffer.from(JSON.stringify(request)));
+      if (options.signal?.aborted) kill();
+      if (options.upload) {
+        for (let at = 0; at < options.upload.length && !p.done; at += MAX_CHUNK) await this.#send(F.DATA, id, options.upload.subarray(at, at + MAX_CHUNK));
+        this.#write(F.END, id);
+      }
       for (;;) {
-        const ev = p.queue.shift();
-        if (ev) {
-          if (ev.type === "stdout" || ev.type === "stderr") {
-            p.unacked += ev.data.length;
+        const f = p.frames.shift();
+        if (f) {
+          if (STREAMED.has(f.type)) {
+            p.unacked += f.payload.length;
             if (p.unacked >= CREDIT_BATCH) {
               const credit = Buffer.allocUnsafe(4);
               credit.writeUInt32BE(p.unacked, 0);
@@ -167,20 +184,114 @@ export class SandboxConnection {
               p.unacked = 0;
             }
           }
-          if (ev.type === "exited") finished = true;
-          yield ev;
-          if (finished) return;
+          if (FINAL.has(f.type)) ended = true;
+          yield f;
+          if (ended) return;
           continue;
         }
-        if (p.done) {
-          throw p.error ? unavailable(p.error) : new Error("sandbox execution ended without an exit event");
-        }
+        if (p.done) throw p.error ? unavailable(p.error) : new Error("executor call ended without a final frame");
         await new Promise<void>((r) => (p.wake = r));
       }
     } finally {
-      signal?.removeEventListener("abort", onAbort);
-      if (!finished) this.#write(F.KILL, id);
+      options.signal?.removeEventListener("abort", kill);
+      if (!ended) kill();
       this.#pending.delete(id);
+    }
+  }
+
+  /** The parsed JSON payload of `f`; a payload that is not JSON is a protocol violation. */
+  #json<T>(f: Frame): T {
+    try {
+      return JSON.parse(f.payload.toString("utf8")) as T;
+    } catch {
+      this.#violate(`frame type ${f.type} carries no JSON`);
+      throw unavailable(new Error("executor sent malformed JSON"));
+    }
+  }
+
+  /** Throws what a FAULT or ERROR frame reports. */
+  #raise(f: Frame): never {
+    if (f.type === F.FAULT) throw faultFromWire(this.#json<FaultInfo>(f));
+    if (f.type === F.ERROR) throw new Error(`sandbox executor: ${this.#json<{ message: string }>(f).message}`);
+    this.#violate(`unexpected frame type ${f.type}`);
+    throw unavailable(new Error(`unexpected frame type ${f.type}`));
+  }
+
+  /** Resolves with the executor's version once it answers a PING, or rejects after `timeoutMs`. */
+  async ping(timeoutMs: number): Promise<string> {
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), timeoutMs);
+    const answer = (async () => {
+      for await (const f of this.#call(F.PING, undefined, { signal: abort.signal })) {
+        if (f.type === F.PONG) return f.payload.toString("utf8");
+        this.#raise(f);
+      }
+      throw new Error("no PONG");
+    })();
+    const timedOut = new Promise<never>((_, reject) =>
+      abort.signal.addEventListener("abort", () =>
+        reject(new DomainError("WORKSPACE_NOT_READY", `The workspace sandbox did not answer within ${timeoutMs} ms; check its image (bash and glibc are required) and retry`)),
+      ),
+    );
+    try {
+      return await Promise.race([answer, timedOut]);
+    } finally {
+      clearTimeout(timer);
+      answer.catch(() => undefined);
+    }
+  }
+
+  /** Runs a command in the sandbox; ending the iteration early kills the process tree there. */
+  async *exec(req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
+    for await (const f of this.#call(F.EXEC, req, { signal })) {
+      switch (f.type) {
+        case F.STARTED:
+          yield { type: "started", startedAt: new Date(this.#json<{ startedAt: string }>(f).startedAt) };
+          break;
+        case F.STDOUT:
+          yield { type: "stdout", data: f.payload };
+          break;
+        case F.STDERR:
+          yield { type: "stderr", data: f.payload };
+          break;
+        case F.EXITED:
+          yield { type: "exited", exit: this.#json<ExecExit>(f) };
+          break;
+        default:
+          this.#raise(f);
+      }
+    }
+  }
+
+  /** A file operation answered by one RESULT. */
+  async op<T>(req: OpRequest, upload?: Uint8Array): Promise<T> {
+    for await (const f of this.#call(F.OP, req, { upload })) {
+      if (f.type === F.RESULT) return this.#json<T>(f);
+      this.#raise(f);
+    }
+    throw new Error("executor call ended without a result");
+  }
+
+  /** A file operation answering with bytes (CHUNK frames) and a RESULT. */
+  async opBytes<T>(req: OpRequest): Promise<{ bytes: Buffer; result: T }> {
+    const chunks: Buffer[] = [];
+    for await (const f of this.#call(F.OP, req)) {
+      if (f.type === F.CHUNK) chunks.push(f.payload);
+      else if (f.type === F.RESULT) return { bytes: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks), result: this.#json<T>(f) };
+      else this.#raise(f);
+    }
+    throw new Error("executor call ended without a result");
+  }
+
+  /** A file operation answering with batches of entries; stopping early abandons it in the executor. */
+  async *opEntries<T>(req: OpRequest): AsyncGenerator<T[]> {
+    for await (const f of this.#call(F.OP, req)) {
+      if (f.type === F.ENTRIES) {
+        const batch = this.#json<unknown>(f);
+        if (!Array.isArray(batch)) this.#violate("ENTRIES is not an array");
+        yield batch as T[];
+      } else if (f.type === F.RESULT) return;
+      else this.#raise(f);
     }
   }
 
@@ -190,8 +301,4 @@ export class SandboxConnection {
     this.#input.destroy();
     this.#output.destroy();
   }
-}
-
-function unavailable(cause: Error): DomainError {
-  return new DomainError("WORKSPACE_NOT_READY", "The workspace sandbox stopped responding; retry the call", { cause });
 }

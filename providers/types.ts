@@ -6,22 +6,15 @@
  * implementations must still confine symlinks (see `resolveOnHost`).
  */
 
-/** What a filesystem entry is. Symlinks are reported as such only by `list`. */
-export type EntryType = "file" | "directory" | "symlink" | "other";
+export type { DirEntry, EntryType, FileStat, FoundFile } from "./executor/types.ts";
+import type { DirEntry, FileStat, FoundFile } from "./executor/types.ts";
 
-/** Metadata of one entry. */
-export interface FileStat {
-  type: EntryType;
-  size: number;
-  mtimeMs: number;
-}
-
-/** One directory entry, not followed if it is a symlink. */
-export interface DirEntry extends FileStat {
-  name: string;
-}
-
-/** Filesystem primitives of one workspace. */
+/**
+ * Filesystem primitives of one workspace. Paths are workspace-relative and have passed the
+ * jail's lexical check (`toWorkspacePath`); implementations resolve them beneath the workspace
+ * root without ever following a link out of it (providers/executor/jail.ts), inside the sandbox
+ * for container providers. Failures are DomainErrors with the jail's reasons.
+ */
 export interface WorkspaceFs {
   /**
    * The canonical workspace-relative form of a path: symlinks inside the workspace followed,
@@ -45,6 +38,14 @@ export interface WorkspaceFs {
   list(rel: string): Promise<DirEntry[]>;
   /** Removes a file or symlink (never its target, never a directory: IS_DIRECTORY). */
   remove(rel: string): Promise<void>;
+  /**
+   * Every regular file below the directory `base`, with workspace-relative paths, in a fixed
+   * order (each directory's files by name descending, then its subdirectories ascending), never
+   * entering symlinks. Streams: a large tree is not collected first.
+   */
+  walk(base: string): AsyncIterable<FoundFile>;
+  /** Bytes of a regular file at [offset, length] ranges (shorter at its end), at most 8 MiB in all. */
+  readRanges(rel: string, ranges: Array<[number, number]>): Promise<Uint8Array[]>;
 }
 
 /** A command to run inside a workspace. */

@@ -3,7 +3,7 @@
  * process limits, container lifecycle across server restarts, orphan reporting and an engine that
  * goes away and comes back. Runs against `docker` (runc) and `gvisor` (runsc).
  */
-import { mkdtemp, readdir, rm, stat } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -11,7 +11,7 @@ import Docker from "dockerode";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
-import { LABELS } from "../providers/docker.ts";
+import { LABELS, volumeName } from "../providers/docker.ts";
 import { gate, probeEngines, required } from "./helpers/engines.ts";
 import { errorDetail, expectError, serverTest, startServer, type TestServer } from "./helpers/server.ts";
 
@@ -108,7 +108,11 @@ for (const provider of ["docker", "gvisor"] as const) {
         Code.InvalidArgument,
         ErrorReason.INVALID_ARGUMENT,
       );
-      t.deepEqual(await readdir(path.join(server.dataDir, "containers")).catch(() => []), []);
+      // No container, no volume of this server instance was left behind.
+      const instance = (await readFile(path.join(server.dataDir, "instance-id"), "utf8")).trim();
+      const label = `${LABELS.instance}=${instance}`;
+      t.deepEqual(await docker.listContainers({ all: true, filters: { label: [label] } }), []);
+      t.deepEqual((await docker.listVolumes({ filters: { label: [label] } })).Volumes ?? [], []);
       t.deepEqual((await server.clients.grpc.workspaces.listWorkspaces({})).workspaces, []);
       t.is((await server.clients.grpc.workspaces.createWorkspace({ provider })).workspace?.provider, provider);
     } finally {
@@ -134,11 +138,12 @@ for (const provider of ["docker", "gvisor"] as const) {
     t.is((await workspaces.getWorkspace({ id })).workspace?.status, WorkspaceStatus.STOPPED);
     t.is((await bash(t, id, "cat keep.txt")).stdout, "kept");
     t.is((await workspaces.getWorkspace({ id })).workspace?.status, WorkspaceStatus.READY);
-    const dir = path.join(t.context.server.dataDir, "containers", id);
-    await stat(dir);
+    // The files live in a volume of the workspace's own, not in a host directory of the server.
+    t.truthy(await docker.getVolume(volumeName(id)).inspect());
+    t.deepEqual(await readdir(path.join(t.context.server.dataDir, "containers")).catch(() => []), []);
     await workspaces.deleteWorkspace({ id });
     t.is(await containerOf(id), undefined);
-    await t.throwsAsync(stat(dir), { code: "ENOENT" });
+    await t.throwsAsync(docker.getVolume(volumeName(id)).inspect(), { message: /no such volume/i });
     await expectError(t, workspaces.getWorkspace({ id }), Code.NotFound, ErrorReason.WORKSPACE_NOT_FOUND);
   });
 

@@ -6,8 +6,8 @@ import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from "node:fs/promis
 import { tmpdir } from "node:os";
 import path from "node:path";
 import test from "ava";
-import { hasReason } from "../core/errors.ts";
-import { displayPath, resolveOnHost, toWorkspacePath } from "../providers/jail.ts";
+import { Fault } from "../providers/executor/fault.ts";
+import { displayPath, Jail, toWorkspacePath } from "../providers/executor/jail.ts";
 
 test("toWorkspacePath maps relative and /workspace paths, and refuses every way out", (t) => {
   const ok: Array<[string, string]> = [
@@ -26,24 +26,26 @@ test("toWorkspacePath maps relative and /workspace paths, and refuses every way 
   ];
   for (const [input, want] of ok) t.is(toWorkspacePath(input), want, JSON.stringify(input));
   const outside = ["..", "../x", "a/../../x", "/etc/passwd", "/workspace-other/x", "/workspace/../etc", "/", "a\0b", "/workspacex"];
-  for (const input of outside) {
-    t.true(hasReason(captured(() => toWorkspacePath(input)), "PATH_OUTSIDE_WORKSPACE"), JSON.stringify(input));
-  }
-  t.true(hasReason(captured(() => toWorkspacePath("a/".repeat(3000))), "INVALID_ARGUMENT"));
+  for (const input of outside) t.is(reasonOf(() => toWorkspacePath(input)), "PATH_OUTSIDE_WORKSPACE", JSON.stringify(input));
+  t.is(reasonOf(() => toWorkspacePath("a/".repeat(3000))), "INVALID_ARGUMENT");
+  t.is(reasonOf(() => toWorkspacePath(`x/${"n".repeat(256)}`)), "INVALID_ARGUMENT");
+  t.is(toWorkspacePath(`x/${"é".repeat(127)}`), `x/${"é".repeat(127)}`);
+  t.is(reasonOf(() => toWorkspacePath(`x/${"é".repeat(128)}`)), "INVALID_ARGUMENT", "the limit is 255 bytes, not characters");
   t.is(displayPath(""), ".");
   t.is(displayPath("a/b"), "a/b");
 });
 
-function captured(fn: () => unknown): unknown {
+/** The Fault reason `fn` throws, or "none". */
+function reasonOf(fn: () => unknown): string {
   try {
     fn();
   } catch (err) {
-    return err;
+    return err instanceof Fault ? err.reason : `not a Fault: ${String(err)}`;
   }
-  return undefined;
+  return "none";
 }
 
-test("resolveOnHost follows links that stay inside and refuses links that leave, dangling ones included", async (t) => {
+test("Jail.locate follows links that stay inside and refuses links that leave, dangling ones included", async (t) => {
   const base = await mkdtemp(path.join(tmpdir(), "aw-jail-"));
   try {
     const root = path.join(base, "ws");
@@ -58,25 +60,26 @@ test("resolveOnHost follows links that stay inside and refuses links that leave,
     await symlink("missing-inside", path.join(root, "dangling-in"));
     await symlink("loop-b", path.join(root, "loop-a"));
     await symlink("loop-a", path.join(root, "loop-b"));
-    const rootReal = await realpath(root);
+    const jail = new Jail(await realpath(root));
+    const locate = (rel: string, followFinal = true) => {
+      const loc = jail.locate(rel, { followFinal });
+      loc.release();
+      return { rel: loc.rel, exists: loc.stat !== undefined };
+    };
     const inside: Array<[string, string, boolean]> = [
       ["rel-dir/deep/f.txt", "src/deep/f.txt", true],
       ["abs-dir/f.txt", "src/deep/f.txt", true],
       ["src/deep/../deep/f.txt", "src/deep/f.txt", true],
       ["dangling-in", "missing-inside", false],
-      ["new/dir/file", "new/dir/file", false],
     ];
-    for (const [rel, want, exists] of inside) {
-      const r = await resolveOnHost(rootReal, rel, true);
-      t.deepEqual([r.rel, r.exists], [want, exists], rel);
-    }
+    for (const [rel, want, exists] of inside) t.deepEqual(locate(rel), { rel: want, exists }, rel);
     // Not following the final link (delete removes the link, never its target).
-    t.is((await resolveOnHost(rootReal, "etc", false)).rel, "etc");
-    for (const rel of ["sibling", "sibling/x", "etc/passwd", "dangling-out", "rel-dir/../../x"]) {
-      t.true(hasReason(await resolveOnHost(rootReal, rel, true).catch((e: unknown) => e), "PATH_OUTSIDE_WORKSPACE"), rel);
-    }
-    t.true(hasReason(await resolveOnHost(rootReal, "loop-a", true).catch((e: unknown) => e), "INVALID_ARGUMENT"));
-    t.true(hasReason(await resolveOnHost(rootReal, "src/deep/f.txt/x", true).catch((e: unknown) => e), "NOT_A_DIRECTORY"));
+    t.deepEqual(locate("etc", false), { rel: "etc", exists: true });
+    for (const rel of ["sibling", "sibling/x", "etc/passwd", "dangling-out", "rel-dir/../../x"]) t.is(reasonOf(() => locate(rel)), "PATH_OUTSIDE_WORKSPACE", rel);
+    t.is(reasonOf(() => locate("loop-a")), "INVALID_ARGUMENT");
+    t.is(reasonOf(() => locate("new/dir/file")), "FILE_NOT_FOUND");
+    t.is(reasonOf(() => locate("src/deep/f.txt/x")), "NOT_A_DIRECTORY");
+    jail.close();
   } finally {
     await rm(base, { recursive: true, force: true });
   }

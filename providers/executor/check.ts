@@ -1,18 +1,54 @@
-/** Validation of EXEC requests arriving at the sandbox executor. */
+/** Validation of the requests arriving at the executor: it trusts no frame's JSON blindly. */
 import { envProblem } from "./env.ts";
-import type { ExecRequest } from "./protocol.ts";
+import type { ExecRequest, OpRequest } from "./protocol.ts";
 
-/** Returns the request if well-formed, throws otherwise. */
+const isString = (v: unknown): v is string => typeof v === "string";
+const isCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+
+function checkRel(v: unknown, what: string): string {
+  if (!isString(v) || v.startsWith("/") || v.includes("\0") || v.split("/").some((p) => p === "..")) throw new Error(`${what} must be a workspace-relative path`);
+  return v;
+}
+
+/** Returns the EXEC request if well-formed, throws otherwise. */
 export function checkExecRequest(v: unknown): ExecRequest {
   const r = v as ExecRequest;
   if (typeof r !== "object" || r === null) throw new Error("not an object");
-  if (!Array.isArray(r.argv) || r.argv.length === 0 || !r.argv.every((a) => typeof a === "string")) throw new Error("argv");
-  if (typeof r.cwd !== "string" || !r.cwd.startsWith("/")) throw new Error("cwd");
-  if (typeof r.env !== "object" || r.env === null || !Object.values(r.env).every((x) => typeof x === "string")) throw new Error("env");
+  if (!Array.isArray(r.argv) || r.argv.length === 0 || !r.argv.every(isString)) throw new Error("argv");
+  if (!isString(r.root) || !r.root.startsWith("/")) throw new Error("root");
+  checkRel(r.cwd, "cwd");
+  if (typeof r.env !== "object" || r.env === null || !Object.values(r.env).every(isString)) throw new Error("env");
   for (const [name, value] of Object.entries(r.env)) {
     const problem = envProblem(name, value);
     if (problem !== undefined) throw new Error(problem);
   }
-  if (typeof r.timeoutMs !== "number" || typeof r.killGraceMs !== "number") throw new Error("timeouts");
+  if (!isCount(r.timeoutMs) || !isCount(r.killGraceMs)) throw new Error("timeouts");
   return r;
+}
+
+/** Returns the OP request if well-formed, throws otherwise. */
+export function checkOpRequest(v: unknown): OpRequest {
+  const r = v as OpRequest;
+  if (typeof r !== "object" || r === null) throw new Error("not an object");
+  if (!isString(r.root) || !r.root.startsWith("/")) throw new Error("root");
+  checkRel(r.rel, "rel");
+  switch (r.op) {
+    case "resolve":
+    case "stat":
+    case "write":
+    case "list":
+    case "remove":
+    case "walk":
+      return r;
+    case "read":
+      if (!isCount(r.maxBytes)) throw new Error("maxBytes");
+      return r;
+    case "readRanges":
+      if (!Array.isArray(r.ranges) || r.ranges.length > 100_000 || !r.ranges.every((x) => Array.isArray(x) && x.length === 2 && isCount(x[0]) && isCount(x[1]))) {
+        throw new Error("ranges");
+      }
+      return r;
+    default:
+      throw new Error(`unknown op '${String((r as { op: unknown }).op).slice(0, 40)}'`);
+  }
 }

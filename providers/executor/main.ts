@@ -1,68 +1,328 @@
 /**
- * The executor resident in a container sandbox: the container's main process (under the init
- * that reaps zombies). It reads frames from stdin, runs each EXEC with the same process runner the
- * local provider uses, and writes events back on stdout. It never writes anything else to stdout.
+ * The executor: runs commands and file operations for the server, reading frames from stdin and
+ * writing frames to stdout (protocol.ts), and never anything else to stdout. It is the main
+ * process of every container sandbox (under the init that reaps zombies) and the local
+ * provider's child process, so supervision and file semantics are identical everywhere.
+ *
+ * In a sandbox (`--sandbox --uid U --gid G`) it starts as root with only the capabilities to
+ * change identity and to fix the workspace's owner, and keeps real uid 0 while running with
+ * effective uid U: file operations therefore run with the sandbox user's rights, and since its
+ * credentials changed, the kernel marks it non-dumpable and a process of user U can neither
+ * signal it (real and saved uid are 0), trace it, nor open its /proc entries (the channel's
+ * descriptors, its memory). Commands are spawned with full uid/gid U: the spawn alone briefly
+ * regains effective root, and because every file operation here is synchronous on this one
+ * thread, none runs during that window.
  *
  * Runs with the server's own Node binary and this directory bind-mounted read-only, so images
  * need nothing but a shell.
  */
-import { checkExecRequest } from "./check.ts";
-import { runProcess } from "./process-runner.ts";
+import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { readdir } from "node:fs/promises";
-import { encodeFrame, type ExecRequest, F, FrameReader, WINDOW } from "./protocol.ts";
+import { parseArgs } from "node:util";
+import { checkExecRequest, checkOpRequest } from "./check.ts";
+import { Fault } from "./fault.ts";
+import { Jail, WORKSPACE_ROOT } from "./jail.ts";
+import { JailedFs, type PendingWrite } from "./jailed-fs.ts";
+import { runProcess } from "./process-runner.ts";
+import { encodeFrame, type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, WINDOW } from "./protocol.ts";
 import { executorVersion } from "./version.ts";
 
+const { values: args } = parseArgs({
+  options: {
+    /** Count cgroup OOM kills: only meaningful with a cgroup of our own (a container). */
+    "detect-oom": { type: "boolean" },
+    /** Running as a sandbox's main process: one workspace at /workspace, sandbox-wide sweeps. */
+    sandbox: { type: "boolean" },
+    uid: { type: "string" },
+    gid: { type: "string" },
+  },
+  strict: true,
+});
+const SANDBOX = args.sandbox === true;
 const VERSION = Buffer.from(executorVersion());
-/** Count cgroup OOM kills: only meaningful when the executor has a cgroup of its own (a container). */
-const DETECT_OOM = process.argv.includes("--detect-oom");
 
-interface Running {
-  abort: AbortController;
-  /** Bytes sent minus bytes acknowledged. */
-  inFlight: number;
-  wake: (() => void) | undefined;
+/** Privilege handling: `privileged` runs a spawn with effective root; identity outside a sandbox. */
+const identity = (() => {
+  const uid = Number(args.uid);
+  const gid = Number(args.gid);
+  // Outside a sandbox, or told to run commands as root (AGENT_WORKSPACE_CONTAINER_UID=0), there is
+  // no identity to switch to.
+  if (!SANDBOX || process.getuid?.() !== 0 || !(uid > 0) || !(gid >= 0)) return { user: undefined, privileged: undefined };
+  // A fresh volume (or an image without /workspace) may leave the root to root: hand it over.
+  const st = statSync(WORKSPACE_ROOT);
+  if (st.uid !== uid || st.gid !== gid) chownSync(WORKSPACE_ROOT, uid, gid);
+  const setgroups = process.setgroups as (groups: number[]) => void;
+  const setegid = process.setegid as (id: number) => void;
+  const seteuid = process.seteuid as (id: number) => void;
+  setgroups([gid]);
+  setegid(gid);
+  seteuid(uid);
+  const privileged = <T>(fn: () => T): T => {
+    seteuid(0);
+    setegid(0);
+    try {
+      return fn();
+    } finally {
+      setegid(gid);
+      seteuid(uid);
+    }
+  };
+  return { user: { uid, gid }, privileged };
+})();
+
+/** Jailed file operations per workspace root (one, /workspace, in a sandbox). */
+const roots = new Map<string, JailedFs>();
+function fsFor(root: string): JailedFs {
+  if (SANDBOX && root !== WORKSPACE_ROOT) throw new Fault("INVALID_ARGUMENT", "this sandbox serves /workspace only");
+  let fs = roots.get(root);
+  if (!fs) {
+    try {
+      fs = new JailedFs(new Jail(root));
+    } catch {
+      throw new Fault("WORKSPACE_NOT_READY", "The workspace directory is missing");
+    }
+    roots.set(root, fs);
+  }
+  return fs;
 }
 
-const running = new Map<number, Running>();
+/** Marker descriptors (a deleted empty file per command) live in a private directory. */
+const markerDir = (() => {
+  try {
+    return mkdtempSync(path.join(tmpdir(), "aw-exec-"));
+  } catch {
+    return undefined;
+  }
+})();
+
+/** A command or operation in progress. */
+interface Call {
+  abort: AbortController;
+  /** Streamed bytes sent minus bytes acknowledged. */
+  inFlight: number;
+  wake: (() => void) | undefined;
+  /** A write waiting for its content. */
+  upload?: PendingWrite;
+  isCommand: boolean;
+}
+
+const calls = new Map<number, Call>();
 let stdoutBlocked: Promise<void> | undefined;
 
 function send(type: number, id: number, payload?: Uint8Array): Promise<void> | undefined {
   const ok = process.stdout.write(encodeFrame(type, id, payload));
   if (!ok && !stdoutBlocked) {
-    stdoutBlocked = new Promise<void>((resolve) => process.stdout.once("drain", () => {
-      stdoutBlocked = undefined;
-      resolve();
-    }));
+    stdoutBlocked = new Promise<void>((resolve) =>
+      process.stdout.once("drain", () => {
+        stdoutBlocked = undefined;
+        resolve();
+      }),
+    );
   }
   return stdoutBlocked;
 }
 
 const json = (v: unknown) => Buffer.from(JSON.stringify(v));
 
-async function execute(id: number, req: ExecRequest): Promise<void> {
-  const state: Running = { abort: new AbortController(), inFlight: 0, wake: undefined };
-  running.set(id, state);
+/** Sends streamed bytes of `call`, waiting for credit first. False when the call was abandoned. */
+async function sendStreamed(call: Call, type: number, id: number, payload: Uint8Array): Promise<boolean> {
+  while (call.inFlight >= WINDOW && !call.abort.signal.aborted) await new Promise<void>((r) => (call.wake = r));
+  if (call.abort.signal.aborted) return false;
+  call.inFlight += payload.length;
+  await send(type, id, payload);
+  return true;
+}
+
+/** Ends a call with its final frame. */
+function finish(id: number, type: number, payload: Uint8Array): void {
+  calls.delete(id);
+  void send(type, id, payload);
+}
+
+function fail(id: number, err: unknown): void {
+  if (err instanceof Fault) finish(id, F.FAULT, json(err.toInfo()));
+  else finish(id, F.ERROR, json({ message: err instanceof Error ? err.message : String(err) }));
+}
+
+/** Kills every process of the sandbox user when the command `id` ended and no other command runs (in a sandbox only). */
+function sweepSandbox(id: number): void {
+  if (!SANDBOX || process.ppid !== 1) return;
+  for (const [other, c] of calls) if (other !== id && c.isCommand && !c.abort.signal.aborted) return;
+  // kill(-1) reaches every process this one may signal but itself and init: the commands' user.
+  // One pass suffices in Linux (a process with SIGKILL pending cannot finish a fork); a few more
+  // cover a fork bomb caught between passes.
+  for (let round = 0; round < 5; round++) {
+    try {
+      process.kill(-1, "SIGKILL");
+    } catch {
+      return; // ESRCH: nothing left.
+    }
+    if (!othersLeft()) return;
+  }
+}
+
+/** True when a process other than init and this one still exists. */
+function othersLeft(): boolean {
   try {
-    for await (const ev of runProcess({ ...req, signal: state.abort.signal, detectOom: DETECT_OOM })) {
+    return readdirSync("/proc").some((e) => /^\d+$/.test(e) && e !== "1" && Number(e) !== process.pid && !isZombie(e));
+  } catch {
+    return false;
+  }
+}
+
+function isZombie(pid: string): boolean {
+  try {
+    return /^State:\s+Z/m.test(readFileSync(`/proc/${pid}/status`, "utf8"));
+  } catch {
+    return true;
+  }
+}
+
+async function execute(id: number, req: ExecRequest): Promise<void> {
+  const call: Call = { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: true };
+  calls.set(id, call);
+  let cwdFd: number | undefined;
+  let marker: { fd: number; link: string } | undefined;
+  try {
+    cwdFd = fsFor(req.root).openDirectory(req.cwd);
+    if (markerDir !== undefined) {
+      const file = path.join(markerDir, String(id));
+      closeSync(openSync(file, "wx", 0o400));
+      const fd = openSync(file, "r");
+      unlinkSync(file);
+      marker = { fd, link: `${file} (deleted)` };
+    }
+    const dirFd = cwdFd;
+    const events = runProcess({
+      argv: req.argv,
+      cwd: `/proc/self/fd/${dirFd}`,
+      env: req.env,
+      timeoutMs: req.timeoutMs,
+      killGraceMs: req.killGraceMs,
+      signal: call.abort.signal,
+      detectOom: args["detect-oom"] === true,
+      user: identity.user,
+      privileged: identity.privileged,
+      marker,
+      onSpawn: () => {
+        closeSync(dirFd);
+        cwdFd = undefined;
+      },
+      sweepAll: () => sweepSandbox(id),
+    });
+    for await (const ev of events) {
       switch (ev.type) {
         case "started":
           await send(F.STARTED, id, json({ startedAt: ev.startedAt.toISOString() }));
           break;
         case "stdout":
         case "stderr":
-          while (state.inFlight >= WINDOW && !state.abort.signal.aborted) await new Promise<void>((r) => (state.wake = r));
-          state.inFlight += ev.data.length;
-          await send(ev.type === "stdout" ? F.STDOUT : F.STDERR, id, ev.data);
+          await sendStreamed(call, ev.type === "stdout" ? F.STDOUT : F.STDERR, id, ev.data);
           break;
         case "exited":
-          await send(F.EXITED, id, json(ev.exit));
+          finish(id, F.EXITED, json(ev.exit));
           break;
       }
     }
   } catch (err) {
-    await send(F.ERROR, id, json({ message: err instanceof Error ? err.message : String(err) }));
+    fail(id, err);
   } finally {
-    running.delete(id);
+    if (cwdFd !== undefined) closeSync(cwdFd);
+    if (marker !== undefined) closeSync(marker.fd);
+    calls.delete(id);
+  }
+}
+
+/** Sends a batch-wise list of entries, then the result. */
+async function sendEntries(call: Call, id: number, entries: Iterable<unknown>): Promise<void> {
+  let batch: unknown[] = [];
+  let bytes = 0;
+  let sinceYield = 0;
+  for (const e of entries) {
+    batch.push(e);
+    bytes += 64;
+    if (bytes >= 64 * 1024 || batch.length >= 512) {
+      if (!(await sendStreamed(call, F.ENTRIES, id, json(batch)))) return;
+      batch = [];
+      bytes = 0;
+    }
+    // A long walk leaves room for other calls' frames between slices.
+    if (++sinceYield >= 2048) {
+      sinceYield = 0;
+      await new Promise((r) => setImmediate(r));
+      if (call.abort.signal.aborted) return;
+    }
+  }
+  if (batch.length > 0 && !(await sendStreamed(call, F.ENTRIES, id, json(batch)))) return;
+  finish(id, F.RESULT, json({}));
+}
+
+/** Sends bytes in chunks, then the result. */
+async function sendBytes(call: Call, id: number, bytes: Uint8Array, result: unknown): Promise<void> {
+  for (let at = 0; at < bytes.length; at += MAX_CHUNK) {
+    if (!(await sendStreamed(call, F.CHUNK, id, bytes.subarray(at, at + MAX_CHUNK)))) return;
+  }
+  finish(id, F.RESULT, json(result));
+}
+
+async function operate(id: number, req: OpRequest): Promise<void> {
+  const call: Call = { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: false };
+  calls.set(id, call);
+  try {
+    const fs = fsFor(req.root);
+    switch (req.op) {
+      case "resolve":
+        return finish(id, F.RESULT, json({ rel: fs.resolve(req.rel) }));
+      case "stat":
+        return finish(id, F.RESULT, json(fs.stat(req.rel)));
+      case "read": {
+        const bytes = fs.readFile(req.rel, req.maxBytes);
+        return await sendBytes(call, id, bytes, { size: bytes.length });
+      }
+      case "readRanges": {
+        const parts = fs.readRanges(req.rel, req.ranges);
+        return await sendBytes(call, id, Buffer.concat(parts), { lengths: parts.map((p) => p.length) });
+      }
+      case "list":
+        return await sendEntries(call, id, fs.list(req.rel));
+      case "walk":
+        return await sendEntries(call, id, fs.walk(req.rel));
+      case "remove":
+        fs.remove(req.rel);
+        return finish(id, F.RESULT, json({}));
+      case "write":
+        // The content follows in DATA frames; END commits.
+        call.upload = fs.beginWrite(req.rel);
+        return;
+    }
+  } catch (err) {
+    fail(id, err);
+  }
+}
+
+function onData(id: number, payload: Buffer): void {
+  const call = calls.get(id);
+  if (!call?.upload) return;
+  try {
+    call.upload.write(payload);
+  } catch (err) {
+    call.upload = undefined;
+    fail(id, err);
+  }
+}
+
+function onEnd(id: number): void {
+  const call = calls.get(id);
+  if (!call?.upload) return;
+  const upload = call.upload;
+  call.upload = undefined;
+  try {
+    upload.commit();
+    finish(id, F.RESULT, json({ created: upload.created }));
+  } catch (err) {
+    fail(id, err);
   }
 }
 
@@ -72,32 +332,58 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
 await readdir("/");
 
 const reader = new FrameReader();
+/** The server sent something this executor cannot make sense of: say so and stop. */
+function violation(message: string): never {
+  process.stderr.write(`executor: protocol violation: ${message}\n`);
+  process.exit(2);
+}
+
 process.stdin.on("data", (chunk: Buffer) => {
-  for (const frame of reader.push(chunk)) {
+  let frames;
+  try {
+    frames = reader.push(chunk);
+  } catch (err) {
+    violation(String(err));
+  }
+  for (const frame of frames) {
+    if (!FROM_SERVER.has(frame.type)) violation(`frame type ${frame.type}`);
     switch (frame.type) {
-      case F.EXEC: {
-        let req: ExecRequest;
+      case F.EXEC:
+      case F.OP: {
+        if (calls.has(frame.id)) violation(`id ${frame.id} is in use`);
+        let parsed: unknown;
         try {
-          req = checkExecRequest(JSON.parse(frame.payload.toString("utf8")));
+          parsed = JSON.parse(frame.payload.toString("utf8"));
+          if (frame.type === F.EXEC) void execute(frame.id, checkExecRequest(parsed));
+          else void operate(frame.id, checkOpRequest(parsed));
         } catch (err) {
-          void send(F.ERROR, frame.id, json({ message: `bad EXEC: ${err instanceof Error ? err.message : String(err)}` }));
-          break;
+          void send(F.ERROR, frame.id, json({ message: `bad ${frame.type === F.EXEC ? "EXEC" : "OP"}: ${err instanceof Error ? err.message : String(err)}` }));
         }
-        void execute(frame.id, req);
         break;
       }
+      case F.DATA:
+        onData(frame.id, frame.payload);
+        break;
+      case F.END:
+        onEnd(frame.id);
+        break;
       case F.KILL: {
-        const r = running.get(frame.id);
-        r?.abort.abort();
-        r?.wake?.();
+        const call = calls.get(frame.id);
+        if (!call) break;
+        call.abort.abort();
+        call.wake?.();
+        if (call.upload) {
+          call.upload.abort();
+          calls.delete(frame.id);
+        }
         break;
       }
       case F.CREDIT: {
-        const r = running.get(frame.id);
-        if (r && frame.payload.length >= 4) {
-          r.inFlight = Math.max(0, r.inFlight - frame.payload.readUInt32BE(0));
-          const w = r.wake;
-          r.wake = undefined;
+        const call = calls.get(frame.id);
+        if (call && frame.payload.length >= 4) {
+          call.inFlight = Math.max(0, call.inFlight - frame.payload.readUInt32BE(0));
+          const w = call.wake;
+          call.wake = undefined;
           w?.();
         }
         break;
@@ -108,9 +394,14 @@ process.stdin.on("data", (chunk: Buffer) => {
     }
   }
 });
-// The server went away for good (stdin closed): kill everything still running, then exit; the
+
+// The server went away for good (stdin closed): kill everything still running, then exit; a
 // container stops and the server restarts it on next use.
 process.stdin.on("end", () => {
-  for (const r of running.values()) r.abort.abort();
+  for (const c of calls.values()) {
+    c.abort.abort();
+    c.upload?.abort();
+  }
+  if (markerDir !== undefined) rmSync(markerDir, { recursive: true, force: true });
   setTimeout(() => process.exit(0), 200);
 });

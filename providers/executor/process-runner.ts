@@ -19,7 +19,7 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { readdir, readFile } from "node:fs/promises";
+import { readdir, readFile, readlink } from "node:fs/promises";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
 import type { ExecRequest } from "./protocol.ts";
@@ -34,9 +34,27 @@ const PIPE_DRAIN_MS = 2000;
 /** Events buffered between the pipes and a slow consumer before the pipes are paused. */
 const QUEUE_HIGH_WATER = 8;
 
-/** A fully resolved process to run: an EXEC request (complete environment, absolute directory) plus local controls. */
-export interface RunSpec extends ExecRequest {
+/** A fully resolved process to run: an EXEC request's program and limits, plus local controls. */
+export interface RunSpec extends Omit<ExecRequest, "root" | "cwd"> {
+  /** Absolute working directory (`/proc/self/fd/<fd>` of a directory the jail opened). */
+  cwd: string;
   signal?: AbortSignal;
+  /** The user the process runs as (the sandbox user), set by the spawn inside `privileged`. */
+  user?: { uid: number; gid: number };
+  /** Runs the spawn with the privilege to change identity (see main.ts); identity otherwise. */
+  privileged?: <T>(fn: () => T) => T;
+  /** Called right after the spawn, when the working directory's descriptor may be closed. */
+  onSpawn?: () => void;
+  /**
+   * A descriptor the command's processes inherit as fd 3, and what `/proc/<pid>/fd/3` reads for
+   * it: it marks them even after they clear their environment or leave their session.
+   */
+  marker?: { fd: number; link: string };
+  /**
+   * Called after the command ended and its own processes were killed: kills whatever else of the
+   * sandbox user is left, when nothing else runs (the sandbox's pid namespace is the command's).
+   */
+  sweepAll?: () => void;
   /** Count cgroup OOM kills around the run (only meaningful inside a sandbox with its own cgroup). */
   detectOom?: boolean;
 }
@@ -48,12 +66,21 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
   const marker = randomUUID();
   const started = performance.now();
   const oomBefore = spec.detectOom ? readOomKills() : 0;
-  const child = spawn(spec.argv[0], spec.argv.slice(1), {
-    cwd: spec.cwd,
-    env: { ...spec.env, [EXEC_MARKER_VAR]: marker },
-    detached: true,
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const launch = () =>
+    spawn(spec.argv[0], spec.argv.slice(1), {
+      cwd: spec.cwd,
+      env: { ...spec.env, [EXEC_MARKER_VAR]: marker },
+      detached: true,
+      stdio: spec.marker ? ["ignore", "pipe", "pipe", spec.marker.fd] : ["ignore", "pipe", "pipe"],
+      uid: spec.user?.uid,
+      gid: spec.user?.gid,
+    });
+  let child: ReturnType<typeof launch> & { stdout: Readable; stderr: Readable };
+  try {
+    child = (spec.privileged ? spec.privileged(launch) : launch()) as typeof child;
+  } finally {
+    spec.onSpawn?.();
+  }
 
   let spawnError: string | undefined;
   let exitInfo: { code: number | null; signal: NodeJS.Signals | null } | undefined;
@@ -69,7 +96,7 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
         // ESRCH: the group is already gone.
       }
     }
-    void killMarked(marker, sig, child.pid ?? 0);
+    void killMarked({ env: marker, link: spec.marker?.link }, sig, child.pid ?? 0);
   };
 
   // One queue for both pipes, bounded: pumps wait while it is full, which stops reading the pipe
@@ -113,6 +140,7 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
       exitInfo = { code, signal };
       // Whatever the command left behind (background jobs, setsid/nohup children) dies with it.
       killTree("SIGKILL");
+      spec.sweepAll?.();
       resolve();
     });
   });
@@ -191,14 +219,16 @@ function buildExit(
 }
 
 /**
- * Signals every process whose environment carries the execution's marker: this catches children
- * that called setsid() and left the process group. The caller does not wait for the sweep (a
- * child still holding the output pipes keeps the call open until the sweep reaches it). A
- * process that scrubbed its own environment escapes it; in containers the init process still
- * reaps it, and it dies with the container.
+ * Signals every process that carries the execution's marks: the marker variable in its
+ * environment, or the marker descriptor at fd 3. This catches children that left the process
+ * group (setsid, a double fork) and, through the descriptor, those that also cleared their
+ * environment (`env -i`, `exec -c`). A process that does all of that and closes fd 3 as well
+ * escapes this sweep; in a container the sandbox-wide sweep (`sweepAll`) still ends it. The caller
+ * does not wait for the sweep (a child still holding the output pipes keeps the call open until
+ * the sweep reaches it).
  */
-async function killMarked(marker: string, sig: NodeJS.Signals, since: number): Promise<void> {
-  const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marker}\0`);
+async function killMarked(marks: { env: string; link: string | undefined }, sig: NodeJS.Signals, since: number): Promise<void> {
+  const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marks.env}\0`);
   let entries: string[];
   try {
     entries = await readdir("/proc");
@@ -221,9 +251,12 @@ async function killMarked(marker: string, sig: NodeJS.Signals, since: number): P
     await Promise.all(
       pids.slice(i, i + 32).map(async (entry) => {
         try {
-          if ((await readFile(`/proc/${entry}/environ`)).includes(needle)) process.kill(Number(entry), sig);
+          const marked =
+            (marks.link !== undefined && (await readlink(`/proc/${entry}/fd/3`).catch(() => "")) === marks.link) ||
+            (await readFile(`/proc/${entry}/environ`).catch(() => Buffer.alloc(0))).includes(needle);
+          if (marked) process.kill(Number(entry), sig);
         } catch {
-          // Gone, or not ours to read.
+          // Gone, or not ours to signal.
         }
       }),
     );

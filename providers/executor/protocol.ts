@@ -1,13 +1,17 @@
 /**
- * The wire protocol between the server and the executor resident in a container sandbox
- * (main.ts in this folder). The executor is the container's main process; the server
- * talks to it over the container's attached stdin/stdout, so starting a command costs one frame
- * instead of a Docker exec round trip, and it works the same under runc and gVisor.
+ * The wire protocol between the server and the executor (main.ts in this folder), resident in a
+ * container sandbox or started as the local provider's child process. The server talks to it
+ * over the executor's stdin/stdout: starting a command or a file operation costs one frame, not
+ * a Docker exec round trip, and it works the same under runc and gVisor.
  *
- * A frame is `u32 length | u8 type | u32 exec id | payload` (big-endian; length counts type, id
- * and payload). Output flows under per-execution credit: the executor sends at most WINDOW
- * bytes of output beyond what the server has acknowledged as consumed, so a slow consumer of
- * one execution bounds memory without stalling the others.
+ * A frame is `u32 length | u8 type | u32 id | payload` (big-endian; length counts type, id and
+ * payload). Each command (EXEC) and file operation (OP) has its own id, chosen by the server.
+ * What the executor streams back (command output, file bytes, walk entries) flows under
+ * per-id credit: at most WINDOW bytes beyond what the server has acknowledged as consumed, so
+ * a slow consumer of one call bounds memory without stalling the others.
+ *
+ * Both ends check every frame: its size, its type, and that its id is one they know; a frame
+ * that fails is a protocol violation that ends the connection.
  *
  * Imports only node: modules: it runs inside sandboxes too.
  */
@@ -16,40 +20,79 @@
 export const F = {
   /** server → executor: start an execution; JSON ExecRequest. */
   EXEC: 1,
-  /** server → executor: kill an execution's process tree now. */
+  /** server → executor: stop an execution (kill its process tree now) or abandon an operation. */
   KILL: 2,
   /** server → executor: a liveness check; answered by PONG carrying the executor's version. */
   PING: 3,
-  /** server → executor: u32 bytes of output the server has consumed. */
+  /** server → executor: u32 bytes of streamed output the server has consumed. */
   CREDIT: 4,
+  /** server → executor: start a file operation; JSON OpRequest. */
+  OP: 5,
+  /** server → executor: bytes of a write's new content. */
+  DATA: 6,
+  /** server → executor: the write's content is complete; commit it. */
+  END: 7,
   /** executor → server: the process started; JSON { startedAt }. */
   STARTED: 10,
   /** executor → server: stdout bytes. */
   STDOUT: 11,
   /** executor → server: stderr bytes. */
   STDERR: 12,
-  /** executor → server: how the process ended; JSON ExecExit. */
+  /** executor → server: how the process ended; JSON ExecExit. Final. */
   EXITED: 13,
-  /** executor → server: PING's answer. */
+  /** executor → server: PING's answer. Final. */
   PONG: 14,
-  /** executor → server: the request was malformed; JSON { message }. */
+  /** executor → server: the request was malformed; JSON { message }. Final. */
   ERROR: 15,
+  /** executor → server: an operation's result; JSON. Final. */
+  RESULT: 16,
+  /** executor → server: an operation or execution failed with a reason; JSON FaultInfo. Final. */
+  FAULT: 17,
+  /** executor → server: bytes an operation returns (a file's content, byte ranges). */
+  CHUNK: 18,
+  /** executor → server: a batch of entries (a listing, a walk); JSON array. */
+  ENTRIES: 19,
 } as const;
 
-/** Output bytes in flight per execution before the executor waits for credit. */
+/** Frame types the executor may send; anything else from it is a protocol violation. */
+export const FROM_EXECUTOR = new Set<number>([F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES]);
+/** Frame types the server may send. */
+export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END]);
+/** Frame types that end a call: after one of these its id is free. */
+export const FINAL = new Set<number>([F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT]);
+
+/** Streamed bytes in flight per call before the executor waits for credit. */
 export const WINDOW = 4 * 1024 * 1024;
-/** The server returns credit once this many bytes of an execution have been consumed. */
+/** The server returns credit once this many bytes of a call have been consumed. */
 export const CREDIT_BATCH = 512 * 1024;
+/** Largest payload of a bulk frame (output, file bytes, write data), in bytes. */
+export const MAX_CHUNK = 256 * 1024;
+/** Largest frame either side accepts (JSON requests and results included). */
+export const MAX_FRAME = 1024 * 1024 + 9;
 
 /** What EXEC carries. */
 export interface ExecRequest {
   argv: string[];
-  /** Absolute working directory inside the sandbox. */
+  /** The workspace root as the executor sees it (a host directory, or /workspace). */
+  root: string;
+  /** Working directory, workspace-relative ("" for the root); resolved by the executor's jail. */
   cwd: string;
   env: Record<string, string>;
   timeoutMs: number;
   killGraceMs: number;
 }
+
+/** What OP carries: a file operation on the workspace at `root`. */
+export type OpRequest = { root: string } & (
+  | { op: "resolve"; rel: string }
+  | { op: "stat"; rel: string }
+  | { op: "read"; rel: string; maxBytes: number }
+  | { op: "write"; rel: string }
+  | { op: "list"; rel: string }
+  | { op: "remove"; rel: string }
+  | { op: "walk"; rel: string }
+  | { op: "readRanges"; rel: string; ranges: Array<[number, number]> }
+);
 
 /** Encodes one frame. */
 export function encodeFrame(type: number, id: number, payload: Uint8Array = new Uint8Array(0)): Buffer {
@@ -57,26 +100,74 @@ export function encodeFrame(type: number, id: number, payload: Uint8Array = new 
   head.writeUInt32BE(5 + payload.length, 0);
   head.writeUInt8(type, 4);
   head.writeUInt32BE(id, 5);
-  return Buffer.concat([head, payload]);
+  return payload.length === 0 ? head : Buffer.concat([head, payload], 9 + payload.length);
 }
 
-/** Incrementally splits a byte stream into frames. */
-export class FrameReader {
-  #buf: Buffer = Buffer.alloc(0);
+/** One decoded frame; `payload` is a copy the caller may keep. */
+export interface Frame {
+  type: number;
+  id: number;
+  payload: Buffer;
+}
 
-  /** Feeds bytes; returns the complete frames they finish. */
-  push(chunk: Buffer): Array<{ type: number; id: number; payload: Buffer }> {
-    this.#buf = this.#buf.length === 0 ? chunk : Buffer.concat([this.#buf, chunk]);
-    const out: Array<{ type: number; id: number; payload: Buffer }> = [];
-    let at = 0;
-    while (this.#buf.length - at >= 4) {
-      const len = this.#buf.readUInt32BE(at);
-      if (len < 5 || len > 64 * 1024 * 1024) throw new Error(`corrupt frame length ${len}`);
-      if (this.#buf.length - at < 4 + len) break;
-      out.push({ type: this.#buf.readUInt8(at + 4), id: this.#buf.readUInt32BE(at + 5), payload: this.#buf.subarray(at + 9, at + 4 + len) });
-      at += 4 + len;
+/**
+ * Incrementally splits a byte stream into frames. Bytes are kept as received and joined only
+ * once a frame is complete, so a large frame costs one copy however it was split; a length
+ * beyond `maxFrame` throws before anything of that size is buffered.
+ */
+export class FrameReader {
+  readonly #maxFrame: number;
+  #parts: Buffer[] = [];
+  #buffered = 0;
+
+  constructor(maxFrame = MAX_FRAME) {
+    this.#maxFrame = maxFrame;
+  }
+
+  /** Feeds bytes; returns the complete frames they finish. Throws on a malformed length. */
+  push(chunk: Buffer): Frame[] {
+    this.#parts.push(chunk);
+    this.#buffered += chunk.length;
+    const out: Frame[] = [];
+    for (;;) {
+      if (this.#buffered < 4) break;
+      const head = this.#peek(4);
+      const len = head.readUInt32BE(0);
+      if (len < 5 || len > this.#maxFrame) throw new Error(`frame length ${len} is out of bounds`);
+      if (this.#buffered < 4 + len) break;
+      const bytes = this.#take(4 + len);
+      out.push({ type: bytes.readUInt8(4), id: bytes.readUInt32BE(5), payload: bytes.subarray(9) });
     }
-    this.#buf = at === this.#buf.length ? Buffer.alloc(0) : this.#buf.subarray(at);
+    return out;
+  }
+
+  /** The first `n` buffered bytes, joined (n ≤ buffered). */
+  #peek(n: number): Buffer {
+    if (this.#parts[0].length >= n) return this.#parts[0];
+    return Buffer.concat(this.#parts, n);
+  }
+
+  /** Removes and returns the first `n` buffered bytes as one buffer of its own. */
+  #take(n: number): Buffer {
+    const first = this.#parts[0];
+    let out: Buffer;
+    if (first.length >= n) {
+      out = Buffer.from(first.subarray(0, n));
+      if (first.length === n) this.#parts.shift();
+      else this.#parts[0] = first.subarray(n);
+    } else {
+      out = Buffer.allocUnsafe(n);
+      let at = 0;
+      while (at < n) {
+        const part = this.#parts[0];
+        const take = Math.min(part.length, n - at);
+        part.copy(out, at, 0, take);
+        at += take;
+        if (take === part.length) this.#parts.shift();
+        else this.#parts[0] = part.subarray(take);
+      }
+    }
+    this.#buffered -= n;
     return out;
   }
 }

@@ -29,3 +29,23 @@ export interface ExecExit {
   /** Set when the program could not be started at all (e.g. "ENOENT"). */
   spawnError?: string;
 }
+
+/** What a filesystem entry is. Symlinks are reported as such only by listings. */
+export type EntryType = "file" | "directory" | "symlink" | "other";
+
+/** Metadata of one entry. */
+export interface FileStat {
+  type: EntryType;
+  size: number;
+  mtimeMs: number;
+}
+
+/** One directory entry, not followed if it is a symlink. */
+export interface DirEntry extends FileStat {
+  name: string;
+}
+
+/** A regular file found by a walk, with its workspace-relative path. */
+export interface FoundFile extends DirEntry {
+  path: string;
+}

@@ -3,7 +3,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { WorkspaceService, WorkspaceStatus } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import { DomainError } from "../../core/errors.ts";
-import { WORKSPACE_ROOT } from "../../providers/jail.ts";
+import { WORKSPACE_ROOT } from "../../providers/executor/jail.ts";
 import { formatSize } from "../workspace-limits.ts";
 import type { WorkspaceManager, WorkspaceView } from "../workspace-manager.ts";
 import type { MessageInitShape } from "@bufbuild/protobuf";

@@ -3,7 +3,8 @@
  * provider primitive sees it.
  */
 import { DomainError } from "../../core/errors.ts";
-import { displayPath, toWorkspacePath } from "../../providers/jail.ts";
+import { displayPath, toWorkspacePath } from "../../providers/executor/jail.ts";
+import { domain } from "../../providers/faults.ts";
 import type { WorkspaceHandle } from "../../providers/types.ts";
 
 export { displayPath };
@@ -13,7 +14,7 @@ export function jailPath(input: string, field: string, required: boolean): strin
   if (required && input.trim() === "") {
     throw new DomainError("INVALID_ARGUMENT", `${field} is required`, { metadata: { field } });
   }
-  return toWorkspacePath(input);
+  return domain(() => toWorkspacePath(input));
 }
 
 /** Jails and canonicalises a directory path, requiring that it exists and is a directory. */

@@ -5,9 +5,9 @@
  * bash-like semantics).
  */
 import picomatch from "picomatch";
-import { DomainError, hasReason } from "../../core/errors.ts";
+import { DomainError } from "../../core/errors.ts";
+import { WORKSPACE_ROOT } from "../../providers/executor/jail.ts";
 import type { DirEntry, WorkspaceHandle } from "../../providers/types.ts";
-import { WORKSPACE_ROOT } from "../../providers/jail.ts";
 
 /** One entry as the API reports it, with its workspace-relative path. */
 export interface FoundEntry extends DirEntry {
@@ -37,27 +37,13 @@ export function compileGlob(pattern: string): (path: string) => boolean {
 }
 
 /**
- * Walks `base` (workspace-relative) depth first and yields every regular file whose path relative
- * to `base` matches. Symlinked directories are not entered, so a walk cannot leave the workspace
- * or loop.
+ * Every regular file below `base` (workspace-relative) whose path relative to `base` matches,
+ * from the provider's walk: symlinked directories are never entered, so a walk cannot leave the
+ * workspace or loop, and the order is the same on every provider.
  */
 export async function* walkMatches(ws: WorkspaceHandle, base: string, match: (p: string) => boolean): AsyncGenerator<FoundEntry> {
-  const stack: string[] = [""];
-  while (stack.length > 0) {
-    const sub = stack.pop() as string;
-    let entries: DirEntry[];
-    try {
-      entries = await ws.fs.list(joinPath(base, sub));
-    } catch (err) {
-      // A directory removed or made unreadable during the walk is skipped, not fatal.
-      if (hasReason(err, "FILE_NOT_FOUND", "ACCESS_DENIED", "NOT_A_DIRECTORY")) continue;
-      throw err;
-    }
-    entries.sort((a, b) => (a.name < b.name ? 1 : a.name > b.name ? -1 : 0));
-    for (const e of entries) {
-      const relToBase = joinPath(sub, e.name);
-      if (e.type === "directory") stack.push(relToBase);
-      else if (e.type === "file" && match(relToBase)) yield { ...e, path: joinPath(base, relToBase) };
-    }
+  const cut = base === "" ? 0 : base.length + 1;
+  for await (const file of ws.fs.walk(base)) {
+    if (match(file.path.slice(cut))) yield file;
   }
 }

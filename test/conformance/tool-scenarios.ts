@@ -454,15 +454,9 @@ export function registerToolScenarios<C>(
 
   // gVisor keeps FIFOs made inside the sandbox in its own kernel; they never reach the shared
   // storage the file tools read, so there the FIFO simply is not a file.
-  const fifoStaysInSandbox = name.startsWith("gvisor");
-
   scenario("ReadFile › a FIFO is refused without blocking", async (t, ws) => {
     await ws.sh("mkfifo f");
-    if (fifoStaysInSandbox) {
-      await expectError(t, ws.tools.readFile({ workspaceId: ws.id, path: "f" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
-    } else {
-      await expectError(t, ws.tools.readFile({ workspaceId: ws.id, path: "f" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
-    }
+    await expectError(t, ws.tools.readFile({ workspaceId: ws.id, path: "f" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
   });
 
   // ───────────────────────────── WriteFile ─────────────────────────────
@@ -531,10 +525,6 @@ export function registerToolScenarios<C>(
   });
 
   scenario("WriteFile › a FIFO is refused without blocking", async (t, ws) => {
-    if (fifoStaysInSandbox) {
-      t.pass("FIFOs made in a gVisor sandbox are not visible to the file tools (see ReadFile › a FIFO)");
-      return;
-    }
     await ws.sh("mkfifo pipe");
     await expectError(t, ws.tools.writeFile({ workspaceId: ws.id, path: "pipe", content: "x" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
     await expectError(t, ws.tools.editFile({ workspaceId: ws.id, path: "pipe", oldString: "a", newString: "b" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);

@@ -1,0 +1,64 @@
+/**
+ * WorkspaceFs of a workspace whose files live inside its sandbox: every primitive is one file
+ * operation of the sandbox's executor, which runs it as the sandbox user through the same jail
+ * as the local provider. The server never touches such a workspace's files by a host path, so
+ * a provider without a host directory at all (a remote engine, a pod, a microVM) needs nothing
+ * but a connection to its executor.
+ */
+import type { SandboxConnection } from "./sandbox-connection.ts";
+import type { DirEntry, FileStat, FoundFile, WorkspaceFs } from "./types.ts";
+
+/** The WorkspaceFs of the workspace at `root` (as the executor sees it), over `connect()`. */
+export class ExecutorFs implements WorkspaceFs {
+  readonly #connect: () => Promise<SandboxConnection>;
+  readonly #root: string;
+
+  constructor(connect: () => Promise<SandboxConnection>, root: string) {
+    this.#connect = connect;
+    this.#root = root;
+  }
+
+  async resolve(rel: string): Promise<string> {
+    const r = await (await this.#connect()).op<{ rel: string }>({ root: this.#root, op: "resolve", rel });
+    return String(r.rel);
+  }
+
+  async stat(rel: string): Promise<FileStat> {
+    return (await this.#connect()).op<FileStat>({ root: this.#root, op: "stat", rel });
+  }
+
+  async readFile(rel: string, maxBytes: number): Promise<Uint8Array> {
+    const { bytes } = await (await this.#connect()).opBytes<{ size: number }>({ root: this.#root, op: "read", rel, maxBytes });
+    return bytes;
+  }
+
+  async writeFile(rel: string, data: Uint8Array): Promise<{ created: boolean }> {
+    const r = await (await this.#connect()).op<{ created: boolean }>({ root: this.#root, op: "write", rel }, data);
+    return { created: r.created === true };
+  }
+
+  async list(rel: string): Promise<DirEntry[]> {
+    const out: DirEntry[] = [];
+    for await (const batch of (await this.#connect()).opEntries<DirEntry>({ root: this.#root, op: "list", rel })) out.push(...batch);
+    return out;
+  }
+
+  async remove(rel: string): Promise<void> {
+    await (await this.#connect()).op({ root: this.#root, op: "remove", rel });
+  }
+
+  async *walk(base: string): AsyncGenerator<FoundFile> {
+    for await (const batch of (await this.#connect()).opEntries<FoundFile>({ root: this.#root, op: "walk", rel: base })) yield* batch;
+  }
+
+  async readRanges(rel: string, ranges: Array<[number, number]>): Promise<Uint8Array[]> {
+    const { bytes, result } = await (await this.#connect()).opBytes<{ lengths: number[] }>({ root: this.#root, op: "readRanges", rel, ranges });
+    const out: Uint8Array[] = [];
+    let at = 0;
+    for (const len of result.lengths) {
+      out.push(bytes.subarray(at, at + len));
+      at += len;
+    }
+    return out;
+  }
+}

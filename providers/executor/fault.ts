@@ -1,0 +1,46 @@
+/**
+ * A failure of a workspace operation with a stable reason, raised by the executor's file
+ * operations wherever they run (inside a sandbox, or in the server for the local provider). It
+ * crosses the executor protocol as JSON and becomes a DomainError on the server side; the
+ * reasons are a subset of the server's (checked at compile time in providers/executor-fs.ts).
+ */
+
+/** Reasons a workspace operation can fail with. */
+export type FaultReason =
+  | "FILE_NOT_FOUND"
+  | "PATH_OUTSIDE_WORKSPACE"
+  | "IS_DIRECTORY"
+  | "NOT_A_DIRECTORY"
+  | "WRITE_FAILED"
+  | "INVALID_ARGUMENT"
+  | "UNSUPPORTED_FILE_TYPE"
+  | "FILE_TOO_LARGE"
+  | "ACCESS_DENIED"
+  | "RESOURCE_EXHAUSTED"
+  | "WORKSPACE_NOT_READY"
+  | "INTERNAL";
+
+/** The wire form of a fault. */
+export interface FaultInfo {
+  reason: FaultReason;
+  message: string;
+  metadata: Record<string, string>;
+}
+
+/** A workspace operation's failure; `message` is client-safe (no host paths). */
+export class Fault extends Error {
+  readonly reason: FaultReason;
+  readonly metadata: Record<string, string>;
+
+  constructor(reason: FaultReason, message: string, metadata: Record<string, string> = {}, cause?: unknown) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = "Fault";
+    this.reason = reason;
+    this.metadata = metadata;
+  }
+
+  /** The JSON form sent over the protocol. */
+  toInfo(): FaultInfo {
+    return { reason: this.reason, message: this.message, metadata: this.metadata };
+  }
+}

@@ -1,0 +1,385 @@
+/**
+ * The file operations of one workspace, on top of the jail: stat, read, atomic write, list,
+ * remove, a directory walk, byte ranges, and a directory descriptor for a process's working
+ * directory. The same code runs inside every sandbox (the executor, as the sandbox user) and in
+ * the server for the local provider, so the answers are the same on every provider.
+ *
+ * Every operation resolves its path once with `Jail.locate` and then names the final entry only
+ * by its parent's descriptor: a create, write-then-rename, mkdir or unlink cannot be redirected by
+ * a link swapped in after the check, and files are opened with O_NOFOLLOW | O_NONBLOCK, so neither
+ * a late symlink nor a FIFO can take over or block an open. FIFOs, sockets and devices are refused.
+ */
+import { randomBytes } from "node:crypto";
+import {
+  closeSync,
+  constants,
+  fchmodSync,
+  fstatSync,
+  lstatSync,
+  openSync,
+  readdirSync,
+  readSync,
+  renameSync,
+  type Stats,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
+import { Fault } from "./fault.ts";
+import { at, DIR_OPEN, displayPath, errnoOf, faultOf, Jail, type Location, MAX_NAME_BYTES, notFound } from "./jail.ts";
+import type { DirEntry, EntryType, FileStat, FoundFile } from "./types.ts";
+
+/** Flags for opening a file to read: never through a symlink, never blocking on a FIFO. */
+const FILE_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+/** Largest total of byte ranges one `readRanges` call returns. */
+export const MAX_RANGES_BYTES = 8 * 1024 * 1024;
+
+function entryType(st: Stats): EntryType {
+  if (st.isFile()) return "file";
+  if (st.isDirectory()) return "directory";
+  if (st.isSymbolicLink()) return "symlink";
+  return "other";
+}
+
+const info = (st: Stats): FileStat => ({ type: entryType(st), size: st.size, mtimeMs: st.mtimeMs });
+
+function isDirectory(rel: string, message = `'${displayPath(rel)}' is a directory`): Fault {
+  return new Fault("IS_DIRECTORY", message, { path: rel });
+}
+
+function unsupported(rel: string): Fault {
+  return new Fault("UNSUPPORTED_FILE_TYPE", `'${displayPath(rel)}' is not a regular file (FIFO, socket or device)`, { path: rel });
+}
+
+function notDirectory(rel: string): Fault {
+  return new Fault("NOT_A_DIRECTORY", `'${displayPath(rel)}' is not a directory`, { path: rel });
+}
+
+/** An atomic replacement in progress: bytes go to a temporary file that `commit` renames into place. */
+export interface PendingWrite {
+  /** True when the file did not exist before. */
+  readonly created: boolean;
+  /** Appends bytes to the new content. */
+  write(chunk: Uint8Array): void;
+  /** Puts the new content in place (rename in the same directory): readers see old or new, never a mix. */
+  commit(): void;
+  /** Drops the new content; the old file is untouched. */
+  abort(): void;
+}
+
+/** The file operations of one workspace root. */
+export class JailedFs {
+  readonly jail: Jail;
+
+  constructor(jail: Jail) {
+    this.jail = jail;
+  }
+
+  /** Runs `fn` on the location of `rel`, releasing it afterwards and translating system errors. */
+  #at<T>(rel: string, options: { followFinal: boolean; createParents?: boolean }, writing: boolean, fn: (loc: Location) => T): T {
+    let loc: Location | undefined;
+    try {
+      loc = this.jail.locate(rel, options);
+      return fn(loc);
+    } catch (err) {
+      throw faultOf(err, rel, writing);
+    } finally {
+      loc?.release();
+    }
+  }
+
+  /**
+   * Opens the directory at `loc` (the root itself when its name is ""), checking it is the one
+   * the lookup saw. The caller closes the descriptor unless it is the root's.
+   */
+  #openDir(loc: Location, rel: string): number {
+    if (loc.stat === undefined) throw notFound(rel);
+    if (!loc.stat.isDirectory()) throw notDirectory(rel);
+    if (loc.name === "") return this.jail.rootFd;
+    const fd = openSync(at(loc.dirFd, loc.name), DIR_OPEN);
+    const st = fstatSync(fd);
+    if (!st.isDirectory() || st.ino !== loc.stat.ino) {
+      closeSync(fd);
+      throw new Fault("WORKSPACE_NOT_READY", `'${displayPath(rel)}' changed while it was opened; retry`, { path: rel });
+    }
+    return fd;
+  }
+
+  #closeDir(fd: number): void {
+    if (fd !== this.jail.rootFd) closeSync(fd);
+  }
+
+  /** Opens the regular file at `loc` for reading; IS_DIRECTORY / UNSUPPORTED_FILE_TYPE otherwise. */
+  #openFile(loc: Location, rel: string): { fd: number; st: Stats } {
+    if (loc.stat === undefined) throw notFound(rel);
+    if (loc.stat.isDirectory()) throw isDirectory(rel);
+    if (!loc.stat.isFile()) throw unsupported(rel);
+    const fd = openSync(at(loc.dirFd, loc.name), FILE_READ);
+    const st = fstatSync(fd);
+    if (!st.isFile()) {
+      closeSync(fd);
+      throw st.isDirectory() ? isDirectory(rel) : unsupported(rel);
+    }
+    return { fd, st };
+  }
+
+  /**
+   * The canonical workspace-relative form of a path: symlinks inside the workspace followed,
+   * PATH_OUTSIDE_WORKSPACE if any leaves it. The entry need not exist.
+   */
+  resolve(rel: string): string {
+    return this.#at(rel, { followFinal: true }, false, (loc) => loc.rel);
+  }
+
+  /** Stats a path, following symlinks that stay inside. FILE_NOT_FOUND if absent. */
+  stat(rel: string): FileStat {
+    return this.#at(rel, { followFinal: true }, false, (loc) => {
+      if (loc.stat === undefined) throw notFound(rel);
+      return info(loc.stat);
+    });
+  }
+
+  /**
+   * Reads a regular file whole. IS_DIRECTORY for directories, UNSUPPORTED_FILE_TYPE for FIFOs,
+   * sockets and devices (never opened in a way that could block), FILE_TOO_LARGE past maxBytes.
+   */
+  readFile(rel: string, maxBytes: number): Buffer {
+    return this.#at(rel, { followFinal: true }, false, (loc) => {
+      const { fd, st } = this.#openFile(loc, rel);
+      try {
+        if (st.size > maxBytes) {
+          throw new Fault("FILE_TOO_LARGE", `'${displayPath(rel)}' is ${st.size} bytes, more than the ${maxBytes} this tool reads`, {
+            path: rel,
+            size: String(st.size),
+            max_bytes: String(maxBytes),
+          });
+        }
+        // Read to EOF (the file may grow between fstat and read), never past maxBytes + 1.
+        const chunks: Buffer[] = [];
+        let total = 0;
+        let want = Math.min(st.size + 1, maxBytes + 1);
+        for (;;) {
+          const buf = Buffer.allocUnsafe(Math.max(1, Math.min(want, maxBytes + 1 - total)));
+          const n = readSync(fd, buf, 0, buf.length, null);
+          if (n === 0) break;
+          chunks.push(buf.subarray(0, n));
+          total += n;
+          if (total > maxBytes) {
+            throw new Fault("FILE_TOO_LARGE", `'${displayPath(rel)}' is more than the ${maxBytes} bytes this tool reads`, { path: rel, max_bytes: String(maxBytes) });
+          }
+          want = 64 * 1024;
+        }
+        return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total);
+      } finally {
+        closeSync(fd);
+      }
+    });
+  }
+
+  /**
+   * Starts replacing `rel` atomically, creating parent directories: the content goes to a
+   * temporary file beside it, which `commit` renames over the old file (keeping its mode). A
+   * symlink inside the workspace is written through to its target. IS_DIRECTORY for a directory,
+   * UNSUPPORTED_FILE_TYPE for a FIFO, socket or device.
+   */
+  beginWrite(rel: string): PendingWrite {
+    if (rel === "") throw isDirectory(rel, "'.' is a directory");
+    let loc: Location | undefined;
+    let fd: number | undefined;
+    let tmp = "";
+    try {
+      loc = this.jail.locate(rel, { followFinal: true, createParents: true });
+      let mode = 0o644;
+      let created = true;
+      if (loc.stat !== undefined) {
+        if (loc.stat.isDirectory()) throw isDirectory(rel);
+        if (!loc.stat.isFile()) throw unsupported(rel);
+        mode = loc.stat.mode & 0o7777;
+        created = false;
+      }
+      const suffix = `.aw-${randomBytes(6).toString("hex")}.tmp`;
+      tmp = Buffer.byteLength(loc.name) + suffix.length + 1 <= MAX_NAME_BYTES ? `.${loc.name}${suffix}` : suffix;
+      fd = openSync(at(loc.dirFd, tmp), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+    } catch (err) {
+      loc?.release();
+      throw faultOf(err, rel, true);
+    }
+    const where = loc;
+    const file = fd;
+    let open = true;
+    const finish = (commit: boolean) => {
+      if (!open) return;
+      open = false;
+      try {
+        if (commit) {
+          fchmodSync(file, (where.stat?.mode ?? 0o644) & 0o7777);
+          closeSync(file);
+          renameSync(at(where.dirFd, tmp), at(where.dirFd, where.name));
+        } else {
+          closeSync(file);
+          unlinkSync(at(where.dirFd, tmp));
+        }
+      } catch (err) {
+        if (commit) {
+          try {
+            unlinkSync(at(where.dirFd, tmp));
+          } catch {
+            // Already gone.
+          }
+        }
+        throw faultOf(err, rel, true);
+      } finally {
+        where.release();
+      }
+    };
+    return {
+      created: where.stat === undefined,
+      write: (chunk) => {
+        try {
+          for (let off = 0; off < chunk.length; ) off += writeSync(file, chunk, off, chunk.length - off);
+        } catch (err) {
+          const fault = faultOf(err, rel, true);
+          try {
+            finish(false);
+          } catch {
+            // The write's own error is the one to report.
+          }
+          throw fault;
+        }
+      },
+      commit: () => finish(true),
+      abort: () => finish(false),
+    };
+  }
+
+  /** Replaces `rel` with `data` atomically (see `beginWrite`). */
+  writeFile(rel: string, data: Uint8Array): { created: boolean } {
+    const w = this.beginWrite(rel);
+    w.write(data);
+    w.commit();
+    return { created: w.created };
+  }
+
+  /** A directory's entries (unsorted), symlinks not followed. NOT_A_DIRECTORY for files. */
+  list(rel: string): DirEntry[] {
+    return this.#at(rel, { followFinal: true }, false, (loc) => {
+      const fd = this.#openDir(loc, rel);
+      try {
+        const out: DirEntry[] = [];
+        for (const name of readdirSync(at(fd))) {
+          try {
+            out.push({ name, ...info(lstatSync(at(fd, name))) });
+          } catch (err) {
+            // An entry removed between readdir and lstat is simply not listed.
+            if (errnoOf(err) !== "ENOENT") throw err;
+          }
+        }
+        return out;
+      } finally {
+        this.#closeDir(fd);
+      }
+    });
+  }
+
+  /** Removes a file or symlink (never its target, never a directory: IS_DIRECTORY). */
+  remove(rel: string): void {
+    if (rel === "") throw isDirectory(rel, "'.' is a directory");
+    this.#at(rel, { followFinal: false }, true, (loc) => {
+      if (loc.stat === undefined) throw notFound(rel);
+      if (loc.stat.isDirectory()) throw isDirectory(rel, `'${displayPath(rel)}' is a directory; DeleteFile deletes files only`);
+      unlinkSync(at(loc.dirFd, loc.name));
+    });
+  }
+
+  /**
+   * Every regular file below the directory `base`, depth first: in each directory its files by
+   * name descending, then its subdirectories by name ascending. Symlinks are never entered, and
+   * each subdirectory is opened from its parent's descriptor, so a walk cannot leave the
+   * workspace, loop, or be redirected mid-way. Unreadable or vanished subdirectories are skipped.
+   */
+  *walk(base: string): Generator<FoundFile> {
+    const { fd, rel } = this.#at(base, { followFinal: true }, false, (loc) => ({ fd: this.#openDir(loc, base), rel: loc.rel }));
+    yield* this.#walkDir(fd, rel);
+  }
+
+  *#walkDir(fd: number, prefix: string): Generator<FoundFile> {
+    const join = (name: string) => (prefix === "" ? name : `${prefix}/${name}`);
+    const subdirs: Array<{ name: string; st: Stats }> = [];
+    try {
+      let names: string[];
+      try {
+        names = readdirSync(at(fd));
+      } catch {
+        return;
+      }
+      names.sort((a, b) => (a < b ? 1 : a > b ? -1 : 0));
+      for (const name of names) {
+        let st: Stats;
+        try {
+          st = lstatSync(at(fd, name));
+        } catch {
+          continue;
+        }
+        if (st.isDirectory()) subdirs.push({ name, st });
+        else if (st.isFile()) yield { path: join(name), name, type: "file", size: st.size, mtimeMs: st.mtimeMs };
+      }
+      for (const { name, st } of subdirs.reverse()) {
+        let child: number;
+        try {
+          child = openSync(at(fd, name), DIR_OPEN);
+        } catch {
+          continue;
+        }
+        const opened = fstatSync(child);
+        if (!opened.isDirectory() || opened.ino !== st.ino) {
+          closeSync(child);
+          continue;
+        }
+        yield* this.#walkDir(child, join(name));
+      }
+    } finally {
+      this.#closeDir(fd);
+    }
+  }
+
+  /**
+   * Bytes of a regular file at the given [offset, length] ranges (shorter at end of file), at
+   * most MAX_RANGES_BYTES in total. Used to check what a search reported against the file the
+   * workspace really holds at that path.
+   */
+  readRanges(rel: string, ranges: Array<[number, number]>): Buffer[] {
+    const total = ranges.reduce((sum, [, len]) => sum + len, 0);
+    if (total > MAX_RANGES_BYTES || ranges.some(([off, len]) => !Number.isSafeInteger(off) || !Number.isSafeInteger(len) || off < 0 || len < 0)) {
+      throw new Fault("INVALID_ARGUMENT", `Byte ranges of '${displayPath(rel)}' are invalid or exceed ${MAX_RANGES_BYTES} bytes`, { path: rel });
+    }
+    return this.#at(rel, { followFinal: true }, false, (loc) => {
+      const { fd } = this.#openFile(loc, rel);
+      try {
+        return ranges.map(([off, len]) => {
+          const buf = Buffer.allocUnsafe(len);
+          let got = 0;
+          while (got < len) {
+            const n = readSync(fd, buf, got, len - got, off + got);
+            if (n === 0) break;
+            got += n;
+          }
+          return buf.subarray(0, got);
+        });
+      } finally {
+        closeSync(fd);
+      }
+    });
+  }
+
+  /**
+   * A new descriptor of the directory `rel` (for a process's working directory: a process started
+   * in `/proc/self/fd/<fd>` lands in that very directory, never one swapped in by name). The
+   * caller closes it.
+   */
+  openDirectory(rel: string): number {
+    return this.#at(rel, { followFinal: true }, false, (loc) => {
+      const fd = this.#openDir(loc, rel);
+      // A second descriptor of the root: through its own magic link, which must be followed.
+      return fd === this.jail.rootFd ? openSync(at(fd), constants.O_RDONLY | constants.O_DIRECTORY) : fd;
+    });
+  }
+}

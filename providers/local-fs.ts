@@ -1,0 +1,76 @@
+/**
+ * WorkspaceFs of the local provider: the executor's jailed file operations, run in the server
+ * process on the workspace's host directory (no round trip: the host is the sandbox here). The
+ * root directory is opened once, when the workspace is opened, and every path is resolved beneath
+ * that descriptor.
+ */
+import { setImmediate as yieldToLoop } from "node:timers/promises";
+import { Jail } from "./executor/jail.ts";
+import { JailedFs } from "./executor/jailed-fs.ts";
+import { domain, toDomainError } from "./faults.ts";
+import type { DirEntry, FileStat, FoundFile, WorkspaceFs } from "./types.ts";
+
+/** Files a walk hands over between two turns of the event loop, so a large tree never stalls other calls. */
+const WALK_SLICE = 512;
+
+/** The local provider's WorkspaceFs over the host directory `root`. */
+export class LocalFs implements WorkspaceFs {
+  readonly #fs: JailedFs;
+
+  /** Opens `root`; the descriptor stays open until `close`. */
+  constructor(root: string) {
+    this.#fs = new JailedFs(new Jail(root));
+  }
+
+  close(): void {
+    this.#fs.jail.close();
+  }
+
+  async resolve(rel: string): Promise<string> {
+    return domain(() => this.#fs.resolve(rel));
+  }
+
+  async stat(rel: string): Promise<FileStat> {
+    return domain(() => this.#fs.stat(rel));
+  }
+
+  async readFile(rel: string, maxBytes: number): Promise<Uint8Array> {
+    return domain(() => this.#fs.readFile(rel, maxBytes));
+  }
+
+  async writeFile(rel: string, data: Uint8Array): Promise<{ created: boolean }> {
+    return domain(() => this.#fs.writeFile(rel, data));
+  }
+
+  async list(rel: string): Promise<DirEntry[]> {
+    return domain(() => this.#fs.list(rel));
+  }
+
+  async remove(rel: string): Promise<void> {
+    domain(() => this.#fs.remove(rel));
+  }
+
+  async *walk(base: string): AsyncGenerator<FoundFile> {
+    const files = domain(() => this.#fs.walk(base));
+    let n = 0;
+    try {
+      for (;;) {
+        const next = domain(() => files.next());
+        if (next.done) return;
+        yield next.value;
+        if (++n % WALK_SLICE === 0) await yieldToLoop();
+      }
+    } finally {
+      try {
+        files.return(undefined);
+      } catch (err) {
+        // Closing the walk only closes descriptors; nothing to report.
+        void toDomainError(err);
+      }
+    }
+  }
+
+  async readRanges(rel: string, ranges: Array<[number, number]>): Promise<Uint8Array[]> {
+    return domain(() => this.#fs.readRanges(rel, ranges));
+  }
+}
