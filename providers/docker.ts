@@ -111,6 +111,11 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         Mounts: [{ Type: "volume", Source: volume, Target: WORKSPACE_ROOT }],
         Binds: [`${nodeBinary}:${MOUNT}/node:ro`, `${EXECUTOR_DIR}:${MOUNT}/executor:ro`, `${rg}:${MOUNT}/bin/rg:ro`],
         Init: true,
+        // No engine-side logging: the executor's stdout is the protocol stream (file contents and
+        // command output), which must not land in a log file on the host, and the json-file
+        // driver's per-line processing caps it at about 1 MiB/s. Its stderr reaches the server
+        // through the attach stream.
+        LogConfig: { Type: "none", Config: {} },
         NetworkMode: options.network,
         CapDrop: ["ALL"],
         // Only what the executor needs: hand a fresh volume to the sandbox user, and switch to it.

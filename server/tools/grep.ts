@@ -1,8 +1,17 @@
 /**
  * The grep tool: ripgrep run through the provider's exec primitive, its --json output turned into
  * matches as it arrives. The pattern goes in with -e and the path after "--", so neither can be
- * read as a flag; the search root is canonicalised by the jail first, because ripgrep follows a
- * symlink given as its root. ripgrep respects .gitignore and skips hidden files, as agents expect.
+ * read as a flag. ripgrep respects .gitignore and skips hidden files, as agents expect.
+ *
+ * The search path is resolved by the jail first and ripgrep starts in that directory, opened by
+ * descriptor (or, for one file, in its parent with the file's name as argument); FIFOs, sockets
+ * and devices are refused before anything opens them. ripgrep itself walks by name, so a command
+ * racing it could swap a directory for a link to somewhere else mid-walk. Therefore nothing
+ * ripgrep reports is passed on unchecked: every line of a match (its context included) is read
+ * again, at the byte offset ripgrep gives, from the file the workspace holds at that path,
+ * opened through the jail, and a match whose bytes differ or whose file is not there is dropped.
+ * What a search returns is thus always the workspace's own content under the workspace's own
+ * names.
  */
 import { DomainError } from "../../core/errors.ts";
 import { remainingMs, type ToolContext } from "./context.ts";
@@ -34,20 +43,32 @@ interface RgText {
   bytes?: string;
 }
 
-function rgText(t: RgText | undefined): string {
-  if (!t) return "";
-  if (t.text !== undefined) return t.text;
-  return t.bytes !== undefined ? Buffer.from(t.bytes, "base64").toString("utf8") : "";
+/** The raw bytes ripgrep reports for a path or line (UTF-8 text, or base64 when not valid UTF-8). */
+function rgBytes(t: RgText | undefined): Buffer {
+  if (!t) return Buffer.alloc(0);
+  if (t.text !== undefined) return Buffer.from(t.text, "utf8");
+  return t.bytes !== undefined ? Buffer.from(t.bytes, "base64") : Buffer.alloc(0);
 }
 
-function clean(line: string, max: number): string {
-  let s = line.endsWith("\n") ? line.slice(0, -1) : line;
+function clean(raw: Buffer, max: number): string {
+  let s = raw.toString("utf8");
+  if (s.endsWith("\n")) s = s.slice(0, -1);
   if (s.endsWith("\r")) s = s.slice(0, -1);
   return s.length > max ? `${s.slice(0, max)}… [line truncated]` : s;
 }
 
-function relPath(p: string): string {
-  return p.startsWith("./") ? p.slice(2) : p;
+/** One line of a file as ripgrep reported it. */
+interface Line {
+  text: string;
+  raw: Buffer;
+  /** Byte offset of the line's start in the file. */
+  offset: number;
+}
+
+/** A complete match: what is sent, and the lines it was built from (to check them). */
+interface Candidate {
+  match: GrepMatch;
+  lines: Line[];
 }
 
 /**
@@ -56,7 +77,7 @@ function relPath(p: string): string {
  */
 class ContextAssembler {
   readonly #context: number;
-  readonly #lines = new Map<number, string>();
+  readonly #lines = new Map<number, Line>();
   #pending: number[] = [];
   #path = "";
 
@@ -71,15 +92,15 @@ class ContextAssembler {
   }
 
   /** Records a line; returns matches whose context is now complete. */
-  add(line: number, text: string, isMatch: boolean): GrepMatch[] {
-    const ready = this.#release(line);
-    this.#lines.set(line, text);
+  add(n: number, line: Line, isMatch: boolean): Candidate[] {
+    const ready = this.#release(n);
+    this.#lines.set(n, line);
     if (isMatch) {
-      if (this.#context === 0) ready.push({ path: this.#path, line, content: text });
-      else this.#pending.push(line);
+      if (this.#context === 0) ready.push({ match: { path: this.#path, line: n, content: line.text }, lines: [line] });
+      else this.#pending.push(n);
     }
     // Forget lines no pending or future match can need.
-    const keepFrom = Math.min(this.#pending[0] ?? line, line) - this.#context;
+    const keepFrom = Math.min(this.#pending[0] ?? n, n) - this.#context;
     for (const k of this.#lines.keys()) {
       if (k < keepFrom) this.#lines.delete(k);
       else break;
@@ -88,21 +109,23 @@ class ContextAssembler {
   }
 
   /** Releases everything at the end of the file. */
-  end(): GrepMatch[] {
+  end(): Candidate[] {
     return this.#release(Number.POSITIVE_INFINITY);
   }
 
-  #release(upcoming: number): GrepMatch[] {
-    const out: GrepMatch[] = [];
+  #release(upcoming: number): Candidate[] {
+    const out: Candidate[] = [];
     while (this.#pending.length > 0 && upcoming > this.#pending[0] + this.#context) {
       const m = this.#pending.shift() as number;
       const block: string[] = [];
+      const lines: Line[] = [];
       for (let l = m - this.#context; l <= m + this.#context; l++) {
         const t = this.#lines.get(l);
         if (t === undefined) continue;
-        block.push(l === m ? `--> ${t}` : `    ${t}`);
+        block.push(l === m ? `--> ${t.text}` : `    ${t.text}`);
+        lines.push(t);
       }
-      out.push({ path: this.#path, line: m, content: block.join("\n") });
+      out.push({ match: { path: this.#path, line: m, content: block.join("\n") }, lines });
     }
     return out;
   }
@@ -118,20 +141,60 @@ function validate(input: GrepInput): void {
 }
 
 /**
- * Runs the search and yields matches as ripgrep reports them. Once max_results matches are out
- * and one more is seen (or ripgrep ends), ripgrep is stopped and `done` reports truncation.
+ * Keeps the candidates whose every line is, byte for byte, what the workspace's file holds at the
+ * offset ripgrep gave: one read of byte ranges per file. A file that cannot be read through the
+ * jail (gone, outside, not a regular file) loses its candidates.
+ */
+async function verified(ctx: ToolContext, candidates: Candidate[]): Promise<GrepMatch[]> {
+  const byPath = new Map<string, Candidate[]>();
+  for (const c of candidates) byPath.set(c.match.path, [...(byPath.get(c.match.path) ?? []), c]);
+  const good = new Set<Candidate>();
+  for (const [path, list] of byPath) {
+    const ranges = list.flatMap((c) => c.lines.map((l): [number, number] => [l.offset, l.raw.length]));
+    let bytes: Uint8Array[];
+    try {
+      bytes = await ctx.workspace.fs.readRanges(path, ranges);
+    } catch (err) {
+      if (err instanceof DomainError && err.reason !== "INTERNAL" && err.reason !== "WORKSPACE_NOT_READY") continue;
+      throw err;
+    }
+    let at = 0;
+    for (const c of list) {
+      if (c.lines.every((l) => Buffer.compare(l.raw, bytes[at++]) === 0)) good.add(c);
+    }
+  }
+  return candidates.filter((c) => good.has(c)).map((c) => c.match);
+}
+
+/**
+ * Runs the search and yields matches as ripgrep reports them (each checked as described above).
+ * Once max_results matches are out and one more is seen (or ripgrep ends), ripgrep is stopped and
+ * `done` reports truncation.
  */
 export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<GrepEvent> {
   const { workspace: ws, limits, signal } = ctx;
   validate(input);
   const rel = await ws.fs.resolve(jailPath(input.path, "path", false));
-  await ws.fs.stat(rel); // FILE_NOT_FOUND before ripgrep would report it as an I/O error
+  const st = await ws.fs.stat(rel); // FILE_NOT_FOUND before ripgrep would report it as an I/O error
+  if (st.type !== "file" && st.type !== "directory") {
+    throw new DomainError("UNSUPPORTED_FILE_TYPE", `'${rel === "" ? "." : rel}' is not a regular file or directory (FIFO, socket or device)`, {
+      metadata: { path: rel },
+    });
+  }
   if (!ws.ripgrepPath) throw new DomainError("RIPGREP_NOT_FOUND", "ripgrep is not available in this workspace");
+  // ripgrep runs in the search directory (a file's parent) and reports paths relative to it.
+  const slash = rel.lastIndexOf("/");
+  const cwd = st.type === "directory" ? rel : slash < 0 ? "" : rel.slice(0, slash);
+  const target = st.type === "directory" ? "." : rel.slice(slash + 1);
+  const toWorkspace = (p: string) => {
+    const local = p.startsWith("./") ? p.slice(2) : p;
+    return cwd === "" ? local : `${cwd}/${local}`;
+  };
   const max = input.maxResults === 0 ? DEFAULT_MAX_RESULTS : input.maxResults;
   const argv = [ws.ripgrepPath, "--json", "--no-config", input.caseSensitive ? "--case-sensitive" : "--ignore-case"];
   if (input.contextLines > 0) argv.push("--context", String(input.contextLines));
   if (input.glob !== "") argv.push("--glob", input.glob);
-  argv.push("-e", input.pattern, "--", rel === "" ? "." : rel);
+  argv.push("-e", input.pattern, "--", target);
 
   const left = remainingMs(ctx);
   const deadlineBound = left !== undefined && left < limits.grepTimeoutMs;
@@ -140,19 +203,45 @@ export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<
   const onAbort = () => stop.abort();
   signal.addEventListener("abort", onAbort, { once: true });
   const asm = new ContextAssembler(input.contextLines);
+  const record = (line: string): Candidate[] => {
+    if (line === "") return [];
+    let rec: { type: string; data: { path?: RgText; lines?: RgText; line_number?: number; absolute_offset?: number } };
+    try {
+      rec = JSON.parse(line);
+    } catch {
+      return [];
+    }
+    switch (rec.type) {
+      case "begin":
+        asm.begin(toWorkspace(rgBytes(rec.data.path).toString("utf8")));
+        return [];
+      case "match":
+      case "context": {
+        const { line_number: n, absolute_offset: offset } = rec.data;
+        if (n === undefined || offset === undefined) return [];
+        const raw = rgBytes(rec.data.lines);
+        return asm.add(n, { text: clean(raw, limits.maxLineChars), raw, offset }, rec.type === "match");
+      }
+      case "end":
+        return asm.end();
+      default:
+        return [];
+    }
+  };
   let sent = 0;
   let truncated = false;
   let stderr = "";
-  let partial = "";
   let exitCode = 0;
   let timedOut = false;
   let spawnError: string | undefined;
   try {
-    const events = ws.exec({ argv, cwd: "", timeoutMs, killGraceMs: 1000, signal: stop.signal });
-    const decoder = new TextDecoder();
+    const events = ws.exec({ argv, cwd, timeoutMs, killGraceMs: 1000, signal: stop.signal });
+    const out = new TextDecoder("utf-8", { fatal: false });
+    const err = new TextDecoder("utf-8", { fatal: false });
+    let partial = "";
     outer: for await (const ev of events) {
       if (ev.type === "stderr") {
-        if (stderr.length < 8192) stderr += decoder.decode(ev.data);
+        if (stderr.length < 8192) stderr += err.decode(ev.data, { stream: true });
         continue;
       }
       if (ev.type === "exited") {
@@ -162,23 +251,24 @@ export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<
         continue;
       }
       if (ev.type !== "stdout") continue;
-      partial += Buffer.from(ev.data).toString("utf8");
-      let nl: number;
-      while ((nl = partial.indexOf("\n")) >= 0) {
-        const line = partial.slice(0, nl);
-        partial = partial.slice(nl + 1);
-        for (const m of parseRecord(line, asm, limits.maxLineChars)) {
-          if (sent === max) {
-            truncated = true;
-            break outer;
-          }
-          sent++;
-          yield { type: "match", match: m };
+      partial += out.decode(ev.data, { stream: true });
+      const complete = partial.lastIndexOf("\n");
+      if (complete < 0) continue;
+      const lines = partial.slice(0, complete).split("\n");
+      partial = partial.slice(complete + 1);
+      const candidates = lines.flatMap(record);
+      if (candidates.length === 0) continue;
+      for (const m of await verified(ctx, candidates)) {
+        if (sent === max) {
+          truncated = true;
+          break outer;
         }
+        sent++;
+        yield { type: "match", match: m };
       }
     }
     if (!truncated) {
-      for (const m of asm.end()) {
+      for (const m of await verified(ctx, asm.end())) {
         if (sent === max) {
           truncated = true;
           break;
@@ -214,28 +304,6 @@ export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<
 function firstError(stderr: string): string {
   const lines = stderr.split("\n").map((l) => l.trim()).filter((l) => l !== "" && !l.startsWith("rg: regex parse error"));
   return (lines.find((l) => /error/i.test(l)) ?? lines.join(" ")).slice(0, 500);
-}
-
-function parseRecord(line: string, asm: ContextAssembler, maxChars: number): GrepMatch[] {
-  if (line === "") return [];
-  let rec: { type: string; data: { path?: RgText; lines?: RgText; line_number?: number } };
-  try {
-    rec = JSON.parse(line);
-  } catch {
-    return [];
-  }
-  switch (rec.type) {
-    case "begin":
-      asm.begin(relPath(rgText(rec.data.path)));
-      return [];
-    case "match":
-    case "context":
-      return rec.data.line_number === undefined ? [] : asm.add(rec.data.line_number, clean(rgText(rec.data.lines), maxChars), rec.type === "match");
-    case "end":
-      return asm.end();
-    default:
-      return [];
-  }
 }
 
 /** Collects a whole search into one result. */

@@ -296,6 +296,33 @@ export function registerToolScenarios<C>(
     });
   }
 
+  // Children that shed every mark a sweep could find by process group or environment. They are
+  // found by the marker descriptor they inherit (local) and by the sandbox-wide sweep (containers).
+  const escapes: Array<[string, (sleep: string) => string, boolean]> = [
+    ["a setsid child that clears its environment (env -i)", (sleep) => `setsid env -i ${sleep} >/dev/null 2>&1 &`, true],
+    ["a child that execs with an empty environment (exec -c)", (sleep) => `setsid bash -c 'exec -c ${sleep}' >/dev/null 2>&1 &`, true],
+    ["a double-forked child without environment or session", (sleep) => `( setsid env -i ${sleep} >/dev/null 2>&1 & ) &`, true],
+    // Closing the inherited marker too escapes the local sweep (documented); sandboxes still end it.
+    ["a child that also closes every inherited descriptor", (sleep) => `setsid env -i bash -c 'exec 3<&- 4<&- 5<&-; exec ${sleep}' >/dev/null 2>&1 &`, false],
+  ];
+  for (const [label, launch, everywhere] of escapes) {
+    if (!everywhere && name.startsWith("local")) continue;
+    scenario(`Bash › ${label} does not outlive the call`, async (t, ws) => {
+      // A duration no other process has, so the probe finds this very process by its command line.
+      const duration = `6${Math.floor(Math.random() * 1e6)}.${process.pid}`;
+      const r = await ws.bash(`${launch(`sleep ${duration}`)} echo launched`, { timeoutMs: 60_000n });
+      t.is(r.stdout, "launched\n");
+      const probe = `for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < "$f" 2>/dev/null | grep -qx 'sleep ${duration} ' && echo alive; done; echo checked`;
+      let seen = "";
+      for (let i = 0; i < 100; i++) {
+        seen = await ws.sh(probe);
+        if (seen === "checked\n") break;
+        await sleep(100);
+      }
+      t.is(seen, "checked\n", "the child still runs after the call returned");
+    });
+  }
+
   scenario("Bash › StreamBash › a cancelled call kills the command", async (t, ws) => {
     const abort = new AbortController();
     const stream = ws.tools.streamBash(
@@ -768,6 +795,16 @@ export function registerToolScenarios<C>(
     await ws.write("docs/readme.md", "import nothing\nTODO outside src\n");
   };
 
+  scenario("Grep › a FIFO as the search path is refused without blocking", async (t, ws) => {
+    await ws.sh("mkfifo pipe");
+    const { detail } = await expectError(t, ws.tools.grep({ workspaceId: ws.id, pattern: "x", path: "pipe" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
+    t.is(detail.metadata.path, "pipe");
+    const stream = async () => {
+      for await (const _ of ws.tools.streamGrep({ workspaceId: ws.id, pattern: "x", path: "pipe" })) void _;
+    };
+    await expectError(t, stream(), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
+  });
+
   scenario("Grep › Search for pattern across files", async (t, ws) => {
     await grepTree(ws);
     const r = await ws.tools.grep({ workspaceId: ws.id, pattern: "TODO", path: "/workspace/src" });
@@ -897,6 +934,23 @@ export function registerToolScenarios<C>(
     t.is(await ws.sh("test -e ../evil.txt || test -e ../x.txt || echo clean"), "clean\n");
     t.false(existsSync("/tmp/evil.txt"));
     t.regex(readFileSync("/etc/passwd", "utf8"), /^root:/);
+  });
+
+  scenario("Paths › a path component longer than 255 bytes is INVALID_ARGUMENT for every tool", async (t, ws) => {
+    const long = `dir/${"a".repeat(300)}`;
+    const invalid = (p: Promise<unknown>) => expectError(t, p, Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
+    await invalid(ws.tools.readFile({ workspaceId: ws.id, path: long }));
+    await invalid(ws.tools.writeFile({ workspaceId: ws.id, path: long, content: "x" }));
+    await invalid(ws.tools.editFile({ workspaceId: ws.id, path: long, oldString: "a", newString: "b" }));
+    await invalid(ws.tools.deleteFile({ workspaceId: ws.id, path: long }));
+    await invalid(ws.tools.listFiles({ workspaceId: ws.id, path: long }));
+    await invalid(ws.tools.grep({ workspaceId: ws.id, pattern: "x", path: long }));
+    await invalid(ws.bash("true", { workdir: long }));
+    // 255 bytes is still a valid name, also in multi-byte characters.
+    const longest = `${"é".repeat(127)}x`;
+    await ws.write(longest, "fits\n");
+    t.is((await ws.tools.readFile({ workspaceId: ws.id, path: longest })).content, "1: fits");
+    t.is(await ws.cat(longest), "fits\n");
   });
 
   scenario("Paths › a symlink to /etc/passwd is refused", async (t, ws) => {
