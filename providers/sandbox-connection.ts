@@ -211,7 +211,10 @@ export class SandboxConnection {
 
   /** Throws what a FAULT or ERROR frame reports. */
   #raise(f: Frame): never {
-    if (f.type === F.FAULT) throw faultFromWire(this.#json<FaultInfo>(f));
+    if (f.type === F.FAULT) {
+      const info = this.#json<FaultInfo>(f);
+      throw faultFromWire(info, typeof info.cause === "string" ? `executor: ${info.cause}` : undefined);
+    }
     if (f.type === F.ERROR) throw new Error(`sandbox executor: ${this.#json<{ message: string }>(f).message}`);
     this.#violate(`unexpected frame type ${f.type}`);
     throw unavailable(new Error(`unexpected frame type ${f.type}`));

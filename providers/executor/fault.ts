@@ -25,6 +25,8 @@ export interface FaultInfo {
   reason: FaultReason;
   message: string;
   metadata: Record<string, string>;
+  /** What caused it (an errno and the call that met it), for the server's log only. */
+  cause?: string;
 }
 
 /** A workspace operation's failure; `message` is client-safe (no host paths). */
@@ -41,6 +43,8 @@ export class Fault extends Error {
 
   /** The JSON form sent over the protocol. */
   toInfo(): FaultInfo {
-    return { reason: this.reason, message: this.message, metadata: this.metadata };
+    const c = this.cause as { code?: unknown; syscall?: unknown; message?: unknown } | undefined;
+    const cause = c === undefined ? undefined : [c.code, c.syscall, c.message].filter((x) => typeof x === "string").join(" ").slice(0, 500);
+    return { reason: this.reason, message: this.message, metadata: this.metadata, cause };
   }
 }

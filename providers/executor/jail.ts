@@ -259,9 +259,6 @@ export class Jail {
           continue;
         }
         if (st.isSymbolicLink() && (!last || options.followFinal)) {
-          if (++hops > MAX_SYMLINK_HOPS) {
-            throw new Fault("INVALID_ARGUMENT", `Too many levels of symbolic links in '${displayPath(rel)}'`, { path: rel });
-          }
           let target: string;
           try {
             target = readlinkSync(at(top(), name));
@@ -272,6 +269,9 @@ export class Jail {
               continue;
             }
             throw faultOf(err, rel, false);
+          }
+          if (++hops > MAX_SYMLINK_HOPS) {
+            throw new Fault("INVALID_ARGUMENT", `Too many levels of symbolic links in '${displayPath(rel)}'`, { path: rel });
           }
           if (target.startsWith("/")) {
             const mapped = this.#mapAbsolute(target);

@@ -1,0 +1,130 @@
+/**
+ * The executor's channel is not the sandbox user's: in docker and gVisor sandboxes a command
+ * tries what an attacker would against the executor (and the init above it): write forged
+ * protocol frames into their stdout, read their stdin, read their memory, and stop or kill them.
+ * Every attempt must fail, no forged byte may reach any call's output, and the sandbox must carry
+ * on unrestarted. The server's frame checks are tested directly on a connection below.
+ */
+import { PassThrough } from "node:stream";
+import Docker from "dockerode";
+import anyTest, { type TestFn } from "ava";
+import { hasReason } from "../core/errors.ts";
+import { LABELS } from "../providers/docker.ts";
+import { encodeFrame, F } from "../providers/executor/protocol.ts";
+import { SandboxConnection } from "../providers/sandbox-connection.ts";
+import { gate, probeEngines } from "./helpers/engines.ts";
+import { newWorkspace, type ServerCtx, serverTest } from "./helpers/server.ts";
+
+const engines = await probeEngines();
+const docker = new Docker({ socketPath: "/var/run/docker.sock" });
+const plain = anyTest as TestFn<unknown>;
+const containers = ["docker", "gvisor"].some((p) => engines[p as "docker" | "gvisor"] || process.env[`REQUIRE_${p.toUpperCase()}`] === "1");
+const test: TestFn<ServerCtx> = containers ? serverTest() : (anyTest as TestFn<ServerCtx>);
+
+/** A bash script that writes forged frames (STDOUT for every id up to 64, carrying FORGED) in hex. */
+function forgedFrames(): string {
+  const frames = Array.from({ length: 64 }, (_, i) => encodeFrame(F.STDOUT, i + 1, Buffer.from("FORGED\n")));
+  return Buffer.concat(frames).toString("hex");
+}
+
+for (const provider of ["docker", "gvisor"] as const) {
+  if (!gate(test, engines, provider, "executor channel sealing")) continue;
+
+  test(`${provider}: a command can neither forge frames into, read, trace nor signal the executor or init`, async (t) => {
+    const { tools } = t.context.server.clients.grpc;
+    const id = await newWorkspace(t.context.server.clients.grpc, { provider });
+    const container = (await docker.listContainers({ all: true, filters: { label: [`${LABELS.workspace}=${id}`] } }))[0];
+    const startedAt = (await docker.getContainer(container.Id).inspect()).State.StartedAt;
+    // A call that keeps streaming while the attack runs: forged frames would land in its output.
+    const abort = new AbortController();
+    const victim = (async () => {
+      let out = "";
+      try {
+        for await (const ev of tools.streamBash({ workspaceId: id, command: "for i in $(seq 1 40); do echo tick; sleep 0.1; done" }, { signal: abort.signal })) {
+          if (ev.event.case === "stdout") out += new TextDecoder().decode(ev.event.value);
+        }
+      } catch {
+        // Cancelled at the end if still running.
+      }
+      return out;
+    })();
+    const attack = `
+      self=$$
+      exe=$(for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'executor/main.ts' && echo \${p#/proc/}; done | head -1)
+      [ -n "$exe" ] || { echo "no executor found"; exit 9; }
+      frames=$(printf '%s' '${forgedFrames()}' | sed 's/../\\\\x&/g')
+      for pid in $exe 1; do
+        for fd in 0 1 2; do
+          ( printf "$frames" > /proc/$pid/fd/$fd ) 2>/dev/null && echo "WROTE $pid/fd/$fd"
+          ( timeout 1 head -c 1 /proc/$pid/fd/$fd > /dev/null ) 2>/dev/null && echo "READ $pid/fd/$fd"
+        done
+        ( head -c 1 /proc/$pid/mem > /dev/null ) 2>/dev/null && echo "MEM $pid"
+        ( cat /proc/$pid/environ > /dev/null ) 2>/dev/null && [ "$pid" != 1 ] && echo "ENVIRON $pid"
+        kill -0 $pid 2>/dev/null && echo "SIGNAL $pid"
+        kill -STOP $pid 2>/dev/null && echo "STOPPED $pid"
+      done
+      ls /proc/$exe/fd/ >/dev/null 2>&1 && echo "note: fd names listable (gVisor lists names, opens nothing)"
+      echo "uid $(id -u) executor $exe"
+    `;
+    const r = await tools.bash({ workspaceId: id, command: attack, timeoutMs: 60_000n });
+    t.is(r.exitCode, 0, r.stderr);
+    const lines = r.stdout.trim().split("\n").filter((l) => !l.startsWith("note:"));
+    t.regex(lines.at(-1) ?? "", /^uid 1000 executor \d+$/);
+    t.deepEqual(lines.slice(0, -1), [], "an attempt on the executor or init succeeded");
+    // ENVIRON is exempted on gVisor only if it shows; the channel, memory and signals never.
+    const victimOut = await victim;
+    abort.abort();
+    t.false(victimOut.includes("FORGED"), "a forged frame reached a call's output");
+    t.regex(victimOut, /tick/);
+    // The sandbox carried on: same container start, a normal call works.
+    t.is((await tools.bash({ workspaceId: id, command: "echo ok" })).stdout, "ok\n");
+    t.is((await docker.getContainer(container.Id).inspect()).State.StartedAt, startedAt);
+  });
+}
+
+plain("a connection refuses a frame longer than the protocol allows before buffering it, and fails its calls", async (t) => {
+  const fromExecutor = new PassThrough();
+  const toExecutor = new PassThrough();
+  const conn = new SandboxConnection(fromExecutor, toExecutor);
+  const call = conn.ping(5000);
+  // A length prefix announcing 64 MiB: refused on the first four bytes.
+  const head = Buffer.alloc(9);
+  head.writeUInt32BE(64 * 1024 * 1024, 0);
+  fromExecutor.write(head);
+  const err = await call.catch((e: unknown) => e);
+  t.true(hasReason(err, "WORKSPACE_NOT_READY"), String(err));
+  t.false(conn.alive);
+  t.regex(conn.violation ?? "", /frame length 67108864 is out of bounds/);
+});
+
+plain("a connection refuses frames for calls it never started, of unknown types, or with oversized output", async (t) => {
+  const cases: Array<[Buffer, RegExp]> = [
+    [encodeFrame(F.STDOUT, 77, Buffer.from("x")), /id 77, which no call has/],
+    [encodeFrame(99, 1, Buffer.from("x")), /frame type 99/],
+    [encodeFrame(F.EXEC, 1, Buffer.from("{}")), /frame type 1 from the executor/],
+    [encodeFrame(F.STDOUT, 1, Buffer.alloc(300 * 1024)), /bulk frame of 307200 bytes/],
+  ];
+  for (const [frame, message] of cases) {
+    const fromExecutor = new PassThrough();
+    const conn = new SandboxConnection(fromExecutor, new PassThrough());
+    const call = conn.ping(5000).catch((e: unknown) => e);
+    fromExecutor.write(frame);
+    await call;
+    t.false(conn.alive);
+    t.regex(conn.violation ?? "", message);
+  }
+});
+
+plain("a late frame of a call that already ended is dropped, and the connection stays up", async (t) => {
+  const fromExecutor = new PassThrough();
+  const toExecutor = new PassThrough();
+  const conn = new SandboxConnection(fromExecutor, toExecutor);
+  const first = conn.ping(5000);
+  fromExecutor.write(encodeFrame(F.PONG, 1, Buffer.from("v1")));
+  t.is(await first, "v1");
+  fromExecutor.write(encodeFrame(F.STDOUT, 1, Buffer.from("late")));
+  const second = conn.ping(5000);
+  fromExecutor.write(encodeFrame(F.PONG, 2, Buffer.from("v2")));
+  t.is(await second, "v2");
+  t.true(conn.alive);
+});

@@ -1,0 +1,216 @@
+/**
+ * The symlink-swap race, as an attacker runs it, on every provider: a command inside the
+ * workspace flips `race/d` in a tight loop between a real directory and symlinks to directories
+ * outside the workspace (a host directory, which inside a container exists only on the host; and,
+ * in containers, a sandbox directory outside /workspace), while thousands of tool operations run
+ * through `race/d/...`: reads, listings, globs, greps, writes, edits, patches, deletes and
+ * commands in it as their working directory.
+ *
+ * Zero outside names or contents may appear in any response, and nothing outside may be created,
+ * changed or removed. The test also proves the race was live: the flipper flipped, and operations
+ * met both the real directory and the links.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { mkdtemp, readdir, readFile, rm, stat, writeFile, mkdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { toJson } from "@bufbuild/protobuf";
+import { ConnectError } from "@connectrpc/connect";
+import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
+import { gate, probeEngines } from "./helpers/engines.ts";
+import { errorDetail, newWorkspace, serverTest } from "./helpers/server.ts";
+
+const engines = await probeEngines();
+const test = serverTest();
+/** Operations per provider (the issue's figure); RACE_OPERATIONS overrides it for a quick local run. */
+const OPERATIONS = Number(process.env.RACE_OPERATIONS ?? 10_000);
+const IN_FLIGHT = 16;
+
+/** Every file below `dir` with its size, mode and content hash: what "unchanged" is checked against. */
+async function snapshot(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  const walk = async (d: string) => {
+    for (const e of (await readdir(d, { withFileTypes: true })).sort((a, b) => a.name.localeCompare(b.name))) {
+      const p = path.join(d, e.name);
+      const st = await stat(p);
+      if (e.isDirectory()) {
+        out.push(`${path.relative(dir, p)}/ ${st.mode.toString(8)}`);
+        await walk(p);
+      } else {
+        out.push(`${path.relative(dir, p)} ${st.size} ${st.mode.toString(8)} ${st.mtimeMs} ${createHash("sha256").update(await readFile(p)).digest("hex")}`);
+      }
+    }
+  };
+  await walk(dir);
+  return out;
+}
+
+/** What a response or error says, as text, for the leak check. */
+function transcript(value: unknown): string {
+  if (value instanceof ConnectError) {
+    const detail = errorDetail(value);
+    return `${value.code} ${value.rawMessage} ${detail ? JSON.stringify(toJson(ErrorDetailSchema, detail)) : ""}`;
+  }
+  return JSON.stringify(value, (_k, v) => (typeof v === "bigint" ? v.toString() : v instanceof Uint8Array ? Buffer.from(v).toString("latin1") : v));
+}
+
+async function drain<T>(stream: AsyncIterable<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const x of stream) out.push(x);
+  return out;
+}
+
+for (const provider of ["local", "docker", "gvisor"] as const) {
+  if (provider !== "local" && !gate(test, engines, provider, "symlink swap race")) continue;
+
+  test(`${provider}: a directory swapped with links to outside paths while ${OPERATIONS} operations run through it leaks nothing and changes nothing outside`, async (t) => {
+    t.timeout(15 * 60_000);
+    const { grpc } = t.context.server.clients;
+    const { tools } = grpc;
+    // Names outside carry NAME, contents carry CONTENT; requests never mention either.
+    const NAME = `n${randomBytes(6).toString("hex")}`;
+    const CONTENT = `c${randomBytes(6).toString("hex")}`;
+    const host = await mkdtemp(path.join(tmpdir(), "aw-race-host-"));
+    const id = await newWorkspace(grpc, { provider });
+    const sh = async (command: string) => {
+      const r = await tools.bash({ workspaceId: id, command, timeoutMs: 60_000n });
+      if (r.exitCode !== 0) throw new Error(`setup failed: ${command}: ${r.stderr}`);
+      return r.stdout;
+    };
+    try {
+      // Outside, on the host: listable names, a victim file, a nested directory.
+      await writeFile(path.join(host, `listed-${NAME}.txt`), `${CONTENT}\n`);
+      await writeFile(path.join(host, "victim.txt"), `victim ${CONTENT}\n`);
+      await mkdir(path.join(host, `sub-${NAME}`));
+      await writeFile(path.join(host, `sub-${NAME}`, `inner-${NAME}.txt`), `${CONTENT}\n`);
+      const hostBefore = await snapshot(host);
+      // Outside /workspace but inside the sandbox (containers only; on local the host is the sandbox).
+      const sandboxDir = `/tmp/aw-outside-${NAME}`;
+      const sandboxSnapshot = `find ${sandboxDir} -printf '%p %s %m %T@\\n' | sort; cat ${sandboxDir}/*.txt`;
+      const links = [`ln -s ${host} race/link-host`];
+      if (provider !== "local") {
+        await sh(`mkdir -p ${sandboxDir}/sub-${NAME} && printf '${CONTENT}\\n' > ${sandboxDir}/listed-${NAME}.txt && printf 'victim ${CONTENT}\\n' > ${sandboxDir}/victim.txt && printf '${CONTENT}\\n' > ${sandboxDir}/sub-${NAME}/inner-${NAME}.txt`);
+        links.push(`ln -s ${sandboxDir} race/link-sandbox`);
+      }
+      const sandboxBefore = provider === "local" ? "" : await sh(sandboxSnapshot);
+      // Inside: the real directory.
+      await sh(`mkdir -p race/real/keep && printf 'inside\\n' > race/real/f.txt && printf 'inside g\\n' > race/real/g.txt && printf 'kept\\n' > race/real/keep/k.txt && ${links.join(" && ")}`);
+      const names = ["race/real", ...links.map((l) => l.split(" ").at(-1) as string)];
+      await tools.writeFile({
+        workspaceId: id,
+        path: "race/flip.cjs",
+        content: `const fs = require("fs");
+const names = process.argv.slice(2);
+let flips = 0;
+process.stdout.write("flipping\\n");
+for (;;) {
+  for (const n of names) {
+    try {
+      fs.renameSync(n, "race/d");
+    } catch {
+      // A write through race/d while it was absent made it a directory: clear it and go on.
+      try {
+        fs.rmSync("race/d", { recursive: true, force: true });
+      } catch {
+        // Writes keep landing in it; try again next round.
+      }
+      continue;
+    }
+    fs.renameSync("race/d", n);
+    flips++;
+  }
+  if (flips % 600 < names.length && fs.existsSync("race/stop")) break;
+}
+process.stdout.write("flips " + flips + "\\n");
+`,
+      });
+      const node = provider === "local" ? process.execPath : "/opt/agent-workspace/node";
+      const flipper = tools.streamBash({ workspaceId: id, command: `exec ${node} race/flip.cjs ${names.join(" ")}`, timeoutMs: 600_000n })[Symbol.asyncIterator]();
+      let flipperOut = "";
+      while (!flipperOut.includes("flipping")) {
+        const ev = await flipper.next();
+        if (ev.done) throw new Error(`the flipper ended before flipping: ${flipperOut}`);
+        if (ev.value.event.case === "stdout") flipperOut += new TextDecoder().decode(ev.value.event.value);
+        if (ev.value.event.case === "stderr") flipperOut += new TextDecoder().decode(ev.value.event.value);
+      }
+      const flipped = (async () => {
+        for (let ev = await flipper.next(); !ev.done; ev = await flipper.next()) {
+          if (ev.value.event.case === "stdout" || ev.value.event.case === "stderr") flipperOut += new TextDecoder().decode(ev.value.event.value);
+          if (ev.value.event.case === "exited") flipperOut += ` [exit ${ev.value.event.value.exitCode}${ev.value.event.value.signal}]`;
+        }
+        return flipperOut;
+      })();
+
+      // The operations: every kind that takes a path, aimed through the swapped directory.
+      const w = (workspaceId: string) => ({ workspaceId });
+      const ops: Array<(i: number) => Promise<unknown>> = [
+        () => tools.readFile({ ...w(id), path: "race/d/f.txt" }),
+        () => tools.readFile({ ...w(id), path: "race/d" }),
+        () => tools.readFile({ ...w(id), path: "race/d/victim.txt" }),
+        () => tools.listFiles({ ...w(id), path: "race/d" }),
+        () => tools.listFiles({ ...w(id), path: "race/d", pattern: "**/*" }),
+        () => tools.glob({ ...w(id), pattern: "**/*", path: "race/d" }),
+        () => tools.glob({ ...w(id), pattern: "race/d/**/*.txt" }),
+        (i) => tools.writeFile({ ...w(id), path: `race/d/w-${i}.txt`, content: "written\n" }),
+        (i) => tools.writeFile({ ...w(id), path: `race/d/sub-new/deep-${i}.txt`, content: "written\n" }),
+        () => tools.writeFile({ ...w(id), path: "race/d/victim.txt", content: "overwritten\n" }),
+        () => tools.editFile({ ...w(id), path: "race/d/victim.txt", oldString: "victim", newString: "pwned" }),
+        () => tools.patchFile({ ...w(id), path: "race/d/victim.txt", patches: [{ find: "victim", replace: "pwned" }] }),
+        () => tools.deleteFile({ ...w(id), path: "race/d/victim.txt" }),
+        (i) => tools.deleteFile({ ...w(id), path: `race/d/w-${i - 7 * 16}.txt` }),
+        () => tools.bash({ ...w(id), command: "ls -A; cat victim.txt 2>/dev/null; true", workdir: "race/d" }),
+      ];
+      const rare: Array<(i: number) => Promise<unknown>> = [
+        () => tools.grep({ ...w(id), pattern: ".", path: "race/d" }),
+        () => tools.grep({ ...w(id), pattern: "victim", path: "race/d/victim.txt" }),
+        () => drain(tools.streamGrep({ ...w(id), pattern: ".", path: "race/d", contextLines: 1 })),
+      ];
+      const outcomes = new Map<string, number>();
+      const leaks: string[] = [];
+      const unusual = new Map<string, true>();
+      let next = 0;
+      const worker = async () => {
+        for (let i = next++; i < OPERATIONS; i = next++) {
+          const isRare = i % 40 === 0;
+          const kind = isRare ? `rare${(i / 40) % rare.length}` : `op${i % ops.length}`;
+          const op = isRare ? rare[(i / 40) % rare.length] : ops[i % ops.length];
+          let text: string;
+          let outcome: string;
+          try {
+            text = transcript(await op(i));
+            outcome = "ok";
+          } catch (err) {
+            const e = ConnectError.from(err);
+            text = transcript(e);
+            outcome = ErrorReason[errorDetail(e)?.reason ?? ErrorReason.UNSPECIFIED];
+            if (!["FILE_NOT_FOUND", "PATH_OUTSIDE_WORKSPACE", "FIND_NOT_FOUND", "NOT_A_DIRECTORY", "IS_DIRECTORY"].includes(outcome)) {
+              unusual.set(`${kind} ${outcome}: ${e.rawMessage.slice(0, 160)}`, true);
+            }
+          }
+          outcomes.set(`${kind} ${outcome}`, (outcomes.get(`${kind} ${outcome}`) ?? 0) + 1);
+          if (text.includes(NAME) || text.includes(CONTENT)) leaks.push(`${kind}: ${text.slice(0, 300)}`);
+        }
+      };
+      await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+
+      await tools.writeFile({ ...w(id), path: "race/stop", content: "" });
+      const flips = Number(/flips (\d+)/.exec(await flipped)?.[1] ?? 0);
+      if (!(flips > 1000)) t.log(`flipper said: ${flipperOut.slice(0, 2000)}`);
+      t.log(`${provider}: ${OPERATIONS} operations, ${flips} flips; outcomes: ${[...outcomes].sort().map(([k, v]) => `${k}=${v}`).join(" ")}`);
+
+      if (unusual.size > 0) t.log(`other errors met: ${[...unusual.keys()].join(" | ")}`);
+      t.deepEqual(leaks.slice(0, 5), [], "an outside name or content appeared in a response");
+      t.deepEqual(await snapshot(host), hostBefore, "the host directory outside changed");
+      if (provider !== "local") t.is(await sh(sandboxSnapshot), sandboxBefore, "the sandbox directory outside /workspace changed");
+      // The race was live: many flips, and operations met both the real directory and a link.
+      t.true(flips > 1000, `only ${flips} flips`);
+      const seen = [...outcomes.keys()];
+      t.true(seen.some((k) => /^op(0|1|3|4|5|14) ok/.test(k)), "no operation went through the real directory");
+      t.true(seen.some((k) => k.endsWith("PATH_OUTSIDE_WORKSPACE")), "no operation met the link");
+    } finally {
+      await tools.writeFile({ workspaceId: id, path: "race/stop", content: "" }).catch(() => undefined);
+      await grpc.workspaces.deleteWorkspace({ id }).catch(() => undefined);
+      await rm(host, { recursive: true, force: true });
+    }
+  });
+}
