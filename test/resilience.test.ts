@@ -32,6 +32,10 @@ test("the server keeps serving after a batch of bad input", async (t) => {
   await invalid(tools.bash({ workspaceId: id, command: "true", timeoutMs: 10_000_000n }));
   await invalid(tools.bash({ workspaceId: id, command: "true", env: { AGENT_WORKSPACE_EXEC_ID: "x" } }));
   await invalid(tools.bash({ workspaceId: id, command: "true", env: { LD_PRELOAD: "/tmp/x.so" } }));
+  // Beyond what Linux passes to a program in one argument (and one executor message).
+  await invalid(tools.bash({ workspaceId: id, command: `echo ${"x".repeat(200 * 1024)}` }));
+  await invalid(tools.bash({ workspaceId: id, command: "true", env: { BIG: "y".repeat(200 * 1024) } }));
+  await invalid(tools.grep({ workspaceId: id, pattern: "z".repeat(200 * 1024) }));
   await invalid(tools.readFile({ workspaceId: id, path: "a", offset: -1 }));
   await invalid(tools.readFile({ workspaceId: id, path: "a", limit: -5 }));
   await invalid(tools.writeFile({ workspaceId: id, path: "", content: "x" }));

@@ -42,6 +42,9 @@ export type BashStreamEvent =
   | { type: "stdout" | "stderr"; data: Uint8Array }
   | ({ type: "exited"; exit: ExecExit } & OutputTotals);
 
+/** Longest single argument or environment entry Linux passes to a program (MAX_ARG_STRLEN, NUL included). */
+export const MAX_ARG_BYTES = 128 * 1024;
+
 /** How long after a protocol deadline the call still waits for a command dying of SIGTERM. */
 const DEADLINE_SETTLE_MS = 250;
 
@@ -68,9 +71,22 @@ async function plan(ctx: ToolContext, input: BashInput): Promise<Plan> {
   if (input.command.includes("\0")) {
     throw new DomainError("INVALID_ARGUMENT", "command contains a NUL byte", { metadata: { field: "command" } });
   }
+  if (Buffer.byteLength(input.command) >= MAX_ARG_BYTES) {
+    throw new DomainError("INVALID_ARGUMENT", `command is longer than ${MAX_ARG_BYTES - 1} bytes, the most Linux passes to a program in one argument; write a script file and run it`, {
+      metadata: { field: "command", max_bytes: String(MAX_ARG_BYTES - 1) },
+    });
+  }
+  let envBytes = 0;
   for (const [name, value] of Object.entries(input.env)) {
     const problem = envProblem(name, value);
     if (problem !== undefined) throw new DomainError("INVALID_ARGUMENT", problem, { metadata: { field: "env", name: name.slice(0, 100) } });
+    const entry = Buffer.byteLength(name) + Buffer.byteLength(value) + 2;
+    envBytes += entry;
+    if (entry >= MAX_ARG_BYTES || envBytes > 4 * MAX_ARG_BYTES) {
+      throw new DomainError("INVALID_ARGUMENT", `env is too large (at most ${MAX_ARG_BYTES - 1} bytes per variable, ${4 * MAX_ARG_BYTES} in all)`, {
+        metadata: { field: "env", name: name.slice(0, 100) },
+      });
+    }
   }
   if (!Number.isFinite(input.timeoutMs) || input.timeoutMs < 0) {
     throw new DomainError("INVALID_ARGUMENT", "timeout_ms must not be negative", { metadata: { field: "timeout_ms" } });

@@ -14,6 +14,7 @@
  * names.
  */
 import { DomainError } from "../../core/errors.ts";
+import { MAX_ARG_BYTES } from "./bash.ts";
 import { remainingMs, type ToolContext } from "./context.ts";
 import { jailPath } from "./paths.ts";
 
@@ -133,6 +134,11 @@ class ContextAssembler {
 
 function validate(input: GrepInput): void {
   if (input.pattern === "") throw new DomainError("INVALID_ARGUMENT", "pattern is required", { metadata: { field: "pattern" } });
+  for (const [field, value] of [["pattern", input.pattern], ["glob", input.glob]] as const) {
+    if (Buffer.byteLength(value) >= MAX_ARG_BYTES) {
+      throw new DomainError("INVALID_ARGUMENT", `${field} is longer than ${MAX_ARG_BYTES - 1} bytes`, { metadata: { field, max_bytes: String(MAX_ARG_BYTES - 1) } });
+    }
+  }
   if (input.pattern.includes("\0")) throw new DomainError("INVALID_PATTERN", "pattern contains a NUL byte", { metadata: { field: "pattern" } });
   if (input.contextLines < 0 || input.contextLines > MAX_CONTEXT_LINES) {
     throw new DomainError("INVALID_ARGUMENT", `context_lines must be between 0 and ${MAX_CONTEXT_LINES}`, { metadata: { field: "context_lines" } });
@@ -141,26 +147,38 @@ function validate(input: GrepInput): void {
 }
 
 /**
+ * Bytes of each line that are checked: enough for everything a match shows of it (a line is cut
+ * at maxLineChars characters of at most 4 bytes each), so what is sent is always what was checked.
+ */
+const checkedBytes = (limits: { maxLineChars: number }) => limits.maxLineChars * 4 + 2;
+/** Lines checked per read of byte ranges (bounded requests, whatever a batch holds). */
+const RANGES_PER_READ = 512;
+
+/**
  * Keeps the candidates whose every line is, byte for byte, what the workspace's file holds at the
- * offset ripgrep gave: one read of byte ranges per file. A file that cannot be read through the
- * jail (gone, outside, not a regular file) loses its candidates.
+ * offset ripgrep gave (as far as the match shows it): reads of byte ranges per file. A file that
+ * cannot be read through the jail (gone, outside, not a regular file) loses its candidates.
  */
 async function verified(ctx: ToolContext, candidates: Candidate[]): Promise<GrepMatch[]> {
+  const limit = checkedBytes(ctx.limits);
   const byPath = new Map<string, Candidate[]>();
   for (const c of candidates) byPath.set(c.match.path, [...(byPath.get(c.match.path) ?? []), c]);
   const good = new Set<Candidate>();
   for (const [path, list] of byPath) {
-    const ranges = list.flatMap((c) => c.lines.map((l): [number, number] => [l.offset, l.raw.length]));
-    let bytes: Uint8Array[];
+    const lines = list.flatMap((c) => c.lines);
+    const read: Uint8Array[] = [];
     try {
-      bytes = await ctx.workspace.fs.readRanges(path, ranges);
+      for (let i = 0; i < lines.length; i += RANGES_PER_READ) {
+        const ranges = lines.slice(i, i + RANGES_PER_READ).map((l): [number, number] => [l.offset, Math.min(l.raw.length, limit)]);
+        read.push(...(await ctx.workspace.fs.readRanges(path, ranges)));
+      }
     } catch (err) {
       if (err instanceof DomainError && err.reason !== "INTERNAL" && err.reason !== "WORKSPACE_NOT_READY") continue;
       throw err;
     }
     let at = 0;
     for (const c of list) {
-      if (c.lines.every((l) => Buffer.compare(l.raw, bytes[at++]) === 0)) good.add(c);
+      if (c.lines.every((l) => Buffer.compare(l.raw.subarray(0, limit), read[at++]) === 0)) good.add(c);
     }
   }
   return candidates.filter((c) => good.has(c)).map((c) => c.match);

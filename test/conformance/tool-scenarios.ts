@@ -805,6 +805,18 @@ export function registerToolScenarios<C>(
     await expectError(t, stream(), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
   });
 
+  scenario("Glob › hundreds of files with 3 KB paths are all found", async (t, ws) => {
+    // 14 nested directories of 200-byte names: each path is about 2,900 bytes; 600 of them are
+    // far more than one message of the executor protocol carries, so the walk must stream.
+    const dir = Array.from({ length: 14 }, (_, i) => `${String(i).padStart(2, "0")}${"d".repeat(198)}`).join("/");
+    await ws.sh(`mkdir -p '${dir}' && cd '${dir}' && for i in $(seq 1 600); do : > f$i.txt; done`);
+    const r = await ws.tools.glob({ workspaceId: ws.id, pattern: "**/*.txt", limit: 1000 });
+    t.is(r.paths.length, 600);
+    t.true(r.paths.every((p) => p.startsWith(`${dir}/f`)));
+    const listed = await ws.tools.listFiles({ workspaceId: ws.id, pattern: "**/*.txt" });
+    t.is(listed.files.length, 600);
+  });
+
   scenario("Grep › Search for pattern across files", async (t, ws) => {
     await grepTree(ws);
     const r = await ws.tools.grep({ workspaceId: ws.id, pattern: "TODO", path: "/workspace/src" });
