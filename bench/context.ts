@@ -1,11 +1,13 @@
 /**
  * What every benchmark section gets (the server child, clients, options) and returns (rows for
- * the table, raw data for the JSON report), plus workspace helpers shared by the sections.
+ * the table, raw data for the JSON report), plus workspace and measurement helpers shared by the
+ * sections.
  */
 import path from "node:path";
 import { ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import type { Row } from "./report.ts";
+import type { ServerStats } from "./server-child.ts";
 import type { Clients, ServerProcess } from "./server-process.ts";
 
 /** Shared state of one benchmark run. */
@@ -79,6 +81,11 @@ export function localWorkspaceDir(ctx: BenchContext, id: string): string {
   return path.join(ctx.dataDir, "workspaces", id);
 }
 
+/** CPU time (user + system) the server spent between two of its stats, in milliseconds. */
+export function serverCpuMs(before: ServerStats, after: ServerStats): number {
+  return (after.cpuUserUs + after.cpuSystemUs - before.cpuUserUs - before.cpuSystemUs) / 1000;
+}
+
 /** Resolves after `ms` milliseconds. */
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
@@ -87,4 +94,42 @@ export function sleep(ms: number): Promise<void> {
 /** Bytes to mebibytes. */
 export function mib(bytes: number): number {
   return bytes / (1024 * 1024);
+}
+
+/** One timed call: resolves to its duration in milliseconds (after checking its result). */
+export type Measure = () => Promise<number>;
+
+/** Times `call`, then hands its result to `check`, which throws if the call did not do its job. */
+export function timed<T>(call: () => Promise<T>, check?: (result: T) => void): Measure {
+  return async () => {
+    const t0 = performance.now();
+    const result = await call();
+    const ms = performance.now() - t0;
+    check?.(result);
+    return ms;
+  };
+}
+
+/** Runs every series round-robin (rotating the order each round) and returns their samples. */
+export async function interleave(series: Record<string, Measure>, warmup: number, iterations: number): Promise<Record<string, number[]>> {
+  const names = Object.keys(series);
+  const out: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, []]));
+  for (let i = 0; i < warmup + iterations; i++) {
+    for (let j = 0; j < names.length; j++) {
+      const name = names[(i + j) % names.length];
+      const ms = await series[name]();
+      if (i >= warmup) out[name].push(ms);
+    }
+  }
+  return out;
+}
+
+/**
+ * Creates `perDir` one-line text files (`f00.txt`, `f01.txt`, …, zero-padded) in each of `dirs`
+ * (plain workspace-relative names) with a single `Bash` call, so it works alike on every provider.
+ */
+export async function createTextFiles(ctx: BenchContext, workspaceId: string, dirs: string[], perDir: number): Promise<void> {
+  const command = `set -e; for d in ${dirs.join(" ")}; do mkdir -p $d; for i in $(seq -w 0 ${perDir - 1}); do echo "file $d/$i" > $d/f$i.txt; done; done`;
+  const res = await ctx.clients.grpc.tools.bash({ workspaceId, command });
+  if (res.exitCode !== 0) throw new Error(`creating ${dirs.length * perDir} files failed (exit ${res.exitCode}): ${res.stderr}`);
 }

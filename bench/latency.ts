@@ -9,9 +9,9 @@ import { spawn } from "node:child_process";
 import Docker from "dockerode";
 import type { Client } from "@connectrpc/connect";
 import type { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
-import { type BenchContext, type SectionResult, createWorkspace } from "./context.ts";
-import type { Row } from "./report.ts";
-import { round, summarize, type Summary } from "./stats.ts";
+import { type BenchContext, type Measure, type SectionResult, createWorkspace, interleave, serverCpuMs } from "./context.ts";
+import { type Row, signed } from "./report.ts";
+import { round, roundSummary, summarize, type Summary } from "./stats.ts";
 
 /** Options of section (a). */
 export interface LatencyOptions {
@@ -29,8 +29,6 @@ export interface LatencyOptions {
 const GOAL_RATIO = 1.3;
 /** Label the container providers put on each workspace container. */
 const WORKSPACE_LABEL = "agent-workspace.workspace-id";
-
-type Measure = () => Promise<number>;
 
 function spawnTrue(): Promise<number> {
   const t0 = performance.now();
@@ -70,20 +68,6 @@ function dockerExecTrue(container: Docker.Container): Measure {
   };
 }
 
-/** Runs every series round-robin (rotating the order each round) and returns their samples. */
-async function interleave(series: Record<string, Measure>, warmup: number, iterations: number): Promise<Record<string, number[]>> {
-  const names = Object.keys(series);
-  const out: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, []]));
-  for (let i = 0; i < warmup + iterations; i++) {
-    for (let j = 0; j < names.length; j++) {
-      const name = names[(i + j) % names.length];
-      const ms = await series[name]();
-      if (i >= warmup) out[name].push(ms);
-    }
-  }
-  return out;
-}
-
 function dockerClient(): Docker {
   return process.env.DOCKER_HOST && !process.env.DOCKER_SOCKET ? new Docker() : new Docker({ socketPath: process.env.DOCKER_SOCKET ?? "/var/run/docker.sock" });
 }
@@ -95,10 +79,6 @@ async function findContainer(docker: Docker, workspaceId: string): Promise<Docke
   } catch {
     return undefined;
   }
-}
-
-function signed(x: number): string {
-  return `${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(2)}`;
 }
 
 function rowsFor(provider: string, baselineName: string, stats: Record<string, Summary>, cpuPerCallMs: number): Row[] {
@@ -174,7 +154,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
       const samples = await interleave(series, options.warmup, iterations);
       const after = await ctx.server.stats();
       const serverCalls = 2 * (options.warmup + iterations);
-      const cpuPerCallMs = (after.cpuUserUs + after.cpuSystemUs - before.cpuUserUs - before.cpuSystemUs) / 1000 / serverCalls;
+      const cpuPerCallMs = serverCpuMs(before, after) / serverCalls;
       const stats = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
       data[provider] = {
         workspaceId: ws.id,
@@ -182,7 +162,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
         warmup: options.warmup,
         baseline: baselineName,
         serverCpuMsPerCall: round(cpuPerCallMs),
-        stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, Object.fromEntries(Object.entries(s).map(([f, v]) => [f, round(v)]))])),
+        stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, roundSummary(s)])),
       };
       if (baselineName) {
         rows.push(...rowsFor(provider, baselineName, stats, cpuPerCallMs));

@@ -23,6 +23,11 @@ export interface Row {
   note?: string;
 }
 
+/** A difference with its sign spelled out and two decimals, e.g. "+0.31" or "−1.20". */
+export function signed(x: number): string {
+  return `${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(2)}`;
+}
+
 function fmt(x: number, unit: string): string {
   if (!Number.isFinite(x)) return "—";
   const digits = Math.abs(x) >= 100 ? 0 : Math.abs(x) >= 10 ? 1 : 2;

@@ -8,7 +8,10 @@
  *
  * Sections: (a) `latency` — no-op Bash vs spawn / docker exec; (b) `grep` — Grep and
  * StreamGrep vs ripgrep; (c) `stream` — StreamBash throughput and server memory under a slow
- * reader. `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
+ * reader; (d) `files` — ReadFile, WriteFile and Glob on each provider vs the local provider;
+ * (e) `peer` — our file tools vs the reference MCP filesystem server on the same files.
+ * `--providers` applies to (a) and (d). `--profile` runs the server with `--cpu-prof` (profiles
+ * in bench/results/profiles).
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
@@ -18,8 +21,10 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { type BenchContext, type SectionResult, liveWorkspaces, sleep } from "./context.ts";
+import { benchFiles } from "./files.ts";
 import { benchGrep } from "./grep.ts";
 import { benchLatency } from "./latency.ts";
+import { benchPeer } from "./peer.ts";
 import { formatTable, type Row } from "./report.ts";
 import { type Clients, type ServerProcess, createClients, startServerProcess } from "./server-process.ts";
 import { benchThroughput } from "./throughput.ts";
@@ -28,7 +33,8 @@ const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
-const SECTIONS: Record<string, "a" | "b" | "c"> = { a: "a", latency: "a", b: "b", grep: "b", c: "c", stream: "c", throughput: "c" };
+type Section = "a" | "b" | "c" | "d" | "e";
+const SECTIONS: Record<string, Section> = { a: "a", latency: "a", b: "b", grep: "b", c: "c", stream: "c", throughput: "c", d: "d", files: "d", e: "e", peer: "e" };
 
 const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
 
@@ -45,24 +51,27 @@ function parseOptions() {
   });
   if (values.help) {
     process.stdout.write(
-      "usage: npm run bench -- [--quick] [--only=a,b,c] [--providers=local,docker,gvisor] [--profile]\n" +
+      "usage: npm run bench -- [--quick] [--only=a,b,c,d,e] [--providers=local,docker,gvisor] [--profile]\n" +
         "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
         "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
-        "  c|stream    StreamBash throughput and server RSS under a slow reader\n",
+        "  c|stream    StreamBash throughput and server RSS under a slow reader\n" +
+        "  d|files     ReadFile 4 KiB, WriteFile 1 MiB, Glob over 1,000 files on each provider vs local\n" +
+        "  e|peer      read/write/edit/list vs the reference MCP filesystem server (local provider)\n" +
+        "  --providers applies to a and d\n",
     );
     process.exit(0);
   }
-  const only = new Set<"a" | "b" | "c">();
-  for (const name of (values.only ?? "a,b,c").split(",").map((s) => s.trim()).filter(Boolean)) {
+  const only = new Set<Section>();
+  for (const name of (values.only ?? "a,b,c,d,e").split(",").map((s) => s.trim()).filter(Boolean)) {
     const s = SECTIONS[name];
-    if (!s) throw new Error(`unknown section '${name}' (use a|latency, b|grep, c|stream)`);
+    if (!s) throw new Error(`unknown section '${name}' (use a|latency, b|grep, c|stream, d|files, e|peer)`);
     only.add(s);
   }
   const providers: string[] = [];
   const notes: string[] = [];
   for (const p of values.providers.split(",").map((s) => s.trim()).filter(Boolean)) {
     if (KNOWN_PROVIDERS.includes(p)) providers.push(p);
-    else notes.push(`(a) unknown provider '${p}' skipped (known: ${KNOWN_PROVIDERS.join(", ")})`);
+    else notes.push(`unknown provider '${p}' skipped (known: ${KNOWN_PROVIDERS.join(", ")})`);
   }
   for (const n of notes) log(n);
   return { quick: values.quick, only, providers, profile: values.profile, notes };
@@ -96,6 +105,8 @@ function sectionSettings(quick: boolean, providers: string[]) {
       maxResults: 100,
     },
     c: { bytes: quick ? 20_000_000 : 200_000_000, runs: quick ? 1 : 3, slowBytes: quick ? 10_000_000 : 50_000_000, slowDelayMs: 5 },
+    d: { providers, iterations: quick ? 50 : 300, warmup: quick ? 10 : 30 },
+    e: { iterations: quick ? 100 : 500, warmup: quick ? 20 : 50 },
   };
 }
 
@@ -153,6 +164,8 @@ async function main(): Promise<void> {
     if (opts.only.has("a")) results.latency = await withServer("latency", opts.providers.some((p) => p !== "local"), (ctx) => benchLatency(ctx, settings.a));
     if (opts.only.has("b")) results.grep = await withServer("grep", false, (ctx) => benchGrep(ctx, settings.b));
     if (opts.only.has("c")) results.stream = await withServer("stream", false, (ctx) => benchThroughput(ctx, settings.c));
+    if (opts.only.has("d")) results.files = await withServer("files", opts.providers.some((p) => p !== "local"), (ctx) => benchFiles(ctx, settings.d));
+    if (opts.only.has("e")) results.peer = await withServer("peer", false, (ctx) => benchPeer(ctx, settings.e));
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];
@@ -168,7 +181,7 @@ async function main(): Promise<void> {
       process.stdout.write("warning: the host was already busy when the run started; ratios are less reliable than usual\n");
     }
 
-    const selected = { a: "latency", b: "grep", c: "stream" } as const;
+    const selected = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer" } as const;
     const report = {
       startedAt: startedAt.toISOString(),
       finishedAt: new Date().toISOString(),

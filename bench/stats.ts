@@ -55,3 +55,8 @@ export function round(x: number, digits = 3): number {
   const f = 10 ** digits;
   return Math.round(x * f) / f;
 }
+
+/** `summary` with every field rounded by `round`, for the JSON report. */
+export function roundSummary(summary: Summary, digits = 3): Summary {
+  return Object.fromEntries(Object.entries(summary).map(([k, v]) => [k, round(v, digits)])) as unknown as Summary;
+}

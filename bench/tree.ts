@@ -123,3 +123,11 @@ export function generateTree(root: string, options: TreeOptions): TreeInfo {
     frequentPattern: "the",
   };
 }
+
+/** Exactly `bytes` bytes of ASCII text made of the same word lines as the tree (deterministic per seed). */
+export function textOfSize(bytes: number, seed = 1): string {
+  const rand = prng(seed);
+  let text = "";
+  while (text.length < bytes) text += makeLine(rand);
+  return `${text.slice(0, bytes - 1)}\n`;
+}

@@ -1,0 +1,182 @@
+/**
+ * Section (e): our file tools on the local provider against the reference MCP filesystem server
+ * (@modelcontextprotocol/server-filesystem), run side by side on this machine on the same files:
+ * the peer is spawned with this Node and the workspace's host directory as its allowed directory.
+ * Ours is called over gRPC on one HTTP/2 connection, the peer over stdio with the official MCP SDK
+ * client; each operation is an interleaved round-robin of our call and the peer's:
+ * - read a 4 KiB text file: ReadFile vs `read_text_file` (`read_file` in older versions);
+ * - write a 4 KiB file: WriteFile vs `write_file`;
+ * - replace one unique line: EditFile vs `edit_file`, alternating between two contents so that
+ *   every edit, whoever makes it, succeeds;
+ * - list a 200-entry directory: ListFiles (which returns sizes and mtimes) vs
+ *   `list_directory_with_sizes`, the fair comparison, and `list_directory` (names only).
+ * Goal: ours at most 1.0× the peer at p50.
+ */
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { type BenchContext, type Measure, type SectionResult, createTextFiles, createWorkspace, interleave, localWorkspaceDir, serverCpuMs, timed } from "./context.ts";
+import type { Row } from "./report.ts";
+import { round, roundSummary, summarize, type Summary } from "./stats.ts";
+import { textOfSize } from "./tree.ts";
+
+/** Options of section (e). */
+export interface PeerOptions {
+  /** Measured calls per series. */
+  iterations: number;
+  /** Unmeasured calls per series before measuring. */
+  warmup: number;
+}
+
+const GOAL_RATIO = 1.0;
+const PEER_PACKAGE = "@modelcontextprotocol/server-filesystem";
+const SMALL = textOfSize(4 * 1024);
+/** The edit target: SMALL with one unique line that the edits flip between two values. */
+const MARKERS = ["marker: alpha", "marker: omega"] as const;
+const EDITABLE = `${SMALL.slice(0, 2048)}\n${MARKERS[0]}\n${SMALL.slice(2048)}`;
+const LIST_ENTRIES = 200;
+
+/** A running peer server and its MCP client. */
+interface Peer {
+  version: string;
+  tools: Set<string>;
+  /** Calls one tool; an `isError` result throws. */
+  call(name: string, args: Record<string, unknown>): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Spawns the peer's entry point (its package.json `bin`) with `allowedDir`, over stdio. */
+async function startPeer(allowedDir: string): Promise<Peer> {
+  const manifest = createRequire(import.meta.url).resolve(`${PEER_PACKAGE}/package.json`);
+  const pkg = JSON.parse(readFileSync(manifest, "utf8")) as { version: string; bin: Record<string, string> };
+  const entry = path.join(path.dirname(manifest), Object.values(pkg.bin)[0]);
+  const transport = new StdioClientTransport({ command: process.execPath, args: [entry, allowedDir], stderr: "pipe" });
+  const stderr: string[] = [];
+  transport.stderr?.on("data", (chunk: Buffer) => {
+    stderr.push(...chunk.toString().split("\n").filter(Boolean));
+    stderr.splice(0, stderr.length - 20);
+  });
+  const client = new Client({ name: "agent-workspace-bench", version: "1" });
+  try {
+    await client.connect(transport);
+  } catch (err) {
+    throw new Error(`the peer did not start: ${String(err)}\n${stderr.join("\n")}`);
+  }
+  const { tools } = await client.listTools();
+  return {
+    version: pkg.version,
+    tools: new Set(tools.map((t) => t.name)),
+    async call(name, args) {
+      const r = await client.callTool({ name, arguments: args });
+      if (r.isError) throw new Error(`peer ${name}: ${JSON.stringify(r.content)}`);
+    },
+    close: () => client.close(),
+  };
+}
+
+/** The p50 row (held to the goal unless `info`) and the p99 row of ours against one peer tool. */
+function rowsFor(label: string, peerTool: string, ours: Summary, peer: Summary, { info = false, note }: { info?: boolean; note?: string } = {}): Row[] {
+  const common = { section: "e peer", unit: "ms" };
+  const p50Ratio = ours.p50 / peer.p50;
+  return [
+    {
+      ...common,
+      metric: `${label} p50, vs ${peerTool}`,
+      server: ours.p50,
+      baseline: peer.p50,
+      ratio: p50Ratio,
+      note,
+      ...(info ? { goal: "" } : { goal: `≤ ${GOAL_RATIO.toFixed(1)}× peer`, pass: p50Ratio <= GOAL_RATIO }),
+    },
+    { ...common, metric: `${label} p99, vs ${peerTool}`, server: ours.p99, baseline: peer.p99, ratio: ours.p99 / peer.p99, goal: "" },
+  ];
+}
+
+/** Runs section (e) on one local workspace and one peer server over its directory. */
+export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promise<SectionResult> {
+  const created = await createWorkspace(ctx, "local");
+  if (!created.ok) return { rows: [], data: {}, skipped: [`(e) ${created.reason}`] };
+  const ws = created.workspace;
+  let peer: Peer | undefined;
+  try {
+    const tools = ctx.clients.grpc.tools;
+    const workspaceId = ws.id;
+    await tools.writeFile({ workspaceId, path: "read.txt", content: SMALL });
+    await tools.writeFile({ workspaceId, path: "edit.txt", content: EDITABLE });
+    await createTextFiles(ctx, workspaceId, ["list"], LIST_ENTRIES);
+
+    const dir = localWorkspaceDir(ctx, workspaceId);
+    const p = (peer = await startPeer(dir));
+    const readTool = p.tools.has("read_text_file") ? "read_text_file" : "read_file";
+    const missing = [readTool, "write_file", "edit_file", "list_directory", "list_directory_with_sizes"].filter((t) => !p.tools.has(t));
+    if (missing.length > 0) throw new Error(`${PEER_PACKAGE} ${p.version} lacks the tools ${missing.join(", ")}`);
+    const at = (name: string) => path.join(dir, name);
+
+    /** Which marker edit.txt holds; every edit (ours or the peer's) flips it. */
+    let edits = 0;
+    const flip = () => [MARKERS[edits % 2], MARKERS[++edits % 2]] as const;
+
+    const operations: Record<string, Record<string, Measure>> = {
+      "read 4 KiB": {
+        ours: timed(
+          () => tools.readFile({ workspaceId, path: "read.txt" }),
+          (r) => {
+            if (r.size !== BigInt(SMALL.length)) throw new Error(`ReadFile: size ${r.size}, expected ${SMALL.length}`);
+          },
+        ),
+        [readTool]: timed(() => p.call(readTool, { path: at("read.txt") })),
+      },
+      "write 4 KiB": {
+        ours: timed(() => tools.writeFile({ workspaceId, path: "write.txt", content: SMALL })),
+        write_file: timed(() => p.call("write_file", { path: at("write.txt"), content: SMALL })),
+      },
+      "edit one line": {
+        ours: timed(
+          () => {
+            const [oldString, newString] = flip();
+            return tools.editFile({ workspaceId, path: "edit.txt", oldString, newString });
+          },
+          (r) => {
+            if (r.replacements !== 1) throw new Error(`EditFile: ${r.replacements} replacements`);
+          },
+        ),
+        edit_file: timed(() => {
+          const [oldText, newText] = flip();
+          return p.call("edit_file", { path: at("edit.txt"), edits: [{ oldText, newText }] });
+        }),
+      },
+      [`list ${LIST_ENTRIES} entries`]: {
+        ours: timed(
+          () => tools.listFiles({ workspaceId, path: "list" }),
+          (r) => {
+            if (r.files.length !== LIST_ENTRIES) throw new Error(`ListFiles: ${r.files.length} entries, expected ${LIST_ENTRIES}`);
+          },
+        ),
+        list_directory_with_sizes: timed(() => p.call("list_directory_with_sizes", { path: at("list") })),
+        "list_directory (names only)": timed(() => p.call("list_directory", { path: at("list") })),
+      },
+    };
+
+    const rows: Row[] = [];
+    const data: Record<string, Record<string, unknown>> = {};
+    for (const [label, series] of Object.entries(operations)) {
+      ctx.log(`(e) ${label}: ${options.warmup} warmup + ${options.iterations} calls per series (${Object.keys(series).join(", ")})`);
+      const before = await ctx.server.stats();
+      const samples = await interleave(series, options.warmup, options.iterations);
+      const cpuPerCallMs = serverCpuMs(before, await ctx.server.stats()) / (options.warmup + options.iterations);
+      const stats = Object.fromEntries(Object.entries(samples).map(([name, v]) => [name, summarize(v)]));
+      // The first peer series is the comparison held to the goal; any other is a p50 for information.
+      const [peerTool, ...others] = Object.keys(series).filter((n) => n !== "ours");
+      rows.push(...rowsFor(label, peerTool, stats.ours, stats[peerTool], { note: `our server's CPU ${cpuPerCallMs.toFixed(2)} ms/call` }));
+      for (const other of others) rows.push(rowsFor(label, other, stats.ours, stats[other], { info: true })[0]);
+      data[label] = { serverCpuMsPerCall: round(cpuPerCallMs), ...Object.fromEntries(Object.entries(stats).map(([name, s]) => [name, roundSummary(s)])) };
+    }
+    rows[0].note = `${rows[0].note}; peer: ${PEER_PACKAGE} ${p.version} over stdio (MCP SDK client); ours: gRPC, one HTTP/2 connection`;
+    return { rows, data: { peer: `${PEER_PACKAGE}@${p.version}`, iterations: options.iterations, warmup: options.warmup, stats: data }, skipped: [] };
+  } finally {
+    await peer?.close().catch(() => undefined);
+    await ws.delete();
+  }
+}
