@@ -6,7 +6,7 @@
  * but a connection to its executor.
  */
 import type { SandboxConnection } from "./sandbox-connection.ts";
-import type { DirEntry, FileStat, FoundFile, WorkspaceFs } from "./types.ts";
+import type { DirEntry, FileStat, FoundFile, ReadOutcome, WorkspaceFs } from "./types.ts";
 
 /** The WorkspaceFs of the workspace at `root` (as the executor sees it), over `connect()`. */
 export class ExecutorFs implements WorkspaceFs {
@@ -28,8 +28,19 @@ export class ExecutorFs implements WorkspaceFs {
   }
 
   async readFile(rel: string, maxBytes: number): Promise<Uint8Array> {
-    const { bytes } = await (await this.#connect()).opBytes<{ size: number }>({ root: this.#root, op: "read", rel, maxBytes });
+    const { bytes } = await (await this.#connect()).opCollect<{ size: number }>({ root: this.#root, op: "readFile", rel, maxBytes });
     return bytes;
+  }
+
+  async read(rel: string, maxBytes: number): Promise<ReadOutcome> {
+    const { bytes, entries, result } = await (await this.#connect()).opCollect<{ kind: "file" | "directory"; rel: string; size: number }>({
+      root: this.#root,
+      op: "read",
+      rel,
+      maxBytes,
+    });
+    const head = { rel: String(result.rel), size: Number(result.size) };
+    return result.kind === "directory" ? { kind: "directory", ...head, entries: entries as Array<{ name: string; directory: boolean }> } : { kind: "file", ...head, bytes };
   }
 
   async writeFile(rel: string, data: Uint8Array): Promise<{ created: boolean }> {
@@ -37,10 +48,9 @@ export class ExecutorFs implements WorkspaceFs {
     return { created: r.created === true };
   }
 
-  async list(rel: string): Promise<DirEntry[]> {
-    const out: DirEntry[] = [];
-    for await (const batch of (await this.#connect()).opEntries<DirEntry>({ root: this.#root, op: "list", rel })) out.push(...batch);
-    return out;
+  async list(rel: string): Promise<{ rel: string; entries: DirEntry[] }> {
+    const { entries, result } = await (await this.#connect()).opCollect<{ rel: string }>({ root: this.#root, op: "list", rel });
+    return { rel: String(result.rel), entries: entries as DirEntry[] };
   }
 
   async remove(rel: string): Promise<void> {
@@ -52,7 +62,7 @@ export class ExecutorFs implements WorkspaceFs {
   }
 
   async readRanges(rel: string, ranges: Array<[number, number]>): Promise<Uint8Array[]> {
-    const { bytes, result } = await (await this.#connect()).opBytes<{ lengths: number[] }>({ root: this.#root, op: "readRanges", rel, ranges });
+    const { bytes, result } = await (await this.#connect()).opCollect<{ lengths: number[] }>({ root: this.#root, op: "readRanges", rel, ranges });
     const out: Uint8Array[] = [];
     let at = 0;
     for (const len of result.lengths) {

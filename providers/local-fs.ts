@@ -8,7 +8,7 @@ import { setImmediate as yieldToLoop } from "node:timers/promises";
 import { Jail } from "./executor/jail.ts";
 import { JailedFs } from "./executor/jailed-fs.ts";
 import { domain, toDomainError } from "./faults.ts";
-import type { DirEntry, FileStat, FoundFile, WorkspaceFs } from "./types.ts";
+import type { DirEntry, FileStat, FoundFile, ReadOutcome, WorkspaceFs } from "./types.ts";
 
 /** Files a walk hands over between two turns of the event loop, so a large tree never stalls other calls. */
 const WALK_SLICE = 512;
@@ -42,7 +42,11 @@ export class LocalFs implements WorkspaceFs {
     return domain(() => this.#fs.writeFile(rel, data));
   }
 
-  async list(rel: string): Promise<DirEntry[]> {
+  async read(rel: string, maxBytes: number): Promise<ReadOutcome> {
+    return domain(() => this.#fs.read(rel, maxBytes));
+  }
+
+  async list(rel: string): Promise<{ rel: string; entries: DirEntry[] }> {
     return domain(() => this.#fs.list(rel));
   }
 

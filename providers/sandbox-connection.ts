@@ -275,25 +275,34 @@ export class SandboxConnection {
     throw new Error("executor call ended without a result");
   }
 
-  /** A file operation answering with bytes (CHUNK frames) and a RESULT. */
-  async opBytes<T>(req: OpRequest): Promise<{ bytes: Buffer; result: T }> {
+  /** A file operation answering with bytes (CHUNK frames) or entries (ENTRIES frames), then a RESULT. */
+  async opCollect<T>(req: OpRequest): Promise<{ bytes: Buffer; entries: unknown[]; result: T }> {
     const chunks: Buffer[] = [];
+    const entries: unknown[] = [];
     for await (const f of this.#call(F.OP, req)) {
       if (f.type === F.CHUNK) chunks.push(f.payload);
-      else if (f.type === F.RESULT) return { bytes: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks), result: this.#json<T>(f) };
+      else if (f.type === F.ENTRIES) entries.push(...this.#batch(f));
+      else if (f.type === F.RESULT) return { bytes: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks), entries, result: this.#json<T>(f) };
       else this.#raise(f);
     }
     throw new Error("executor call ended without a result");
   }
 
+  /** The entries an ENTRIES frame carries; anything but a JSON array is a protocol violation. */
+  #batch(f: Frame): unknown[] {
+    const batch = this.#json<unknown>(f);
+    if (!Array.isArray(batch)) {
+      this.#violate("ENTRIES is not an array");
+      throw unavailable(new Error("executor sent malformed entries"));
+    }
+    return batch;
+  }
+
   /** A file operation answering with batches of entries; stopping early abandons it in the executor. */
   async *opEntries<T>(req: OpRequest): AsyncGenerator<T[]> {
     for await (const f of this.#call(F.OP, req)) {
-      if (f.type === F.ENTRIES) {
-        const batch = this.#json<unknown>(f);
-        if (!Array.isArray(batch)) this.#violate("ENTRIES is not an array");
-        yield batch as T[];
-      } else if (f.type === F.RESULT) return;
+      if (f.type === F.ENTRIES) yield this.#batch(f) as T[];
+      else if (f.type === F.RESULT) return;
       else this.#raise(f);
     }
   }

@@ -6,8 +6,8 @@
  * implementations must still confine symlinks (see `resolveOnHost`).
  */
 
-export type { DirEntry, EntryType, FileStat, FoundFile } from "./executor/types.ts";
-import type { DirEntry, FileStat, FoundFile } from "./executor/types.ts";
+export type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome } from "./executor/types.ts";
+import type { DirEntry, FileStat, FoundFile, ReadOutcome } from "./executor/types.ts";
 
 /**
  * Filesystem primitives of one workspace. Paths are workspace-relative and have passed the
@@ -34,8 +34,13 @@ export interface WorkspaceFs {
    * directories. A failure leaves the old content in place. IS_DIRECTORY if the path is a directory.
    */
   writeFile(rel: string, data: Uint8Array): Promise<{ created: boolean }>;
-  /** Lists a directory's entries (unsorted). NOT_A_DIRECTORY for files. */
-  list(rel: string): Promise<DirEntry[]>;
+  /**
+   * What ReadFile shows, in one resolution (one round trip for container providers): a regular
+   * file's bytes (as `readFile`) or a directory's entry names, with the canonical path.
+   */
+  read(rel: string, maxBytes: number): Promise<ReadOutcome>;
+  /** Lists a directory's entries (unsorted) with its canonical path. NOT_A_DIRECTORY for files. */
+  list(rel: string): Promise<{ rel: string; entries: DirEntry[] }>;
   /** Removes a file or symlink (never its target, never a directory: IS_DIRECTORY). */
   remove(rel: string): Promise<void>;
   /**

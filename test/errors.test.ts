@@ -43,7 +43,7 @@ function brokenDiskProvider(baseDir: string): Provider {
       };
       const fs = new Proxy(handle.fs, {
         get(target, prop) {
-          if (prop === "readFile") return broken;
+          if (prop === "readFile" || prop === "read") return broken;
           const value: unknown = Reflect.get(target, prop);
           return typeof value === "function" ? value.bind(target) : value;
         },

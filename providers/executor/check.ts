@@ -41,6 +41,7 @@ export function checkOpRequest(v: unknown): OpRequest {
     case "walk":
       return r;
     case "read":
+    case "readFile":
       if (!isCount(r.maxBytes)) throw new Error("maxBytes");
       return r;
     case "readRanges":

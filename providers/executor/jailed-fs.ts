@@ -12,6 +12,7 @@
 import { randomBytes } from "node:crypto";
 import {
   closeSync,
+  type Dirent,
   constants,
   fchmodSync,
   fstatSync,
@@ -26,7 +27,7 @@ import {
 } from "node:fs";
 import { Fault } from "./fault.ts";
 import { at, DIR_OPEN, displayPath, errnoOf, faultOf, Jail, type Location, MAX_NAME_BYTES, notFound } from "./jail.ts";
-import type { DirEntry, EntryType, FileStat, FoundFile } from "./types.ts";
+import type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome } from "./types.ts";
 
 /** Flags for opening a file to read: never through a symlink, never blocking on a FIFO. */
 const FILE_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
@@ -52,6 +53,15 @@ function unsupported(rel: string): Fault {
 
 function notDirectory(rel: string): Fault {
   return new Fault("NOT_A_DIRECTORY", `'${displayPath(rel)}' is not a directory`, { path: rel });
+}
+
+/** True when `name` in the directory open as `fd` is a directory (not following a symlink). */
+function isDirectoryAt(fd: number, name: string): boolean {
+  try {
+    return lstatSync(at(fd, name)).isDirectory();
+  } catch {
+    return false;
+  }
 }
 
 /** An atomic replacement in progress: bytes go to a temporary file that `commit` renames into place. */
@@ -143,36 +153,65 @@ export class JailedFs {
    * sockets and devices (never opened in a way that could block), FILE_TOO_LARGE past maxBytes.
    */
   readFile(rel: string, maxBytes: number): Buffer {
-    return this.#at(rel, { followFinal: true }, false, (loc) => {
-      const { fd, st } = this.#openFile(loc, rel);
+    return this.#at(rel, { followFinal: true }, false, (loc) => this.#readBody(loc, rel, maxBytes));
+  }
+
+  /**
+   * What ReadFile shows in one resolution: a regular file's bytes (as `readFile`), or a
+   * directory's entry names, each marked when it is a directory (a symlink is not). Faults name
+   * the canonical path.
+   */
+  read(rel: string, maxBytes: number): ReadOutcome {
+    return this.#at(rel, { followFinal: true }, false, (loc): ReadOutcome => {
+      if (loc.stat === undefined) throw notFound(loc.rel);
+      if (!loc.stat.isDirectory()) {
+        const bytes = this.#readBody(loc, loc.rel, maxBytes);
+        return { kind: "file", rel: loc.rel, size: bytes.length, bytes };
+      }
+      const fd = this.#openDir(loc, loc.rel);
       try {
-        if (st.size > maxBytes) {
-          throw new Fault("FILE_TOO_LARGE", `'${displayPath(rel)}' is ${st.size} bytes, more than the ${maxBytes} this tool reads`, {
-            path: rel,
-            size: String(st.size),
-            max_bytes: String(maxBytes),
-          });
-        }
-        // Read to EOF (the file may grow between fstat and read), never past maxBytes + 1.
-        const chunks: Buffer[] = [];
-        let total = 0;
-        let want = Math.min(st.size + 1, maxBytes + 1);
-        for (;;) {
-          const buf = Buffer.allocUnsafe(Math.max(1, Math.min(want, maxBytes + 1 - total)));
-          const n = readSync(fd, buf, 0, buf.length, null);
-          if (n === 0) break;
-          chunks.push(buf.subarray(0, n));
-          total += n;
-          if (total > maxBytes) {
-            throw new Fault("FILE_TOO_LARGE", `'${displayPath(rel)}' is more than the ${maxBytes} bytes this tool reads`, { path: rel, max_bytes: String(maxBytes) });
-          }
-          want = 64 * 1024;
-        }
-        return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total);
+        const entries = (readdirSync(at(fd), { withFileTypes: true }) as Dirent[]).map((d) => ({
+          name: d.name,
+          // Filesystems without d_type report "unknown": look at those one by one.
+          directory: d.isDirectory() || (!d.isFile() && !d.isSymbolicLink() && !d.isFIFO() && !d.isSocket() && !d.isCharacterDevice() && !d.isBlockDevice() && isDirectoryAt(fd, d.name)),
+        }));
+        return { kind: "directory", rel: loc.rel, size: loc.stat.size, entries };
       } finally {
-        closeSync(fd);
+        this.#closeDir(fd);
       }
     });
+  }
+
+  /** The bytes of the regular file at `loc`, at most maxBytes. */
+  #readBody(loc: Location, rel: string, maxBytes: number): Buffer {
+    const { fd, st } = this.#openFile(loc, rel);
+    try {
+      if (st.size > maxBytes) {
+        throw new Fault("FILE_TOO_LARGE", `'${displayPath(rel)}' is ${st.size} bytes, more than the ${maxBytes} this tool reads`, {
+          path: rel,
+          size: String(st.size),
+          max_bytes: String(maxBytes),
+        });
+      }
+      // Read to EOF (the file may grow between fstat and read), never past maxBytes + 1.
+      const chunks: Buffer[] = [];
+      let total = 0;
+      let want = Math.min(st.size + 1, maxBytes + 1);
+      for (;;) {
+        const buf = Buffer.allocUnsafe(Math.max(1, Math.min(want, maxBytes + 1 - total)));
+        const n = readSync(fd, buf, 0, buf.length, null);
+        if (n === 0) break;
+        chunks.push(buf.subarray(0, n));
+        total += n;
+        if (total > maxBytes) {
+          throw new Fault("FILE_TOO_LARGE", `'${displayPath(rel)}' is more than the ${maxBytes} bytes this tool reads`, { path: rel, max_bytes: String(maxBytes) });
+        }
+        want = 64 * 1024;
+      }
+      return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total);
+    } finally {
+      closeSync(fd);
+    }
   }
 
   /**
@@ -259,21 +298,24 @@ export class JailedFs {
     return { created: w.created };
   }
 
-  /** A directory's entries (unsorted), symlinks not followed. NOT_A_DIRECTORY for files. */
-  list(rel: string): DirEntry[] {
+  /**
+   * A directory's entries (unsorted), symlinks not followed, with the directory's canonical path.
+   * NOT_A_DIRECTORY for files; faults name the canonical path.
+   */
+  list(rel: string): { rel: string; entries: DirEntry[] } {
     return this.#at(rel, { followFinal: true }, false, (loc) => {
-      const fd = this.#openDir(loc, rel);
+      const fd = this.#openDir(loc, loc.rel);
       try {
-        const out: DirEntry[] = [];
+        const entries: DirEntry[] = [];
         for (const name of readdirSync(at(fd))) {
           try {
-            out.push({ name, ...info(lstatSync(at(fd, name))) });
+            entries.push({ name, ...info(lstatSync(at(fd, name))) });
           } catch (err) {
             // An entry removed between readdir and lstat is simply not listed.
             if (errnoOf(err) !== "ENOENT") throw err;
           }
         }
-        return out;
+        return { rel: loc.rel, entries };
       } finally {
         this.#closeDir(fd);
       }

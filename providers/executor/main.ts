@@ -239,7 +239,7 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
 const ENTRIES_BATCH_BYTES = 128 * 1024;
 
 /** Sends a list of entries in batches of bounded JSON size, then the result. */
-async function sendEntries(call: Call, id: number, entries: Iterable<unknown>): Promise<void> {
+async function sendEntries(call: Call, id: number, entries: Iterable<unknown>, result: unknown = {}): Promise<void> {
   let batch: string[] = [];
   let bytes = 0;
   let sinceYield = 0;
@@ -262,7 +262,7 @@ async function sendEntries(call: Call, id: number, entries: Iterable<unknown>): 
     }
   }
   if (batch.length > 0 && !(await flush())) return;
-  finish(id, F.RESULT, json({}));
+  finish(id, F.RESULT, json(result));
 }
 
 /** Sends bytes in chunks, then the result. */
@@ -283,16 +283,23 @@ async function operate(id: number, req: OpRequest): Promise<void> {
         return finish(id, F.RESULT, json({ rel: fs.resolve(req.rel) }));
       case "stat":
         return finish(id, F.RESULT, json(fs.stat(req.rel)));
-      case "read": {
+      case "readFile": {
         const bytes = fs.readFile(req.rel, req.maxBytes);
         return await sendBytes(call, id, bytes, { size: bytes.length });
+      }
+      case "read": {
+        const r = fs.read(req.rel, req.maxBytes);
+        const head = { kind: r.kind, rel: r.rel, size: r.size };
+        return r.kind === "file" ? await sendBytes(call, id, r.bytes, head) : await sendEntries(call, id, r.entries, head);
       }
       case "readRanges": {
         const parts = fs.readRanges(req.rel, req.ranges);
         return await sendBytes(call, id, Buffer.concat(parts), { lengths: parts.map((p) => p.length) });
       }
-      case "list":
-        return await sendEntries(call, id, fs.list(req.rel));
+      case "list": {
+        const { rel, entries } = fs.list(req.rel);
+        return await sendEntries(call, id, entries, { rel });
+      }
       case "walk":
         return await sendEntries(call, id, fs.walk(req.rel));
       case "remove":

@@ -87,6 +87,7 @@ export type OpRequest = { root: string } & (
   | { op: "resolve"; rel: string }
   | { op: "stat"; rel: string }
   | { op: "read"; rel: string; maxBytes: number }
+  | { op: "readFile"; rel: string; maxBytes: number }
   | { op: "write"; rel: string }
   | { op: "list"; rel: string }
   | { op: "remove"; rel: string }

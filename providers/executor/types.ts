@@ -49,3 +49,8 @@ export interface DirEntry extends FileStat {
 export interface FoundFile extends DirEntry {
   path: string;
 }
+
+/** What reading a path found: a file's bytes, or a directory's entry names. */
+export type ReadOutcome =
+  | { kind: "file"; rel: string; size: number; bytes: Uint8Array }
+  | { kind: "directory"; rel: string; size: number; entries: Array<{ name: string; directory: boolean }> };

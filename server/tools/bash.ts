@@ -8,11 +8,11 @@
  * the wait: the call answers shortly after it even if the command is still dying, and the kill
  * sequence finishes in the background. A cancel by the caller kills at once and ends CANCELLED.
  */
-import { type CapturedOutput, DomainError, type OutputTotals } from "../../core/errors.ts";
+import { type CapturedOutput, DomainError, hasReason, type OutputTotals } from "../../core/errors.ts";
 import { envProblem } from "../../providers/executor/env.ts";
 import type { ExecEvent, ExecExit, ExecSpec } from "../../providers/types.ts";
 import { remainingMs, type ToolContext } from "./context.ts";
-import { jailDirectory } from "./paths.ts";
+import { jailPath } from "./paths.ts";
 import { BoundedBuffer } from "./text.ts";
 
 /** A bash invocation as the API describes it. */
@@ -97,7 +97,9 @@ async function plan(ctx: ToolContext, input: BashInput): Promise<Plan> {
     });
   }
   const requestedTimeoutMs = input.timeoutMs === 0 ? limits.defaultTimeoutMs : input.timeoutMs;
-  const cwd = await jailDirectory(ctx.workspace, input.workdir, "workdir");
+  // Checked lexically here; the executor resolves it beneath the root when it starts the command
+  // (no round trip first), and its faults name the field below.
+  const cwd = jailPath(input.workdir, "workdir", false);
   const left = remainingMs(ctx);
   const deadlineBound = left !== undefined && left < requestedTimeoutMs;
   return {
@@ -123,6 +125,22 @@ function timeoutError(p: Plan, exit: ExecExit | undefined, partial: CapturedOutp
     metadata: { timeout_ms: String(p.spec.timeoutMs), signal: exit?.signal ?? "", deadline: String(p.deadlineBound) },
     payload: { case: "partialOutput", value: partial },
   });
+}
+
+/** The workspace's exec stream, with the working directory's faults naming the `workdir` field. */
+async function* execIn(ctx: ToolContext, spec: ExecSpec): AsyncGenerator<ExecEvent> {
+  let started = false;
+  try {
+    for await (const ev of ctx.workspace.exec(spec)) {
+      started = true;
+      yield ev;
+    }
+  } catch (err) {
+    if (!started && hasReason(err, "FILE_NOT_FOUND", "NOT_A_DIRECTORY", "PATH_OUTSIDE_WORKSPACE", "INVALID_ARGUMENT")) {
+      throw new DomainError(err.reason, err.message, { metadata: { ...err.metadata, field: "workdir" }, cause: err.cause });
+    }
+    throw err;
+  }
 }
 
 /**
@@ -180,7 +198,7 @@ export async function runBash(ctx: ToolContext, input: BashInput): Promise<BashR
   const err = new BoundedBuffer(ctx.limits.maxOutputBytes);
   const started = Date.now();
   let exit: ExecExit | undefined;
-  for await (const ev of untilSettled(ctx.workspace.exec(p.spec), p)) {
+  for await (const ev of untilSettled(execIn(ctx, p.spec), p)) {
     if (ev.type === "stdout") out.push(ev.data);
     else if (ev.type === "stderr") err.push(ev.data);
     else if (ev.type === "exited") exit = ev.exit;
@@ -216,7 +234,7 @@ export async function* streamBash(ctx: ToolContext, input: StreamBashInput): Asy
   const totals = { stdout: 0, stderr: 0 };
   const started = Date.now();
   let exit: ExecExit | undefined;
-  for await (const ev of untilSettled(ctx.workspace.exec(p.spec), p)) {
+  for await (const ev of untilSettled(execIn(ctx, p.spec), p)) {
     if (ev.type === "stdout" || ev.type === "stderr") {
       const before = totals[ev.type];
       totals[ev.type] += ev.data.length;

@@ -1,6 +1,7 @@
 /** The list tool: a directory's own entries, or with a pattern every matching file below it. */
 import type { ToolContext } from "./context.ts";
-import { jailDirectory } from "./paths.ts";
+import { DomainError, hasReason } from "../../core/errors.ts";
+import { jailDirectory, jailPath } from "./paths.ts";
 import { compileGlob, type FoundEntry, joinPath, walkMatches } from "./walk.ts";
 
 /** Most entries ListFiles returns. */
@@ -20,12 +21,16 @@ export interface ListResult {
 /** Lists entries sorted by path, at most MAX_LIST_ENTRIES. */
 export async function listFiles(ctx: ToolContext, input: ListInput): Promise<ListResult> {
   const ws = ctx.workspace;
-  const base = await jailDirectory(ws, input.path, "path");
   const files: FoundEntry[] = [];
   let truncated = false;
   if (input.pattern.trim() === "") {
-    for (const e of await ws.fs.list(base)) files.push({ ...e, path: joinPath(base, e.name) });
+    // One resolution: the listing reports the directory's canonical path itself.
+    const listed = await ws.fs.list(jailPath(input.path, "path", false)).catch((err: unknown) => {
+      throw hasReason(err, "NOT_A_DIRECTORY") ? new DomainError("NOT_A_DIRECTORY", err.message, { metadata: { ...err.metadata, field: "path" } }) : err;
+    });
+    for (const e of listed.entries) files.push({ ...e, path: joinPath(listed.rel, e.name) });
   } else {
+    const base = await jailDirectory(ws, input.path, "path");
     for await (const e of walkMatches(ws, base, compileGlob(input.pattern))) {
       if (files.length === MAX_LIST_ENTRIES) {
         truncated = true;

@@ -23,20 +23,18 @@ export interface ReadResult {
   path: string;
 }
 
-/** Reads a file window, a directory listing or binary metadata. */
+/** Reads a file window, a directory listing or binary metadata, with one resolution of the path. */
 export async function readFile(ctx: ToolContext, input: ReadInput): Promise<ReadResult> {
   const { workspace: ws, limits } = ctx;
   if (input.offset < 0) throw new DomainError("INVALID_ARGUMENT", "offset must be 1 or more", { metadata: { field: "offset" } });
   if (input.limit < 0) throw new DomainError("INVALID_ARGUMENT", "limit must not be negative", { metadata: { field: "limit" } });
-  const rel = await ws.fs.resolve(jailPath(input.path, "path", false));
-  const st = await ws.fs.stat(rel);
-  if (st.type === "directory") {
-    const entries = (await ws.fs.list(rel))
-      .map((e) => (e.type === "directory" ? `${e.name}/` : e.name))
-      .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-    return { kind: "directory", content: entries.join("\n"), totalLines: entries.length, truncated: false, size: st.size, mimeType: "inode/directory", path: rel };
+  const found = await ws.fs.read(jailPath(input.path, "path", false), limits.maxFileBytes);
+  const rel = found.rel;
+  if (found.kind === "directory") {
+    const entries = found.entries.map((e) => (e.directory ? `${e.name}/` : e.name)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    return { kind: "directory", content: entries.join("\n"), totalLines: entries.length, truncated: false, size: found.size, mimeType: "inode/directory", path: rel };
   }
-  const bytes = await ws.fs.readFile(rel, limits.maxFileBytes);
+  const bytes = found.bytes;
   const name = rel.slice(rel.lastIndexOf("/") + 1);
   if (looksBinary(bytes)) {
     return { kind: "binary", content: "", totalLines: 0, truncated: false, size: bytes.length, mimeType: guessMime(name, bytes, true), path: rel };
