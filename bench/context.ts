@@ -3,6 +3,7 @@
  * the table, raw data for the JSON report), plus workspace and measurement helpers shared by the
  * sections.
  */
+import { spawn } from "node:child_process";
 import path from "node:path";
 import { ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
@@ -76,6 +77,33 @@ export async function createWorkspace(ctx: BenchContext, provider: string): Prom
   }
 }
 
+/**
+ * Creates `count` workspaces on `provider`, `concurrency` at a time. If any creation fails, the
+ * ones made are deleted and the first failure's reason is returned.
+ */
+export async function createWorkspaces(ctx: BenchContext, provider: string, count: number, concurrency = 4): Promise<{ ok: true; workspaces: BenchWorkspace[] } | { ok: false; reason: string }> {
+  const outcomes = await mapLimit(Array.from({ length: count }), concurrency, () => createWorkspace(ctx, provider));
+  const workspaces = outcomes.flatMap((o) => (o.ok ? [o.workspace] : []));
+  const failed = outcomes.find((o) => !o.ok);
+  if (!failed) return { ok: true, workspaces };
+  await mapLimit(workspaces, concurrency, (w) => w.delete());
+  return { ok: false, reason: failed.reason };
+}
+
+/** Runs `fn` over `items`, `concurrency` at a time; the results keep the items' order. */
+export async function mapLimit<T, R>(items: readonly T[], concurrency: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
+  return out;
+}
+
 /** Host directory of a local-provider workspace. */
 export function localWorkspaceDir(ctx: BenchContext, id: string): string {
   return path.join(ctx.dataDir, "workspaces", id);
@@ -132,4 +160,92 @@ export async function createTextFiles(ctx: BenchContext, workspaceId: string, di
   const command = `set -e; for d in ${dirs.join(" ")}; do mkdir -p $d; for i in $(seq -w 0 ${perDir - 1}); do echo "file $d/$i" > $d/f$i.txt; done; done`;
   const res = await ctx.clients.grpc.tools.bash({ workspaceId, command });
   if (res.exitCode !== 0) throw new Error(`creating ${dirs.length * perDir} files failed (exit ${res.exitCode}): ${res.stderr}`);
+}
+
+/** Spawns `command args…` (no shell, default pipes) and runs it to its end; resolves to its exit code and stdout. */
+export function run(command: string, args: string[], options: { cwd?: string } = {}): Promise<{ code: number | null; stdout: string }> {
+  const child = spawn(command, args, { cwd: options.cwd });
+  const chunks: Buffer[] = [];
+  child.stdout.on("data", (c: Buffer) => chunks.push(c));
+  child.stderr.resume();
+  return new Promise((resolve, reject) => {
+    child.once("error", reject);
+    child.once("close", (code) => resolve({ code, stdout: Buffer.concat(chunks).toString("utf8") }));
+  });
+}
+
+/** One call of a closed-loop load: by worker (0 … concurrency−1) and that worker's call number. */
+export type LoadCall = (worker: number, n: number) => Promise<unknown>;
+
+/** What a closed-loop load measured for one series. */
+export interface LoadResult {
+  /** Calls that succeeded. */
+  ok: number;
+  /** Calls that threw. */
+  errors: number;
+  /** The first few error messages. */
+  firstErrors: string[];
+  /** Wall time of the measured slices, each up to its last call's end, in seconds. */
+  seconds: number;
+  /** Successful calls per second. */
+  rate: number;
+  /** Every measured call's latency (failed ones included), in milliseconds. */
+  latenciesMs: number[];
+}
+
+/** Options of `interleaveLoad`. */
+export interface LoadOptions {
+  /** Calls in flight: workers calling back to back. */
+  concurrency: number;
+  /** Measured slices per series. */
+  rounds: number;
+  /** Length of a slice, in ms: no call starts after it; the calls in flight finish and count. */
+  sliceMs: number;
+  /** One unmeasured slice per series of this length first (0 for none). */
+  warmupMs?: number;
+}
+
+const FIRST_ERRORS = 5;
+
+/**
+ * Closed-loop load for several series, taking turns: each round gives every series (order rotating
+ * each round) a slice of `sliceMs` with `concurrency` workers calling back to back, so background
+ * load hits every series alike. A failed call is counted, its message kept (the first few), and the
+ * worker goes on. A worker's call number keeps counting across slices.
+ */
+export async function interleaveLoad(series: Record<string, LoadCall>, options: LoadOptions): Promise<Record<string, LoadResult>> {
+  const names = Object.keys(series);
+  const out: Record<string, LoadResult> = Object.fromEntries(names.map((n) => [n, { ok: 0, errors: 0, firstErrors: [], seconds: 0, rate: 0, latenciesMs: [] }]));
+  const counters: Record<string, number[]> = Object.fromEntries(names.map((n) => [n, new Array<number>(options.concurrency).fill(0)]));
+  const slice = async (name: string, ms: number, into?: LoadResult) => {
+    const t0 = performance.now();
+    const end = t0 + ms;
+    const worker = async (w: number) => {
+      while (performance.now() < end) {
+        const n = counters[name][w]++;
+        const t = performance.now();
+        try {
+          await series[name](w, n);
+          if (into) into.ok++;
+        } catch (err) {
+          if (!into) continue;
+          into.errors++;
+          if (into.firstErrors.length < FIRST_ERRORS) into.firstErrors.push(err instanceof Error ? err.message : String(err));
+        } finally {
+          into?.latenciesMs.push(performance.now() - t);
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: options.concurrency }, (_, w) => worker(w)));
+    if (into) into.seconds += (performance.now() - t0) / 1000;
+  };
+  if (options.warmupMs) for (const name of names) await slice(name, options.warmupMs);
+  for (let round = 0; round < options.rounds; round++) {
+    for (let j = 0; j < names.length; j++) {
+      const name = names[(round + j) % names.length];
+      await slice(name, options.sliceMs, out[name]);
+    }
+  }
+  for (const r of Object.values(out)) r.rate = r.ok / r.seconds;
+  return out;
 }

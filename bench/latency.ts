@@ -5,11 +5,11 @@
  * same container for container providers. Calls are sequential and interleaved round-robin with
  * the baseline, so background load affects every series alike.
  */
-import { spawn } from "node:child_process";
-import Docker from "dockerode";
+import type Docker from "dockerode";
 import type { Client } from "@connectrpc/connect";
 import type { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
-import { type BenchContext, type Measure, type SectionResult, createWorkspace, interleave, serverCpuMs } from "./context.ts";
+import { type BenchContext, type Measure, type SectionResult, createWorkspace, interleave, run, serverCpuMs, timed } from "./context.ts";
+import { WORKSPACE_LABEL, dockerClient, dockerExec, findContainer } from "./docker.ts";
 import { type Row, signed } from "./report.ts";
 import { round, roundSummary, summarize, type Summary } from "./stats.ts";
 
@@ -27,58 +27,30 @@ export interface LatencyOptions {
 
 /** The goal: server p50 at most this multiple of the raw baseline's p50. */
 const GOAL_RATIO = 1.3;
-/** Label the container providers put on each workspace container. */
-const WORKSPACE_LABEL = "agent-workspace.workspace-id";
 
-function spawnTrue(): Promise<number> {
-  const t0 = performance.now();
-  const child = spawn("bash", ["-c", "true"]);
-  return new Promise((resolve, reject) => {
-    child.once("error", reject);
-    child.once("close", (code) => (code === 0 ? resolve(performance.now() - t0) : reject(new Error(`bash exited ${code}`))));
-  });
-}
+const spawnTrue: Measure = timed(
+  () => run("bash", ["-c", "true"]),
+  (r) => {
+    if (r.code !== 0) throw new Error(`bash exited ${r.code}`);
+  },
+);
 
 function serverTrue(tools: Client<typeof ToolService>, workspaceId: string): Measure {
-  return async () => {
-    const t0 = performance.now();
-    const res = await tools.bash({ workspaceId, command: "true" });
-    const ms = performance.now() - t0;
-    if (res.exitCode !== 0) throw new Error(`Bash "true" exited ${res.exitCode}: ${res.stderr}`);
-    return ms;
-  };
+  return timed(
+    () => tools.bash({ workspaceId, command: "true" }),
+    (res) => {
+      if (res.exitCode !== 0) throw new Error(`Bash "true" exited ${res.exitCode}: ${res.stderr}`);
+    },
+  );
 }
 
 function dockerExecTrue(container: Docker.Container): Measure {
-  return async () => {
-    const t0 = performance.now();
-    const exec = await container.exec({ Cmd: ["bash", "-c", "true"], AttachStdout: true, AttachStderr: true });
-    const stream = await exec.start({ hijack: true, stdin: false });
-    await new Promise<void>((resolve, reject) => {
-      stream.once("end", () => resolve());
-      stream.once("close", () => resolve());
-      stream.once("error", reject);
-      stream.resume();
-    });
-    const info = await exec.inspect();
-    const ms = performance.now() - t0;
-    stream.destroy();
-    if (info.ExitCode !== 0) throw new Error(`docker exec "true" exited ${info.ExitCode}`);
-    return ms;
-  };
-}
-
-function dockerClient(): Docker {
-  return process.env.DOCKER_HOST && !process.env.DOCKER_SOCKET ? new Docker() : new Docker({ socketPath: process.env.DOCKER_SOCKET ?? "/var/run/docker.sock" });
-}
-
-async function findContainer(docker: Docker, workspaceId: string): Promise<Docker.Container | undefined> {
-  try {
-    const list = await docker.listContainers({ all: true, filters: { label: [`${WORKSPACE_LABEL}=${workspaceId}`] } });
-    return list[0] ? docker.getContainer(list[0].Id) : undefined;
-  } catch {
-    return undefined;
-  }
+  return timed(
+    () => dockerExec(container, ["bash", "-c", "true"]),
+    (r) => {
+      if (r.exitCode !== 0) throw new Error(`docker exec "true" exited ${r.exitCode}`);
+    },
+  );
 }
 
 function rowsFor(provider: string, baselineName: string, stats: Record<string, Summary>, cpuPerCallMs: number): Row[] {

@@ -28,10 +28,21 @@ export function signed(x: number): string {
   return `${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(2)}`;
 }
 
-function fmt(x: number, unit: string): string {
+/** A value with its unit and two to three significant digits ("11.0 ms", "936 MB/s"; counts as "0 errors"); "—" when not finite. */
+export function formatValue(x: number, unit: string): string {
   if (!Number.isFinite(x)) return "—";
-  const digits = Math.abs(x) >= 100 ? 0 : Math.abs(x) >= 10 ? 1 : 2;
+  const digits = Math.abs(x) >= 100 || Number.isInteger(x) ? 0 : Math.abs(x) >= 10 ? 1 : 2;
   return `${x.toFixed(digits)} ${unit}`;
+}
+
+/** A ratio as "1.78×" ("—" when there is none). */
+export function formatRatio(ratio: number): string {
+  return Number.isFinite(ratio) ? `${ratio.toFixed(2)}×` : "—";
+}
+
+/** PASS, MISS or info. */
+export function resultText(row: Row): string {
+  return row.pass === undefined ? "info" : row.pass ? "PASS" : "MISS";
 }
 
 /** Renders rows as an aligned text table. */
@@ -40,11 +51,11 @@ export function formatTable(rows: readonly Row[]): string {
   const body = rows.map((r) => [
     r.section,
     r.metric,
-    fmt(r.server, r.unit),
-    fmt(r.baseline, r.unit),
-    Number.isFinite(r.ratio) ? `${r.ratio.toFixed(2)}×` : "—",
+    formatValue(r.server, r.unit),
+    formatValue(r.baseline, r.unit),
+    formatRatio(r.ratio),
     r.goal,
-    r.pass === undefined ? "info" : r.pass ? "PASS" : "MISS",
+    resultText(r),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...body.map((b) => b[i].length)));
   const line = (cells: string[]) => cells.map((c, i) => (i >= 2 && i <= 4 ? c.padStart(widths[i]) : c.padEnd(widths[i]))).join("  ").trimEnd();

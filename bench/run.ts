@@ -9,9 +9,14 @@
  * Sections: (a) `latency` — no-op Bash vs spawn / docker exec; (b) `grep` — Grep and
  * StreamGrep vs ripgrep; (c) `stream` — StreamBash throughput and server memory under a slow
  * reader; (d) `files` — ReadFile, WriteFile and Glob on each provider vs the local provider;
- * (e) `peer` — our file tools vs the reference MCP filesystem server on the same files.
- * `--providers` applies to (a) and (d). `--profile` runs the server with `--cpu-prof` (profiles
- * in bench/results/profiles).
+ * (e) `peer` — our file tools vs the reference MCP filesystem server on the same files;
+ * (f) `reads` — ReadFile vs a no-op RPC (health check), latency and rate at 16 in flight;
+ * (g) `mixed` — 16 workspaces under a mixed load vs the same work done directly;
+ * (h) `memory` — memory per idle workspace (server RSS; containers vs raw `sleep` containers);
+ * (i) `kill` — how fast a timed-out command tree dies; (j) `create` — cold CreateWorkspace vs
+ * mkdir / raw docker create+start. `--providers` applies to (a), (d), (g), (h), (i) and (j).
+ * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
+ * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
@@ -21,10 +26,16 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { type BenchContext, type SectionResult, liveWorkspaces, sleep } from "./context.ts";
+import { benchCreate } from "./create.ts";
+import { liveRawContainers } from "./docker.ts";
 import { benchFiles } from "./files.ts";
 import { benchGrep } from "./grep.ts";
+import { benchKill } from "./kill.ts";
 import { benchLatency } from "./latency.ts";
+import { benchMemory } from "./memory.ts";
+import { benchMixed } from "./mixed.ts";
 import { benchPeer } from "./peer.ts";
+import { benchReads } from "./reads.ts";
 import { formatTable, type Row } from "./report.ts";
 import { type Clients, type ServerProcess, createClients, startServerProcess } from "./server-process.ts";
 import { benchThroughput } from "./throughput.ts";
@@ -33,8 +44,12 @@ const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
-type Section = "a" | "b" | "c" | "d" | "e";
-const SECTIONS: Record<string, Section> = { a: "a", latency: "a", b: "b", grep: "b", c: "c", stream: "c", throughput: "c", d: "d", files: "d", e: "e", peer: "e" };
+/** Section letters and their names, in running order. */
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create" } as const;
+type Section = keyof typeof NAMES;
+/** What `--only` accepts: letters, names, and an alias. */
+const SECTIONS: Record<string, Section> = { throughput: "c" };
+for (const [letter, name] of Object.entries(NAMES) as Array<[Section, string]>) SECTIONS[letter] = SECTIONS[name] = letter;
 
 const log = (msg: string) => process.stderr.write(`[bench] ${msg}\n`);
 
@@ -51,20 +66,25 @@ function parseOptions() {
   });
   if (values.help) {
     process.stdout.write(
-      "usage: npm run bench -- [--quick] [--only=a,b,c,d,e] [--providers=local,docker,gvisor] [--profile]\n" +
+      "usage: npm run bench -- [--quick] [--only=a,b,…,j] [--providers=local,docker,gvisor] [--profile]\n" +
         "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
         "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
         "  c|stream    StreamBash throughput and server RSS under a slow reader\n" +
         "  d|files     ReadFile 4 KiB, WriteFile 1 MiB, Glob over 1,000 files on each provider vs local\n" +
         "  e|peer      read/write/edit/list vs the reference MCP filesystem server (local provider)\n" +
-        "  --providers applies to a and d\n",
+        "  f|reads     ReadFile 4 KiB vs a no-op RPC (health check): p50/p99, and rate at 16 in flight (local)\n" +
+        "  g|mixed     16 workspaces, mixed bash/read/write/edit/grep loop vs the same work done directly\n" +
+        "  h|memory    server RSS and container memory per idle workspace vs raw sleep containers\n" +
+        "  i|kill      time for a timed-out command tree (setsid, nohup, TERM-ignoring) to die\n" +
+        "  j|create    cold CreateWorkspace vs mkdir / raw docker create+start\n" +
+        "  --providers applies to a, d, g, h, i and j\n",
     );
     process.exit(0);
   }
   const only = new Set<Section>();
-  for (const name of (values.only ?? "a,b,c,d,e").split(",").map((s) => s.trim()).filter(Boolean)) {
+  for (const name of (values.only ?? Object.keys(NAMES).join(",")).split(",").map((s) => s.trim()).filter(Boolean)) {
     const s = SECTIONS[name];
-    if (!s) throw new Error(`unknown section '${name}' (use a|latency, b|grep, c|stream, d|files, e|peer)`);
+    if (!s) throw new Error(`unknown section '${name}' (use ${Object.entries(NAMES).map(([l, n]) => `${l}|${n}`).join(", ")})`);
     only.add(s);
   }
   const providers: string[] = [];
@@ -107,6 +127,11 @@ function sectionSettings(quick: boolean, providers: string[]) {
     c: { bytes: quick ? 20_000_000 : 200_000_000, runs: quick ? 1 : 3, slowBytes: quick ? 10_000_000 : 50_000_000, slowDelayMs: 5 },
     d: { providers, iterations: quick ? 50 : 300, warmup: quick ? 10 : 30 },
     e: { iterations: quick ? 100 : 500, warmup: quick ? 20 : 50 },
+    f: { iterations: quick ? 200 : 1000, warmup: quick ? 20 : 100, concurrency: 16, rateMs: quick ? 1000 : 3000 },
+    g: { providers, workspaces: 16, rounds: quick ? 2 : 5, sliceMs: quick ? 1500 : 2000 },
+    h: { providers, workspaces: quick ? 10 : 50, settleMs: quick ? 1000 : 3000 },
+    i: { providers, runs: quick ? 3 : 10 },
+    j: { providers, iterations: quick ? 3 : 8 },
   };
 }
 
@@ -120,6 +145,7 @@ async function main(): Promise<void> {
   let clients: Clients | undefined;
   const stopServer = async () => {
     if (liveWorkspaces.size > 0) await Promise.race([Promise.allSettled([...liveWorkspaces].map((w) => w.delete())), sleep(15_000)]);
+    if (liveRawContainers.size > 0) await Promise.race([Promise.allSettled([...liveRawContainers].map((c) => c.remove())), sleep(15_000)]);
     clients?.close();
     clients = undefined;
     await server?.stop();
@@ -166,6 +192,12 @@ async function main(): Promise<void> {
     if (opts.only.has("c")) results.stream = await withServer("stream", false, (ctx) => benchThroughput(ctx, settings.c));
     if (opts.only.has("d")) results.files = await withServer("files", opts.providers.some((p) => p !== "local"), (ctx) => benchFiles(ctx, settings.d));
     if (opts.only.has("e")) results.peer = await withServer("peer", false, (ctx) => benchPeer(ctx, settings.e));
+    const containers = opts.providers.some((p) => p !== "local");
+    if (opts.only.has("f")) results.reads = await withServer("reads", false, (ctx) => benchReads(ctx, settings.f));
+    if (opts.only.has("g")) results.mixed = await withServer("mixed", containers, (ctx) => benchMixed(ctx, settings.g));
+    if (opts.only.has("h")) results.memory = await withServer("memory", containers, (ctx) => benchMemory(ctx, settings.h));
+    if (opts.only.has("i")) results.kill = await withServer("kill", containers, (ctx) => benchKill(ctx, settings.i));
+    if (opts.only.has("j")) results.create = await withServer("create", containers, (ctx) => benchCreate(ctx, settings.j));
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];
@@ -181,12 +213,11 @@ async function main(): Promise<void> {
       process.stdout.write("warning: the host was already busy when the run started; ratios are less reliable than usual\n");
     }
 
-    const selected = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer" } as const;
     const report = {
       startedAt: startedAt.toISOString(),
       finishedAt: new Date().toISOString(),
       quick: opts.quick,
-      sections: [...opts.only].map((s) => selected[s]),
+      sections: [...opts.only].map((s) => NAMES[s]),
       providers: opts.providers,
       git: gitInfo(),
       host: {
@@ -200,7 +231,7 @@ async function main(): Promise<void> {
         loadavgBefore: loadBefore,
         loadavgAfter: loadAfter,
       },
-      settings: Object.fromEntries([...opts.only].map((s) => [selected[s], settings[s]])),
+      settings: Object.fromEntries([...opts.only].map((s) => [NAMES[s], settings[s]])),
       rows,
       skipped,
       data: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, r.data])),

@@ -14,6 +14,7 @@
  * Closing stdin (the parent went away) or SIGTERM/SIGINT shuts the server down cleanly, which
  * also lets `--cpu-prof` write its profile.
  */
+import "../server/base64.ts";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { createApp } from "../server/app.ts";

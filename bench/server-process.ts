@@ -11,6 +11,7 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { Http2SessionManager, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import http from "node:http";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
+import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
 import type { ServerStats } from "./server-child.ts";
 
@@ -130,10 +131,11 @@ export async function startServerProcess(options: ServerProcessOptions): Promise
   };
 }
 
-/** Typed clients for both services on one transport. */
+/** Typed clients for both services, and the standard health service (a no-op RPC), on one transport. */
 export interface ClientSet {
   tools: Client<typeof ToolService>;
   workspaces: Client<typeof WorkspaceService>;
+  health: Client<typeof Health>;
 }
 
 /** How a gRPC client is set up. */
@@ -154,6 +156,7 @@ export function createGrpcClientSet(baseUrl: string, options: GrpcClientOptions 
   return {
     tools: createClient(ToolService, transport),
     workspaces: createClient(WorkspaceService, transport),
+    health: createClient(Health, transport),
     close: () => sessions.abort(),
   };
 }
@@ -175,7 +178,7 @@ export function createClients(baseUrl: string): Clients {
   const connect = createConnectTransport({ baseUrl, httpVersion: "1.1", useBinaryFormat: false, nodeOptions: { agent } });
   return {
     grpc,
-    connect: { tools: createClient(ToolService, connect), workspaces: createClient(WorkspaceService, connect) },
+    connect: { tools: createClient(ToolService, connect), workspaces: createClient(WorkspaceService, connect), health: createClient(Health, connect) },
     close() {
       grpc.close();
       agent.destroy();

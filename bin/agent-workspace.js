@@ -7,6 +7,8 @@ if (major < 24) {
   process.stderr.write(`agent-workspace needs Node.js 24 or later (this is ${process.version}); run it through npm (npm start, npx agent-workspace), which uses the Node 24 installed with the package.\n`);
   process.exit(2);
 }
+// Before anything loads protobuf-es (see server/base64.ts).
+await import("../server/base64.ts");
 const [command = "serve", ...rest] = process.argv.slice(2);
 switch (command) {
   case "serve": {

@@ -25,7 +25,7 @@ import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
-import { EXECUTOR_DIR, executorVersion } from "./executor/version.ts";
+import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** Label keys the server puts on its containers. */
@@ -46,7 +46,6 @@ const LAYOUT = "2";
 export const volumeName = (workspaceId: string) => `aw-${workspaceId}`;
 
 const MOUNT = "/opt/agent-workspace";
-const EXECUTOR_VERSION = executorVersion();
 
 /** Options of a container provider. */
 export interface DockerProviderOptions {
@@ -68,6 +67,8 @@ export interface DockerProviderOptions {
   user: { uid: number; gid: number };
   /** Receives lines the executors write to stderr, and lifecycle events. */
   log: ProviderLog;
+  /** The executor mounted into every sandbox (the built JavaScript copy). */
+  executor: ExecutorBuild;
 }
 
 /** Translates dockerode failures into domain errors: an unreachable engine is UNAVAILABLE. */
@@ -109,7 +110,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       const volume = volumeName(opts.id);
       const hostConfig: Docker.HostConfig = {
         Mounts: [{ Type: "volume", Source: volume, Target: WORKSPACE_ROOT }],
-        Binds: [`${nodeBinary}:${MOUNT}/node:ro`, `${EXECUTOR_DIR}:${MOUNT}/executor:ro`, `${rg}:${MOUNT}/bin/rg:ro`],
+        Binds: [`${nodeBinary}:${MOUNT}/node:ro`, `${options.executor.dir}:${MOUNT}/executor:ro`, `${rg}:${MOUNT}/bin/rg:ro`],
         Init: true,
         // No engine-side logging: the executor's stdout is the protocol stream (file contents and
         // command output), which must not land in a log file on the host, and the json-file
@@ -138,9 +139,8 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           Image: image,
           Cmd: [
             `${MOUNT}/node`,
-            "--disable-warning=ExperimentalWarning",
-            "--disable-sigusr1",
-            `${MOUNT}/executor/main.ts`,
+            ...EXECUTOR_NODE_FLAGS,
+            `${MOUNT}/executor/${options.executor.main}`,
             "--sandbox",
             "--detect-oom",
             "--uid",
@@ -200,9 +200,9 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             if (!info.State.Running) await container.start();
             let c = first;
             const running = await c.ping(30_000);
-            if (running !== EXECUTOR_VERSION) {
+            if (running !== options.executor.version) {
               // An executor started by an older server: restart the container so it runs this code.
-              options.log.warn("restarting workspace container to update its executor", { workspace_id: record.id, running, current: EXECUTOR_VERSION });
+              options.log.warn("restarting workspace container to update its executor", { workspace_id: record.id, running, current: options.executor.version });
               c.close();
               await container.stop({ t: 1 });
               c = await attach();

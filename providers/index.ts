@@ -10,6 +10,7 @@ import path from "node:path";
 import Docker from "dockerode";
 import { errnoCode } from "../core/errors.ts";
 import { createDockerProvider, engineAvailable, runtimeAvailable } from "./docker.ts";
+import { buildExecutor } from "./executor-build.ts";
 import { createLocalProvider } from "./local.ts";
 import type { Provider, ProviderLog } from "./types.ts";
 
@@ -63,7 +64,8 @@ function describe(connection: DockerConnection): string {
  * fail with UNAVAILABLE and recover once the engine is back.
  */
 export async function createProviders(settings: ProviderSettings, log: ProviderLog, onRecord: Set<string>): Promise<ProviderSet> {
-  const providers: Provider[] = [createLocalProvider({ baseDir: path.join(settings.dataDir, "workspaces"), log })];
+  const executor = await buildExecutor(settings.dataDir);
+  const providers: Provider[] = [createLocalProvider({ baseDir: path.join(settings.dataDir, "workspaces"), log, executor })];
   const containers: ContainerProvider[] = [];
   const set: ProviderSet = { providers, reconcileOrphans: (known) => reconcileOrphans(containers, known, settings.docker.cleanupOrphans, log) };
   const { docker: cfg } = settings;
@@ -84,6 +86,7 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
     network: cfg.network,
     user: cfg.user,
     log,
+    executor,
   };
   containers.push(createDockerProvider({ ...common, name: "docker" }));
   if (!up || (await runtimeAvailable(docker, "runsc"))) {

@@ -19,7 +19,7 @@ import path from "node:path";
 import { rgPath } from "@vscode/ripgrep";
 import { LocalFs } from "./local-fs.ts";
 import { spawn, type ChildProcess } from "node:child_process";
-import { fileURLToPath } from "node:url";
+import { EXECUTOR_NODE_FLAGS, type ExecutorBuild, SOURCE_EXECUTOR } from "./executor-build.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
@@ -31,9 +31,10 @@ export interface LocalProviderOptions {
   ripgrepPath?: string;
   /** Receives what the executor writes to stderr. */
   log?: ProviderLog;
+  /** The executor to run (default: its sources; the server passes the built JavaScript copy). */
+  executor?: ExecutorBuild;
 }
 
-const EXECUTOR = fileURLToPath(new URL("./executor/main.ts", import.meta.url));
 
 /**
  * The local executor child, started on first use and again after it died. Its environment is
@@ -43,14 +44,16 @@ class LocalExecutor {
   #child: ChildProcess | undefined;
   #conn: SandboxConnection | undefined;
   readonly #log: ProviderLog;
+  readonly #main: string;
 
-  constructor(log: ProviderLog) {
+  constructor(log: ProviderLog, executor: ExecutorBuild) {
     this.#log = log;
+    this.#main = path.join(executor.dir, executor.main);
   }
 
   connection(): SandboxConnection {
     if (this.#conn?.alive) return this.#conn;
-    const child = spawn(process.execPath, ["--disable-warning=ExperimentalWarning", "--disable-sigusr1", EXECUTOR], {
+    const child = spawn(process.execPath, [...EXECUTOR_NODE_FLAGS, this.#main], {
       stdio: ["pipe", "pipe", "pipe"],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     });
@@ -62,6 +65,12 @@ class LocalExecutor {
     this.#child = child;
     this.#conn = new SandboxConnection(child.stdout!, child.stdin!);
     return this.#conn;
+  }
+
+  /** Tells a running executor to forget `root` (its descriptor of it). */
+  async release(root: string): Promise<void> {
+    if (!this.#conn?.alive) return;
+    await this.#conn.op({ root, op: "release", rel: "" }).catch(() => undefined);
   }
 
   /** Ends the executor: closing its stdin makes it kill what still runs and exit. */
@@ -76,7 +85,7 @@ class LocalExecutor {
 export function createLocalProvider(options: LocalProviderOptions): Provider {
   const baseDir = path.resolve(options.baseDir);
   const rg = options.ripgrepPath ?? rgPath;
-  const executor = new LocalExecutor(options.log ?? { info: () => undefined, warn: () => undefined });
+  const executor = new LocalExecutor(options.log ?? { info: () => undefined, warn: () => undefined }, options.executor ?? SOURCE_EXECUTOR);
   return {
     name: "local",
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {
@@ -142,6 +151,8 @@ function openLocalWorkspace(id: string, root: string, rg: string, executor: Loca
     async close(): Promise<void> {
       for (const c of running) c.abort();
       fs.close();
+      // The executor closes its descriptor of this root (the workspace may be deleted next).
+      await executor.release(root);
     },
   };
 }

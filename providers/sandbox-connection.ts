@@ -17,7 +17,6 @@ import { sandboxEnv } from "./executor/env.ts";
 import type { FaultInfo } from "./executor/fault.ts";
 import {
   CREDIT_BATCH,
-  encodeFrame,
   type ExecRequest,
   F,
   FINAL,
@@ -26,6 +25,7 @@ import {
   FROM_EXECUTOR,
   MAX_CHUNK,
   type OpRequest,
+  writeFrame,
 } from "./executor/protocol.ts";
 import { faultFromWire } from "./faults.ts";
 import type { ExecEvent, ExecExit, ExecSpec } from "./types.ts";
@@ -135,7 +135,7 @@ export class SandboxConnection {
   }
 
   #write(type: number, id: number, payload?: Uint8Array): boolean {
-    return this.#closed ? true : this.#output.write(encodeFrame(type, id, payload));
+    return this.#closed ? true : writeFrame(this.#output, type, id, payload);
   }
 
   /** Writes a frame, waiting while the stream is full (bulk uploads). */

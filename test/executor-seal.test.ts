@@ -50,7 +50,7 @@ for (const provider of ["docker", "gvisor"] as const) {
     })();
     const attack = `
       self=$$
-      exe=$(for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'executor/main.ts' && echo \${p#/proc/}; done | head -1)
+      exe=$(for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'executor/main\.[jt]s' && echo \${p#/proc/}; done | head -1)
       [ -n "$exe" ] || { echo "no executor found"; exit 9; }
       frames=$(printf '%s' '${forgedFrames()}' | sed 's/../\\\\x&/g')
       for pid in $exe 1; do

@@ -39,6 +39,7 @@ export function checkOpRequest(v: unknown): OpRequest {
     case "list":
     case "remove":
     case "walk":
+    case "release":
       return r;
     case "read":
     case "readFile":

@@ -25,8 +25,9 @@ import { checkExecRequest, checkOpRequest } from "./check.ts";
 import { Fault } from "./fault.ts";
 import { Jail, WORKSPACE_ROOT } from "./jail.ts";
 import { JailedFs, type PendingWrite } from "./jailed-fs.ts";
-import { runProcess } from "./process-runner.ts";
-import { encodeFrame, type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, WINDOW } from "./protocol.ts";
+import { type LaunchSpec, runProcess } from "./process-runner.ts";
+import { type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, WINDOW, writeFrame } from "./protocol.ts";
+import type { ExecEvent } from "./types.ts";
 import { executorVersion } from "./version.ts";
 
 const { values: args } = parseArgs({
@@ -112,7 +113,7 @@ const calls = new Map<number, Call>();
 let stdoutBlocked: Promise<void> | undefined;
 
 function send(type: number, id: number, payload?: Uint8Array): Promise<void> | undefined {
-  const ok = process.stdout.write(encodeFrame(type, id, payload));
+  const ok = writeFrame(process.stdout, type, id, payload);
   if (!ok && !stdoutBlocked) {
     stdoutBlocked = new Promise<void>((resolve) =>
       process.stdout.once("drain", () => {
@@ -180,38 +181,57 @@ function isZombie(pid: string): boolean {
   }
 }
 
+/**
+ * How a command of the workspace at `root` is launched: its working directory opened by the jail,
+ * a fresh marker descriptor, the sandbox identity. Both descriptors are closed right after the
+ * spawn (the child holds its own), or by `release` if nothing was spawned.
+ */
+function launchSpec(root: string, cwd: string, env: Record<string, string>): LaunchSpec & { release(): void } {
+  const dirFd = fsFor(root).openDirectory(cwd);
+  let open = true;
+  let marker: { fd: number; link: string } | undefined;
+  try {
+    if (markerDir !== undefined) {
+      const file = path.join(markerDir, `m${++markers}`);
+      closeSync(openSync(file, "wx", 0o400));
+      marker = { fd: openSync(file, "r"), link: `${file} (deleted)` };
+      unlinkSync(file);
+    }
+  } catch (err) {
+    closeSync(dirFd);
+    throw err;
+  }
+  const release = () => {
+    if (!open) return;
+    open = false;
+    closeSync(dirFd);
+    if (marker !== undefined) closeSync(marker.fd);
+  };
+  return { cwd: `/proc/self/fd/${dirFd}`, env, user: identity.user, privileged: identity.privileged, marker, onSpawn: release, release };
+}
+let markers = 0;
+
 async function execute(id: number, req: ExecRequest): Promise<void> {
   const call: Call = { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: true };
   calls.set(id, call);
-  let cwdFd: number | undefined;
-  let marker: { fd: number; link: string } | undefined;
   try {
-    cwdFd = fsFor(req.root).openDirectory(req.cwd);
-    if (markerDir !== undefined) {
-      const file = path.join(markerDir, String(id));
-      closeSync(openSync(file, "wx", 0o400));
-      const fd = openSync(file, "r");
-      unlinkSync(file);
-      marker = { fd, link: `${file} (deleted)` };
+    const spec = launchSpec(req.root, req.cwd, req.env);
+    let events: AsyncGenerator<ExecEvent>;
+    try {
+      events = runProcess({
+        ...spec,
+        argv: req.argv,
+        timeoutMs: req.timeoutMs,
+        killGraceMs: req.killGraceMs,
+        signal: call.abort.signal,
+        detectOom: args["detect-oom"] === true,
+        sweepAll: () => sweepSandbox(id),
+      });
+      // The generator spawns on its first step: take it now so the spec's descriptors close.
+      events = prepend(await events.next(), events);
+    } finally {
+      spec.release();
     }
-    const dirFd = cwdFd;
-    const events = runProcess({
-      argv: req.argv,
-      cwd: `/proc/self/fd/${dirFd}`,
-      env: req.env,
-      timeoutMs: req.timeoutMs,
-      killGraceMs: req.killGraceMs,
-      signal: call.abort.signal,
-      detectOom: args["detect-oom"] === true,
-      user: identity.user,
-      privileged: identity.privileged,
-      marker,
-      onSpawn: () => {
-        closeSync(dirFd);
-        cwdFd = undefined;
-      },
-      sweepAll: () => sweepSandbox(id),
-    });
     for await (const ev of events) {
       switch (ev.type) {
         case "started":
@@ -229,10 +249,15 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
   } catch (err) {
     fail(id, err);
   } finally {
-    if (cwdFd !== undefined) closeSync(cwdFd);
-    if (marker !== undefined) closeSync(marker.fd);
     calls.delete(id);
   }
+}
+
+/** `first` (an already taken step of `rest`) followed by the rest. */
+async function* prepend<T>(first: IteratorResult<T, void>, rest: AsyncGenerator<T, void>): AsyncGenerator<T, void> {
+  if (first.done) return;
+  yield first.value;
+  yield* rest;
 }
 
 /** Entries' JSON sent in one ENTRIES frame, at most (well below the frame limit). */
@@ -277,7 +302,7 @@ async function operate(id: number, req: OpRequest): Promise<void> {
   const call: Call = { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: false };
   calls.set(id, call);
   try {
-    const fs = fsFor(req.root);
+    const fs = req.op === "release" ? (undefined as unknown as JailedFs) : fsFor(req.root);
     switch (req.op) {
       case "resolve":
         return finish(id, F.RESULT, json({ rel: fs.resolve(req.rel) }));
@@ -304,6 +329,11 @@ async function operate(id: number, req: OpRequest): Promise<void> {
         return await sendEntries(call, id, fs.walk(req.rel));
       case "remove":
         fs.remove(req.rel);
+        return finish(id, F.RESULT, json({}));
+      case "release":
+        // The workspace is going away: its root descriptor goes first.
+        roots.get(req.root)?.jail.close();
+        roots.delete(req.root);
         return finish(id, F.RESULT, json({}));
       case "write":
         // The content follows in DATA frames; END commits.

@@ -16,7 +16,7 @@
  *
  * Imports only node: modules and types, because it also runs inside sandboxes.
  */
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
@@ -34,11 +34,12 @@ const PIPE_DRAIN_MS = 2000;
 /** Events buffered between the pipes and a slow consumer before the pipes are paused. */
 const QUEUE_HIGH_WATER = 8;
 
-/** A fully resolved process to run: an EXEC request's program and limits, plus local controls. */
-export interface RunSpec extends Omit<ExecRequest, "root" | "cwd"> {
+/** Where and as whom a process is launched. */
+export interface LaunchSpec {
   /** Absolute working directory (`/proc/self/fd/<fd>` of a directory the jail opened). */
   cwd: string;
-  signal?: AbortSignal;
+  /** The complete environment (nothing is inherited); the marker variable is added. */
+  env: Record<string, string>;
   /** The user the process runs as (the sandbox user), set by the spawn inside `privileged`. */
   user?: { uid: number; gid: number };
   /** Runs the spawn with the privilege to change identity (see main.ts); identity otherwise. */
@@ -50,37 +51,68 @@ export interface RunSpec extends Omit<ExecRequest, "root" | "cwd"> {
    * it: it marks them even after they clear their environment or leave their session.
    */
   marker?: { fd: number; link: string };
+}
+
+/** How a running process is supervised. */
+export interface SuperviseSpec {
+  timeoutMs: number;
+  killGraceMs: number;
+  signal?: AbortSignal;
+  /** Count cgroup OOM kills around the run (only meaningful inside a sandbox with its own cgroup). */
+  detectOom?: boolean;
   /**
    * Called after the command ended and its own processes were killed: kills whatever else of the
    * sandbox user is left, when nothing else runs (the sandbox's pid namespace is the command's).
    */
   sweepAll?: () => void;
-  /** Count cgroup OOM kills around the run (only meaningful inside a sandbox with its own cgroup). */
-  detectOom?: boolean;
+}
+
+/** A fully resolved process to run. */
+export interface RunSpec extends LaunchSpec, SuperviseSpec {
+  argv: string[];
+}
+
+type Child = ChildProcess & { stdout: Readable; stderr: Readable };
+
+/** A process started in its own group, with its marks. */
+interface Launched {
+  child: Child;
+  /** Its marker variable's value. */
+  marker: string;
+  markerLink: string | undefined;
+}
+
+/** Spawns `argv` as described, stdin /dev/null, in a process group of its own. */
+function launch(argv: string[], spec: LaunchSpec): Launched {
+  const marker = randomUUID();
+  const go = () =>
+    spawn(argv[0], argv.slice(1), {
+      cwd: spec.cwd,
+      env: { ...spec.env, [EXEC_MARKER_VAR]: marker },
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe", ...(spec.marker ? [spec.marker.fd] : [])],
+      uid: spec.user?.uid,
+      gid: spec.user?.gid,
+    });
+  try {
+    return { child: (spec.privileged ? spec.privileged(go) : go()) as Child, marker, markerLink: spec.marker?.link };
+  } finally {
+    spec.onSpawn?.();
+  }
 }
 
 type Item = { type: "stdout" | "stderr"; data: Uint8Array };
 
 /** Runs `spec` and yields its events; returning early from the iterator kills the process tree. */
 export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void, undefined> {
-  const marker = randomUUID();
+  yield* supervise(launch(spec.argv, spec), spec);
+}
+
+/** Supervises a launched process from now on: its event stream, its timeout, its kills. */
+async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerator<ExecEvent, void, undefined> {
+  const { child, marker } = launched;
   const started = performance.now();
   const oomBefore = spec.detectOom ? readOomKills() : 0;
-  const launch = () =>
-    spawn(spec.argv[0], spec.argv.slice(1), {
-      cwd: spec.cwd,
-      env: { ...spec.env, [EXEC_MARKER_VAR]: marker },
-      detached: true,
-      stdio: spec.marker ? ["ignore", "pipe", "pipe", spec.marker.fd] : ["ignore", "pipe", "pipe"],
-      uid: spec.user?.uid,
-      gid: spec.user?.gid,
-    });
-  let child: ReturnType<typeof launch> & { stdout: Readable; stderr: Readable };
-  try {
-    child = (spec.privileged ? spec.privileged(launch) : launch()) as typeof child;
-  } finally {
-    spec.onSpawn?.();
-  }
 
   let spawnError: string | undefined;
   let exitInfo: { code: number | null; signal: NodeJS.Signals | null } | undefined;
@@ -88,7 +120,12 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
   let aborted = false;
   const timers: NodeJS.Timeout[] = [];
 
-  const killTree = (sig: NodeJS.Signals) => {
+  /**
+   * Signals the command's process group at once, then every process carrying its marks. `later`
+   * starts that /proc scan one turn of the loop later, after I/O already queued (the pipes'
+   * ends of a command that just exited), so it does not stand between an exit and its answer.
+   */
+  const killTree = (sig: NodeJS.Signals, later = false) => {
     if (child.pid !== undefined) {
       try {
         process.kill(-child.pid, sig);
@@ -96,7 +133,9 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
         // ESRCH: the group is already gone.
       }
     }
-    void killMarked({ env: marker, link: spec.marker?.link }, sig, child.pid ?? 0);
+    const sweep = () => void killMarked({ env: marker, link: launched.markerLink }, sig, child.pid ?? 0);
+    if (later) setImmediate(sweep);
+    else sweep();
   };
 
   // One queue for both pipes, bounded: pumps wait while it is full, which stops reading the pipe
@@ -131,16 +170,19 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
     notify();
   });
 
+  const onExit = (code: number | null, signal: NodeJS.Signals | null) => {
+    exitInfo = { code, signal };
+    // Whatever the command left behind (background jobs, setsid/nohup children) dies with it.
+    killTree("SIGKILL", true);
+    spec.sweepAll?.();
+  };
   const exited = new Promise<void>((resolve) => {
     child.once("error", (err: NodeJS.ErrnoException) => {
       spawnError = err.code ?? "SPAWN_FAILED";
       resolve();
     });
     child.once("exit", (code, signal) => {
-      exitInfo = { code, signal };
-      // Whatever the command left behind (background jobs, setsid/nohup children) dies with it.
-      killTree("SIGKILL");
-      spec.sweepAll?.();
+      onExit(code, signal);
       resolve();
     });
   });

@@ -93,18 +93,38 @@ export type OpRequest = { root: string } & (
   | { op: "remove"; rel: string }
   | { op: "walk"; rel: string }
   | { op: "readRanges"; rel: string; ranges: Array<[number, number]> }
+  | { op: "release"; rel: string }
 );
 
-/** Encodes one frame. */
-export function encodeFrame(type: number, id: number, payload: Uint8Array = new Uint8Array(0)): Buffer {
+/** The 9-byte header of a frame whose payload has `length` bytes. */
+export function frameHeader(type: number, id: number, length: number): Buffer {
   const head = Buffer.allocUnsafe(9);
-  head.writeUInt32BE(5 + payload.length, 0);
+  head.writeUInt32BE(5 + length, 0);
   head.writeUInt8(type, 4);
   head.writeUInt32BE(id, 5);
+  return head;
+}
+
+/** Encodes one frame as one buffer (small frames; bulk payloads go out as header + payload, see `writeFrame`). */
+export function encodeFrame(type: number, id: number, payload: Uint8Array = new Uint8Array(0)): Buffer {
+  const head = frameHeader(type, id, payload.length);
   return payload.length === 0 ? head : Buffer.concat([head, payload], 9 + payload.length);
 }
 
-/** One decoded frame; `payload` is a copy the caller may keep. */
+/**
+ * Writes one frame to `out` without copying its payload: header and payload go out together in
+ * one writev. Returns what `out.write` returned (false: wait for "drain").
+ */
+export function writeFrame(out: { cork(): void; uncork(): void; write(chunk: Uint8Array): boolean }, type: number, id: number, payload?: Uint8Array): boolean {
+  if (payload === undefined || payload.length < 4096) return out.write(encodeFrame(type, id, payload));
+  out.cork();
+  out.write(frameHeader(type, id, payload.length));
+  const ok = out.write(payload);
+  out.uncork();
+  return ok;
+}
+
+/** One decoded frame; `payload` may be kept (it is never overwritten), but must not be modified. */
 export interface Frame {
   type: number;
   id: number;
@@ -112,9 +132,10 @@ export interface Frame {
 }
 
 /**
- * Incrementally splits a byte stream into frames. Bytes are kept as received and joined only
- * once a frame is complete, so a large frame costs one copy however it was split; a length
- * beyond `maxFrame` throws before anything of that size is buffered.
+ * Incrementally splits a byte stream into frames. Bytes are kept as received: a frame that lies
+ * within one received chunk is handed out as a view of it (no copy; stream chunks are never
+ * reused), and one split across chunks is joined once; a length beyond `maxFrame` throws before
+ * anything of that size is buffered.
  */
 export class FrameReader {
   readonly #maxFrame: number;
@@ -153,7 +174,7 @@ export class FrameReader {
     const first = this.#parts[0];
     let out: Buffer;
     if (first.length >= n) {
-      out = Buffer.from(first.subarray(0, n));
+      out = first.subarray(0, n);
       if (first.length === n) this.#parts.shift();
       else this.#parts[0] = first.subarray(n);
     } else {

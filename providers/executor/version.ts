@@ -12,8 +12,17 @@ import { fileURLToPath } from "node:url";
 /** This folder: what sandboxes mount and what the version covers. */
 export const EXECUTOR_DIR = path.dirname(fileURLToPath(import.meta.url));
 
-/** Hash of the executor folder `dir` (default: this one), 16 hex digits. */
+/**
+ * The version of the executor in `dir` (default: this one), 16 hex digits: the hash of the
+ * folder's files, or, for a built copy (providers/executor-build.ts), the source version it
+ * recorded in its VERSION file.
+ */
 export function executorVersion(dir: string = EXECUTOR_DIR): string {
+  try {
+    return readFileSync(path.join(dir, "VERSION"), "utf8").trim();
+  } catch {
+    // The sources themselves: hash them.
+  }
   const hash = createHash("sha256");
   const files = (readdirSync(dir, { recursive: true, withFileTypes: true }) as Array<{ name: string; parentPath: string; isFile(): boolean }>)
     .filter((d) => d.isFile())

@@ -1,0 +1,116 @@
+/**
+ * Section (h): memory per idle workspace. For each provider, 50 workspaces (10 with --quick) are
+ * created through the API and left idle to settle; then:
+ * - the server's own RSS growth per workspace (the server child's RSS after a full GC, before
+ *   and after), for information on every provider: it is what the server keeps per workspace
+ *   (records, handles, for containers the attach stream to each executor);
+ * - for container providers, the memory the workspace containers use (the Docker stats API,
+ *   one-shot, usage minus page cache, summed over the containers) against as many raw containers
+ *   of the same image and runtime, with no network and a volume, running `sleep infinity`
+ *   (created with dockerode, alive at the same time). Goal: at most 1.1× per workspace. Ours run
+ *   the resident executor (a Node process) in each container, which the raw ones do not.
+ * Everything created here is deleted again, also when the section fails.
+ */
+import type Docker from "dockerode";
+import { type BenchContext, type BenchWorkspace, type SectionResult, createWorkspaces, mapLimit, mib, sleep } from "./context.ts";
+import { type RawContainer, containerMemoryBytes, dockerClient, findContainer, providerContainerSpec, startRawContainer } from "./docker.ts";
+import type { Row } from "./report.ts";
+import { round } from "./stats.ts";
+
+/** Options of section (h). */
+export interface MemoryOptions {
+  /** Providers to measure, in order. */
+  providers: string[];
+  /** Idle workspaces (and raw containers) per provider. */
+  workspaces: number;
+  /** How long the workspaces idle before measuring, in ms. */
+  settleMs: number;
+}
+
+const GOAL_RATIO = 1.1;
+/** Docker calls at once while creating, measuring and removing. */
+const PARALLEL = 4;
+
+/** Sum of the containers' memory (usage minus cache), in bytes. */
+async function totalMemory(containers: Docker.Container[]): Promise<number> {
+  const each = await mapLimit(containers, 2 * PARALLEL, containerMemoryBytes);
+  return each.reduce((a, b) => a + b, 0);
+}
+
+/** Measures one provider with `n` idle workspaces; deletes them (and raw containers) before returning. */
+async function measureProvider(ctx: BenchContext, provider: string, n: number, settleMs: number): Promise<{ rows: Row[]; data: unknown } | { skipped: string }> {
+  await sleep(200);
+  const before = await ctx.server.stats({ gc: true });
+  ctx.log(`(h) ${provider}: creating ${n} workspaces`);
+  const created = await createWorkspaces(ctx, provider, n, PARALLEL);
+  if (!created.ok) return { skipped: `(h) ${provider}: ${created.reason}` };
+  const workspaces: BenchWorkspace[] = created.workspaces;
+  const raws: RawContainer[] = [];
+  try {
+    await sleep(settleMs);
+    const after = await ctx.server.stats({ gc: true });
+    const serverPerWs = (after.rss - before.rss) / n;
+    const rows: Row[] = [
+      {
+        section: "h memory",
+        metric: `server RSS growth per idle workspace, ${n} workspaces (${provider})`,
+        server: serverPerWs / 1024,
+        baseline: Number.NaN,
+        unit: "KiB",
+        ratio: Number.NaN,
+        goal: "",
+        note: `server RSS ${mib(before.rss).toFixed(1)} → ${mib(after.rss).toFixed(1)} MiB (after a full GC each time)`,
+      },
+    ];
+    const data: Record<string, unknown> = { workspaces: n, serverRssBeforeMiB: round(mib(before.rss), 1), serverRssAfterMiB: round(mib(after.rss), 1), serverKiBPerWorkspace: round(serverPerWs / 1024, 1) };
+    if (provider !== "local") {
+      const docker = dockerClient();
+      const ours = await mapLimit(workspaces, PARALLEL, async (ws) => {
+        const c = await findContainer(docker, ws.id);
+        if (!c) throw new Error(`(h) container of workspace ${ws.id} not found`);
+        return c;
+      });
+      const spec = providerContainerSpec(provider);
+      ctx.log(`(h) ${provider}: starting ${n} raw '${spec.image}' containers (runtime ${spec.runtime ?? "default"}, sleep infinity)`);
+      await mapLimit(Array.from({ length: n }), PARALLEL, async () => void raws.push(await startRawContainer(docker, spec)));
+      await sleep(settleMs);
+      const oursBytes = await totalMemory(ours);
+      const rawBytes = await totalMemory(raws.map((r) => docker.getContainer(r.id)));
+      const ratio = oursBytes / rawBytes;
+      rows.push({
+        section: "h memory",
+        metric: `container memory per idle workspace (${provider})`,
+        server: mib(oursBytes / n),
+        baseline: mib(rawBytes / n),
+        unit: "MiB",
+        ratio,
+        goal: `≤ ${GOAL_RATIO}× sleep container`,
+        pass: ratio <= GOAL_RATIO,
+        note: `docker stats usage − cache, summed over ${n} containers each; raw: 'sleep infinity', same image and runtime, no network`,
+      });
+      Object.assign(data, { image: spec.image, runtime: spec.runtime ?? "default", containerMiBPerWorkspace: round(mib(oursBytes / n), 2), rawMiBPerContainer: round(mib(rawBytes / n), 2) });
+    }
+    return { rows, data };
+  } finally {
+    await mapLimit(workspaces, PARALLEL, (w) => w.delete());
+    await mapLimit(raws, PARALLEL, (r) => r.remove());
+  }
+}
+
+/** Runs section (h) for each requested provider. */
+export async function benchMemory(ctx: BenchContext, options: MemoryOptions): Promise<SectionResult> {
+  const rows: Row[] = [];
+  const skipped: string[] = [];
+  const data: Record<string, unknown> = { settleMs: options.settleMs };
+  for (const provider of options.providers) {
+    const result = await measureProvider(ctx, provider, options.workspaces, options.settleMs);
+    if ("skipped" in result) {
+      skipped.push(result.skipped);
+      ctx.log(result.skipped);
+      continue;
+    }
+    rows.push(...result.rows);
+    data[provider] = result.data;
+  }
+  return { rows, data, skipped };
+}
