@@ -82,18 +82,26 @@ function portOpen(url: string): Promise<boolean> {
   });
 }
 
-/** Opens what a busy server has: a running StreamBash, an open reflection stream, an idle HTTP/2 connection. */
-async function holdConnections(url: string): Promise<() => void> {
+/**
+ * Opens what a busy server has: a running StreamBash, an open reflection stream, an idle HTTP/2
+ * connection. Returns how to release them, and the pid of the running command.
+ */
+async function holdConnections(url: string): Promise<{ release: () => void; commandPid: number }> {
   const sessions = new Http2SessionManager(url);
   const transport = createGrpcTransport({ baseUrl: url, sessionManager: sessions });
   const { workspace } = await createClient(WorkspaceService, transport).createWorkspace({});
   const tools = createClient(ToolService, transport);
   const abort = new AbortController();
-  const stream = tools.streamBash({ workspaceId: workspace!.id, command: "echo started; sleep 300" }, { signal: abort.signal });
+  const stream = tools.streamBash({ workspaceId: workspace!.id, command: "echo $$; exec sleep 300" }, { signal: abort.signal });
   const it = stream[Symbol.asyncIterator]();
+  let commandPid = 0;
   while (true) {
     const ev = await it.next();
-    if (ev.done || ev.value.event.case === "stdout") break;
+    if (ev.done) break;
+    if (ev.value.event.case === "stdout") {
+      commandPid = Number(new TextDecoder().decode(ev.value.event.value).trim());
+      break;
+    }
   }
   void (async () => {
     for (;;) if ((await it.next().catch(() => ({ done: true }))).done) break;
@@ -109,10 +117,13 @@ async function holdConnections(url: string): Promise<() => void> {
   })().catch(() => undefined);
   const idle = http2.connect(url);
   idle.on("error", () => undefined);
-  return () => {
-    abort.abort();
-    sessions.abort();
-    idle.destroy();
+  return {
+    commandPid,
+    release: () => {
+      abort.abort();
+      sessions.abort();
+      idle.destroy();
+    },
   };
 }
 
@@ -124,15 +135,19 @@ for (const [how, command, args] of [
     test(`SIGTERM to ${target} of \`${how}\` stops the server within a bounded time while clients hold streams open`, async (t) => {
       const dataDir = await mkdtemp(path.join(tmpdir(), "aw-cli-"));
       const s = await start(command, [...args], dataDir);
-      const release = await holdConnections(s.url);
+      const { release, commandPid } = await holdConnections(s.url);
       try {
+        t.true(commandPid > 0 && alive(commandPid), "the held command runs");
         const pid = s.child.pid as number;
         process.kill(target === "the process" ? pid : -pid, "SIGTERM");
         t.true(await waitDead([pid, s.serverPid], STOP_WITHIN_MS), `still running after SIGTERM:\n${s.stderr()}`);
         t.false(await portOpen(s.url), "the port is released");
         t.regex(s.stderr(), /"msg":"stopped"/);
+        // The command the server was running did not outlive it.
+        t.true(await waitDead([commandPid], 5000), "the running command outlived the server");
       } finally {
         release();
+        if (commandPid > 0 && alive(commandPid)) process.kill(commandPid, "SIGKILL");
         for (const p of [s.child.pid as number, s.serverPid]) if (alive(p)) process.kill(p, "SIGKILL");
         await rm(dataDir, { recursive: true, force: true });
       }

@@ -438,13 +438,22 @@ process.stdin.on("data", (chunk: Buffer) => {
   }
 });
 
-// The server went away for good (stdin closed): kill everything still running, then exit; a
-// container stops and the server restarts it on next use.
-process.stdin.on("end", () => {
+/**
+ * Stops everything and exits: every command's process tree is killed first (the commands live in
+ * process groups of their own, so nothing else would end them). Run when the server goes away
+ * for good (stdin closed; a container then stops and the server restarts it on next use), and on
+ * SIGTERM, SIGINT or SIGHUP: a signal to the server's process group reaches this child too.
+ */
+let stopping = false;
+function stop(): void {
+  if (stopping) return;
+  stopping = true;
   for (const c of calls.values()) {
     c.abort.abort();
     c.upload?.abort();
   }
   if (markerDir !== undefined) rmSync(markerDir, { recursive: true, force: true });
   setTimeout(() => process.exit(0), 200);
-});
+}
+process.stdin.on("end", stop);
+for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"] as const) process.on(sig, stop);
