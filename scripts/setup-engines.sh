@@ -2,7 +2,8 @@
 # setup-engines.sh — make the sandbox engines available on this machine.
 #
 # What it does (idempotent; safe to re-run while dockerd is already running):
-#   1. apt-installs docker.io, runsc (gVisor), ripgrep, debootstrap, git and curl
+#   1. apt-installs docker.io, runsc (gVisor), ripgrep, debootstrap, git, curl and
+#      python3-grpcio (an independent gRPC client for the interop tests)
 #      (plus gcc and libc6-dev, which build-base-image.sh needs for its small
 #      statx shim), only when one of them is missing (one `apt-get update`).
 #   2. Registers gVisor with Docker in /etc/docker/daemon.json as the runtime
@@ -47,7 +48,7 @@ pkg_installed() {
 }
 
 install_packages() {
-  local want=(docker.io runsc ripgrep debootstrap git gcc libc6-dev curl) missing=() p
+  local want=(docker.io runsc ripgrep debootstrap git gcc libc6-dev curl python3-grpcio) missing=() p
   for p in "${want[@]}"; do
     pkg_installed "$p" || missing+=("$p")
   done

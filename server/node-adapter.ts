@@ -10,11 +10,21 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { create, toBinary, toJson } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouterOptions, createConnectRouter, type ConnectRouter } from "@connectrpc/connect";
+import type { DescService } from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  type ConnectRouter,
+  type ConnectRouterOptions,
+  createConnectRouter,
+  createServiceImplSpec,
+  type MethodImplSpec,
+} from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { ErrorDetailSchema } from "../gen/agentworkspace/v1/errors_pb.js";
+import { accepts, serveUnaryGrpc, type UnaryGrpcOptions } from "./grpc-unary.ts";
 import { toConnectError } from "./interceptors/error-interceptor.ts";
 import type { Logger } from "./logger.ts";
 
@@ -33,6 +43,8 @@ export interface NodeHandlerOptions extends ConnectRouterOptions {
  * as INTERNAL (as grpc-go does); here it becomes INVALID_ARGUMENT.
  */
 function withDetail(error: ConnectError): ConnectError {
+  // Errors from handlers already carry their detail (the error interceptor gave it): keep it.
+  if (error.findDetails(ErrorDetailSchema).length > 0) return error;
   const code = error.code === Code.Internal && error.rawMessage.startsWith("parse binary") ? Code.InvalidArgument : error.code;
   return toConnectError(new ConnectError(error.rawMessage, code));
 }
@@ -93,11 +105,33 @@ function withProtocolErrorDetails(handler: UniversalHandler): UniversalHandler {
 /** Builds the router and returns the Node request handler serving it. */
 export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
   const router = createConnectRouter(options);
-  options.routes(router);
+  // Every service's implementation, by request path, for the direct unary gRPC path.
+  const specs = new Map<string, MethodImplSpec>();
+  const recording: ConnectRouter = Object.assign(Object.create(router) as ConnectRouter, {
+    service(service: DescService, impl: object, serviceOptions?: object) {
+      for (const spec of Object.values(createServiceImplSpec(service, impl as never).methods)) specs.set(`/${service.typeName}/${spec.method.name}`, spec);
+      return router.service(service, impl as never, serviceOptions as never);
+    },
+  });
+  options.routes(recording);
   const handlers = new Map<string, UniversalHandler>();
   for (const h of router.handlers) handlers.set(h.requestPath, withProtocolErrorDetails(h));
+  const unary: UnaryGrpcOptions = {
+    interceptors: options.interceptors ?? [],
+    readMaxBytes: options.readMaxBytes ?? 4 * 1024 * 1024,
+    writeMaxBytes: options.writeMaxBytes ?? 4 * 1024 * 1024,
+    maxTimeoutMs: options.maxTimeoutMs ?? Number.MAX_SAFE_INTEGER,
+    shutdownSignal: options.shutdownSignal ?? new AbortController().signal,
+    withDetail,
+  };
   return (req, res) => {
-    const handler = handlers.get((req.url ?? "").split("?", 1)[0]);
+    const path = (req.url ?? "").split("?", 1)[0];
+    const spec = specs.get(path);
+    if (accepts(req as Http2ServerRequest, spec)) {
+      void serveUnaryGrpc(req as Http2ServerRequest, res as Http2ServerResponse, spec, unary);
+      return;
+    }
+    const handler = handlers.get(path);
     if (!handler) {
       (res as ServerResponse).writeHead(404);
       res.end();

@@ -59,15 +59,17 @@ export function gate<C>(test: TestFn<C>, engines: Engines, provider: "docker" | 
 }
 
 /**
- * Decides whether tests needing the program `command` run: true when it is on PATH; otherwise
- * registers a failing test (REQUIRE_COMMANDS=1, set by .ci/run) or a visible skip, and returns false.
+ * Decides whether tests needing a program run: true when `probe` (a program and arguments, by
+ * default `<command> --version`) succeeds; otherwise registers a failing test
+ * (REQUIRE_COMMANDS=1, set by .ci/run) or a visible skip, and returns false.
  */
-export function commandGate<C>(test: TestFn<C>, command: string, what: string): boolean {
-  const probe = spawnSync(command, ["--version"], { stdio: "ignore" });
-  if (probe.error === undefined) return true;
-  const reason = `${command} is not installed (${(probe.error as NodeJS.ErrnoException).code})`;
+export function commandGate<C>(test: TestFn<C>, command: string | string[], what: string): boolean {
+  const argv = typeof command === "string" ? [command, "--version"] : command;
+  const probe = spawnSync(argv[0], argv.slice(1), { stdio: "ignore" });
+  if (probe.error === undefined && probe.status === 0) return true;
+  const reason = `${argv.join(" ")} failed (${probe.error ? (probe.error as NodeJS.ErrnoException).code : `exit ${probe.status}`}); install it (scripts/setup-engines.sh)`;
   if (process.env.REQUIRE_COMMANDS === "1") {
-    test(`${what}: ${command} is available (required in CI)`, (t) => t.fail(reason));
+    test(`${what}: ${argv[0]} is available (required in CI)`, (t) => t.fail(reason));
   } else {
     console.log(`skipping ${what}: ${reason}`);
     test.skip(`${what} (${reason})`, () => {});
