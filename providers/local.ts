@@ -4,8 +4,8 @@
  * embedded default for development; it isolates paths (the jail) but not processes, so use a
  * container provider for untrusted agents.
  *
- * Commands are started by one resident executor child process (the same executor/ the container
- * providers run), not by the server itself: forking a small process is cheap and keeps
+ * Commands are started by resident executor child processes (the same executor/ the container
+ * providers run; one per CPU, each workspace always on the same one), not by the server itself: forking a small process is cheap and keeps
  * the fork and the process supervision off the server's event loop.
  *
  * File operations run in the server process through the executor's jail (local-fs.ts), beneath a
@@ -14,7 +14,9 @@
  * working directory and $HOME; tool paths written as /workspace/... are mapped by the jail, but a
  * command that names "/workspace" literally only finds it on container providers.
  */
+import { createHash } from "node:crypto";
 import { mkdir, realpath, rm, stat } from "node:fs/promises";
+import { availableParallelism } from "node:os";
 import path from "node:path";
 import { rgPath } from "@vscode/ripgrep";
 import { LocalFs } from "./local-fs.ts";
@@ -85,7 +87,13 @@ class LocalExecutor {
 export function createLocalProvider(options: LocalProviderOptions): Provider {
   const baseDir = path.resolve(options.baseDir);
   const rg = options.ripgrepPath ?? rgPath;
-  const executor = new LocalExecutor(options.log ?? { info: () => undefined, warn: () => undefined }, options.executor ?? SOURCE_EXECUTOR);
+  const log = options.log ?? { info: () => undefined, warn: () => undefined };
+  const build = options.executor ?? SOURCE_EXECUTOR;
+  // One executor per CPU: a command's start (a fork) and its supervision take an executor's one
+  // thread, so concurrent workspaces spread over all of them. Each workspace stays on one (by a
+  // hash of its directory), which keeps its commands and its release on the same process.
+  const pool = Array.from({ length: Math.max(1, Math.min(availableParallelism(), 8)) }, () => new LocalExecutor(log, build));
+  const executorFor = (root: string) => pool[createHash("sha1").update(root).digest().readUInt32BE(0) % pool.length];
   return {
     name: "local",
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {
@@ -104,7 +112,7 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
     async open(record: WorkspaceRecord): Promise<WorkspaceHandle> {
       const dir = record.state.dir ?? path.join(baseDir, record.id);
       const root = await realpath(dir);
-      return openLocalWorkspace(record.id, root, rg, executor);
+      return openLocalWorkspace(record.id, root, rg, executorFor(root));
     },
     async destroy(record: WorkspaceRecord): Promise<void> {
       const dir = record.state.dir ?? path.join(baseDir, record.id);
@@ -113,7 +121,7 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
       await rm(dir, { recursive: true, force: true });
     },
     async dispose(): Promise<void> {
-      executor.close();
+      for (const executor of pool) executor.close();
     },
   };
 }

@@ -271,32 +271,36 @@ function buildExit(
  */
 async function killMarked(marks: { env: string; link: string | undefined }, sig: NodeJS.Signals, since: number): Promise<void> {
   const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marks.env}\0`);
-  let entries: string[];
-  try {
-    entries = await readdir("/proc");
-  } catch {
-    return;
+  const isMarked = async (pid: number): Promise<boolean> => {
+    // The descriptor first (one readlink); the environment only when that does not tell.
+    if (marks.link !== undefined && (await readlink(`/proc/${pid}/fd/3`).catch(() => "")) === marks.link) return true;
+    return (await readFile(`/proc/${pid}/environ`).catch(() => Buffer.alloc(0))).includes(needle);
+  };
+  // Linux hands out pids in increasing order, so every descendant of the command has a pid in
+  // [the command's own, the last one handed out], unless the pid counter wrapped around since.
+  // Probe that window by number when it is small; scan all of /proc otherwise.
+  const last = lastPid();
+  let pids: number[];
+  if (last >= since && last - since <= WINDOW_PROBE_LIMIT) {
+    pids = [];
+    for (let pid = since; pid <= last; pid++) if (pid !== process.pid) pids.push(pid);
+  } else {
+    let entries: string[];
+    try {
+      entries = await readdir("/proc");
+    } catch {
+      return;
+    }
+    const wrapped = !(last >= since);
+    pids = entries.filter((e) => /^\d+$/.test(e)).map(Number).filter((pid) => pid !== process.pid && (wrapped || pid >= since));
   }
-  // Linux hands out pids in increasing order, so every descendant of the command has a pid above
-  // the command's own, unless the pid counter wrapped around since: then check them all. The last
-  // pid handed out (in this pid namespace) tells: below the command's pid means it wrapped.
-  const wrapped = !(lastPid() >= since);
-  const pids = entries.filter((e) => {
-    const c = e.charCodeAt(0);
-    if (c < 48 || c > 57) return false;
-    const pid = Number(e);
-    return pid !== process.pid && (wrapped || pid >= since);
-  });
   // Asynchronous reads in small batches: the sweep never blocks the event loop, however many
   // processes the host runs.
   for (let i = 0; i < pids.length; i += 32) {
     await Promise.all(
-      pids.slice(i, i + 32).map(async (entry) => {
+      pids.slice(i, i + 32).map(async (pid) => {
         try {
-          const marked =
-            (marks.link !== undefined && (await readlink(`/proc/${entry}/fd/3`).catch(() => "")) === marks.link) ||
-            (await readFile(`/proc/${entry}/environ`).catch(() => Buffer.alloc(0))).includes(needle);
-          if (marked) process.kill(Number(entry), sig);
+          if (await isMarked(pid)) process.kill(pid, sig);
         } catch {
           // Gone, or not ours to signal.
         }
@@ -304,6 +308,9 @@ async function killMarked(marks: { env: string; link: string | undefined }, sig:
     );
   }
 }
+
+/** Largest pid window probed number by number; a wider one is found by listing /proc. */
+const WINDOW_PROBE_LIMIT = 512;
 
 /** The most recently allocated pid of this pid namespace (from /proc/loadavg), NaN if unknown. */
 function lastPid(): number {
