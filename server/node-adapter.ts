@@ -24,7 +24,9 @@ import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/conn
 import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { ErrorDetailSchema } from "../gen/agentworkspace/v1/errors_pb.js";
-import { accepts, serveUnaryGrpc, type UnaryGrpcOptions } from "./grpc-unary.ts";
+import type { DirectOptions } from "./direct/common.ts";
+import { serveServerStreaming, streamingProtocol } from "./direct/streaming.ts";
+import { acceptsUnaryGrpc, serveUnaryGrpc } from "./direct/unary-grpc.ts";
 import { toConnectError } from "./interceptors/error-interceptor.ts";
 import type { Logger } from "./logger.ts";
 
@@ -116,20 +118,30 @@ export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
   options.routes(recording);
   const handlers = new Map<string, UniversalHandler>();
   for (const h of router.handlers) handlers.set(h.requestPath, withProtocolErrorDetails(h));
-  const unary: UnaryGrpcOptions = {
+  const direct: DirectOptions = {
     interceptors: options.interceptors ?? [],
     readMaxBytes: options.readMaxBytes ?? 4 * 1024 * 1024,
     writeMaxBytes: options.writeMaxBytes ?? 4 * 1024 * 1024,
     maxTimeoutMs: options.maxTimeoutMs ?? Number.MAX_SAFE_INTEGER,
     shutdownSignal: options.shutdownSignal ?? new AbortController().signal,
+    jsonOptions: options.jsonOptions ?? {},
     withDetail,
   };
+  // The direct paths never compress: with compression on, every call stays on connect-node.
+  const directPaths = (options.acceptCompression ?? []).length === 0;
   return (req, res) => {
     const path = (req.url ?? "").split("?", 1)[0];
     const spec = specs.get(path);
-    if (accepts(req as Http2ServerRequest, spec)) {
-      void serveUnaryGrpc(req as Http2ServerRequest, res as Http2ServerResponse, spec, unary);
-      return;
+    if (directPaths) {
+      if (acceptsUnaryGrpc(req as Http2ServerRequest, spec)) {
+        void serveUnaryGrpc(req as Http2ServerRequest, res as Http2ServerResponse, spec, direct);
+        return;
+      }
+      const streaming = streamingProtocol(req, spec);
+      if (streaming) {
+        void serveServerStreaming(req, res, spec as MethodImplSpec & { kind: "server_streaming" }, streaming, direct);
+        return;
+      }
     }
     const handler = handlers.get(path);
     if (!handler) {

@@ -1,15 +1,23 @@
 /**
  * The protocols on one port, as clients outside this codebase use them: gRPC-Web, plain HTTP/1.1
- * JSON (curl, fetch), Connect's HTTP status codes for errors, unknown JSON fields, and protocol
- * deadlines and cancels (`connect-timeout-ms`, `grpc-timeout`, a client that aborts).
+ * JSON (curl, fetch), Connect's HTTP status codes for errors, unknown JSON fields, protocol
+ * deadlines and cancels (`connect-timeout-ms`, `grpc-timeout`, a client that aborts), and
+ * streamed output over every wire form the server's direct streaming path serves.
  */
 import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import http from "node:http";
+import http2 from "node:http2";
 import { promisify } from "node:util";
-import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
+import { fromBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
+import { type BashExited, ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { commandGate } from "./helpers/engines.ts";
 import { type ConnectErrorBody, post, reasonOf } from "./helpers/http.ts";
 import { type ClientSet, expectError, LOCAL_ONLY, newWorkspace, serverTest } from "./helpers/server.ts";
+import { decodeRpcStatus } from "./helpers/status.ts";
 
 const test = serverTest({ env: LOCAL_ONLY });
 const run = promisify(execFile);
@@ -201,4 +209,111 @@ test("a cancel by the client stays CANCELLED and kills the command at once", asy
   const err = await t.throwsAsync(call);
   t.is(ConnectError.from(err).code, Code.Canceled);
   t.is(await waitGone(clients.grpc, id, "c.pid", 5000), "gone");
+});
+
+test("StreamBash carries the same bytes over gRPC, Connect (protobuf and JSON, HTTP/1.1 and HTTP/2) and gRPC-Web", async (t) => {
+  const { url, clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  // Random bytes in chunks of every size (a few bytes, and whole 64 KiB pipe reads), on both streams.
+  await clients.grpc.tools.bash({ workspaceId: id, command: "head -c 700001 /dev/urandom > out.bin; head -c 3000 /dev/urandom > err.bin" });
+  const sha256 = async (command: string) => (await clients.grpc.tools.bash({ workspaceId: id, command: `{ ${command}; } | sha256sum | cut -c1-64` })).stdout.trim();
+  const stdoutCommand = "cat out.bin; printf x; head -c 100 out.bin";
+  const want = { stdout: await sha256(stdoutCommand), stderr: await sha256("cat err.bin") };
+  const command = `${stdoutCommand}; cat err.bin >&2`;
+  const sessions = new Http2SessionManager(url);
+  const transports: Record<string, Transport> = {
+    "grpc/h2": createGrpcTransport({ baseUrl: url, sessionManager: sessions }),
+    "connect+proto/h2": createConnectTransport({ baseUrl: url, httpVersion: "2", sessionManager: sessions }),
+    "connect+json/h2": createConnectTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: false, sessionManager: sessions }),
+    "connect+proto/h1": createConnectTransport({ baseUrl: url, httpVersion: "1.1" }),
+    "connect+json/h1": createConnectTransport({ baseUrl: url, httpVersion: "1.1", useBinaryFormat: false }),
+    "grpc-web/h1": createGrpcWebTransport({ baseUrl: url, httpVersion: "1.1" }),
+  };
+  try {
+    for (const [name, transport] of Object.entries(transports)) {
+      const out = createHash("sha256");
+      const err = createHash("sha256");
+      const cases: string[] = [];
+      let exited: BashExited | undefined;
+      for await (const ev of createClient(ToolService, transport).streamBash({ workspaceId: id, command })) {
+        cases.push(ev.event.case ?? "none");
+        if (ev.event.case === "stdout") out.update(ev.event.value);
+        if (ev.event.case === "stderr") err.update(ev.event.value);
+        if (ev.event.case === "exited") exited = ev.event.value;
+      }
+      t.is(cases[0], "started", name);
+      t.is(cases.at(-1), "exited", name);
+      t.is(exited?.stdoutTotalBytes, 700_001n + 1n + 100n, name);
+      t.is(exited?.stderrTotalBytes, 3000n, name);
+      t.is(out.digest("hex"), want.stdout, name);
+      t.is(err.digest("hex"), want.stderr, name);
+    }
+  } finally {
+    sessions.abort();
+  }
+});
+
+test("a malformed streaming request gets a typed error with its detail, over gRPC and Connect, and the server keeps serving", async (t) => {
+  const { url, clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  const envelope = (payload: Buffer, flags = 0) => {
+    const out = Buffer.alloc(5 + payload.length);
+    out[0] = flags;
+    out.writeUInt32BE(payload.length, 1);
+    payload.copy(out, 5);
+    return out;
+  };
+  // Connect streaming: an unknown JSON field, then a body that is not an envelope at all. The
+  // status travels in the end-of-stream message; nothing runs.
+  const endOf = (raw: string) => {
+    const bytes = Buffer.from(raw, "latin1");
+    t.true(bytes.length >= 5, "a response body");
+    const length = bytes.readUInt32BE(1);
+    t.is(bytes[0], 0b10, "the only message is the end of the stream");
+    return JSON.parse(bytes.subarray(5, 5 + length).toString("utf8")) as { error?: ConnectErrorBody & { details: Array<{ debug?: { metadata?: Record<string, string> } }> } };
+  };
+  const stream = (body: Buffer, contentType = "application/connect+json") =>
+    new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = http.request(`${url}/agentworkspace.v1.ToolService/StreamBash`, { method: "POST", agent: false, headers: { "content-type": contentType } }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("latin1") }));
+      });
+      req.on("error", reject);
+      req.end(body);
+    });
+  const unknown = await stream(envelope(Buffer.from(JSON.stringify({ workspaceId: id, cmd: "touch ran" }))));
+  t.is(unknown.status, 200);
+  const unknownEnd = endOf(unknown.body);
+  t.is(unknownEnd.error?.code, "invalid_argument");
+  t.regex(unknownEnd.error?.message ?? "", /"cmd" is unknown/);
+  t.is(reasonOf(unknownEnd.error as ConnectErrorBody), ErrorReason.INVALID_ARGUMENT);
+  t.is(unknownEnd.error?.details[0].debug?.metadata?.field, "cmd");
+  const truncated = endOf((await stream(Buffer.from([0, 0, 0, 0, 9, 1, 2]))).body);
+  t.is(truncated.error?.code, "invalid_argument");
+  t.is(reasonOf(truncated.error as ConnectErrorBody), ErrorReason.INVALID_ARGUMENT);
+  const garbled = endOf((await stream(envelope(Buffer.from([0xff, 0xff, 0xff])), "application/connect+proto")).body);
+  t.is(garbled.error?.code, "invalid_argument");
+
+  // gRPC: a message that does not parse is INVALID_ARGUMENT with its detail, in the trailers.
+  const session = http2.connect(url);
+  try {
+    const status = await new Promise<Headers>((resolve, reject) => {
+      const req = session.request({ ":method": "POST", ":path": "/agentworkspace.v1.ToolService/StreamBash", "content-type": "application/grpc", te: "trailers" });
+      req.on("trailers", (trailers) => resolve(new Headers(Object.entries(trailers).map(([k, v]) => [k, String(v)]))));
+      req.on("response", (headers) => {
+        if (headers["grpc-status"] !== undefined) resolve(new Headers(Object.entries(headers).filter(([k]) => !k.startsWith(":")).map(([k, v]) => [k, String(v)])));
+      });
+      req.on("error", reject);
+      req.resume();
+      req.end(envelope(Buffer.from([0xff, 0xff, 0xff])));
+    });
+    t.is(status.get("grpc-status"), String(Code.InvalidArgument));
+    const rpcStatus = decodeRpcStatus(Buffer.from(status.get("grpc-status-details-bin") ?? "", "base64"));
+    const detail = rpcStatus.details.find((d) => d.typeUrl.endsWith("/agentworkspace.v1.ErrorDetail"));
+    t.is(detail && fromBinary(ErrorDetailSchema, detail.value).reason, ErrorReason.INVALID_ARGUMENT);
+  } finally {
+    session.close();
+  }
+  t.is((await clients.grpc.tools.bash({ workspaceId: id, command: "ls" })).stdout, "");
 });

@@ -1,0 +1,70 @@
+/**
+ * What the direct call paths share: their options, request headers as handlers see them, and
+ * reading the single request message of a call.
+ */
+import type { IncomingHttpHeaders } from "node:http";
+import type { Readable } from "node:stream";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { JsonReadOptions, JsonWriteOptions } from "@bufbuild/protobuf";
+
+/** How the direct paths are configured (the same limits connect-node gets). */
+export interface DirectOptions {
+  interceptors: Interceptor[];
+  readMaxBytes: number;
+  writeMaxBytes: number;
+  /** Largest timeout header accepted. */
+  maxTimeoutMs: number;
+  shutdownSignal: AbortSignal;
+  jsonOptions: Partial<JsonReadOptions & JsonWriteOptions>;
+  /** Gives every error an ErrorDetail, as the error interceptor does for handler errors. */
+  withDetail: (error: ConnectError) => ConnectError;
+}
+
+/** The reason a finished call's context is aborted with: one shared value, no stack captured per call. */
+export const CALL_ENDED = new ConnectError("the call ended", Code.Canceled);
+
+/** Request headers without HTTP/2 pseudo-headers, as connect hands them to handlers. */
+export function requestHeaders(headers: IncomingHttpHeaders): Headers {
+  const out = new Headers();
+  for (const [key, value] of Object.entries(headers)) {
+    if (key.startsWith(":") || value === undefined) continue;
+    out.set(key, Array.isArray(value) ? value.join(", ") : value);
+  }
+  return out;
+}
+
+/** A Node header block from web Headers. */
+export function headerBlock(...sources: Headers[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const h of sources) h.forEach((value, key) => (out[key] = value));
+  return out;
+}
+
+/** Reads the whole request body, or fails with RESOURCE_EXHAUSTED past `max` bytes. */
+export function readBody(body: Readable, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    body.on("data", (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > max) {
+        body.removeAllListeners("data");
+        reject(new ConnectError(`message larger than ${max - 5} bytes`, Code.ResourceExhausted));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    body.once("end", () => resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size)));
+    body.once("error", reject);
+  });
+}
+
+/** The single message of an enveloped request body (gRPC, Connect streaming), uncompressed. */
+export function unwrapOne(body: Buffer, encodingHeader: string): Uint8Array {
+  if (body.length < 5) throw new ConnectError("protocol error: missing message", Code.InvalidArgument);
+  if ((body[0] & 1) === 1) throw new ConnectError(`protocol error: received compressed message without ${encodingHeader}`, Code.Internal);
+  if ((body[0] & 0b10) !== 0) throw new ConnectError("protocol error: missing message", Code.InvalidArgument);
+  const length = body.readUInt32BE(1);
+  if (body.length !== 5 + length) throw new ConnectError("protocol error: expected exactly one message", Code.InvalidArgument);
+  return body.subarray(5);
+}

@@ -1,0 +1,85 @@
+/**
+ * A direct path for the commonest call: unary gRPC over HTTP/2 with uncompressed protobuf, as
+ * generated clients (connect-node, grpc-js, grpcio) send it. connect-node's universal handler
+ * runs even a unary call through a chain of async iterables and ends it by aborting a signal
+ * without a reason (a fresh DOMException with a stack trace, several per call): together most of
+ * a no-op call's CPU. Here the request is read from the HTTP/2 stream, decoded, and handed to
+ * connect's own `invokeUnaryImplementation` with a context from connect's `createHandlerContext`,
+ * so the same interceptors run (errors, and later authentication, permissions, audit) and the
+ * handlers see the same context; the answer goes out as headers, one message, and trailers.
+ *
+ * Server-streaming calls have their own direct path (streaming.ts); everything else (compressed
+ * messages, other codecs, client and bidi streams, gRPC-Web, Connect unary) stays on
+ * connect-node. `acceptsUnaryGrpc` says which requests this path takes.
+ */
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { fromBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createHandlerContext, type MethodImplSpec } from "@connectrpc/connect";
+import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
+import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { CALL_ENDED, type DirectOptions, headerBlock, readBody, requestHeaders, unwrapOne } from "./common.ts";
+import { envelopeBinary } from "./wire.ts";
+
+const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
+
+/** True when the request is one this path serves (see the module comment). */
+export function acceptsUnaryGrpc(req: Http2ServerRequest, spec: MethodImplSpec | undefined): spec is MethodImplSpec & { kind: "unary" } {
+  if (spec?.kind !== "unary" || req.httpVersionMajor !== 2 || req.method !== "POST") return false;
+  if (!CONTENT_TYPES.has(String(req.headers["content-type"]))) return false;
+  const encoding = req.headers["grpc-encoding"];
+  return encoding === undefined || encoding === "identity";
+}
+
+/** Serves one unary gRPC call on its HTTP/2 stream. Never throws; every outcome is a gRPC status. */
+export async function serveUnaryGrpc(req: Http2ServerRequest, res: Http2ServerResponse, spec: MethodImplSpec & { kind: "unary" }, options: DirectOptions): Promise<void> {
+  const stream = res.stream;
+  const contentType = String(req.headers["content-type"]);
+  const timeout = parseTimeout(typeof req.headers["grpc-timeout"] === "string" ? req.headers["grpc-timeout"] : null, options.maxTimeoutMs);
+  // The client going away (RST_STREAM, a closed connection) cancels the call.
+  const cancel = new AbortController();
+  let answered = false;
+  stream.once("close", () => {
+    if (!answered) cancel.abort(new ConnectError("the client went away", Code.Canceled));
+  });
+  const context = createHandlerContext({
+    service: spec.method.parent,
+    method: spec.method,
+    protocolName: "grpc",
+    requestMethod: "POST",
+    url: req.url,
+    timeoutMs: timeout.timeoutMs,
+    shutdownSignal: options.shutdownSignal,
+    requestSignal: cancel.signal,
+    requestHeader: requestHeaders(req.headers),
+    responseHeader: { "content-type": contentType },
+  });
+  try {
+    if (timeout.error) throw timeout.error;
+    let input;
+    try {
+      input = fromBinary(spec.method.input, unwrapOne(await readBody(stream, options.readMaxBytes + 5), "grpc-encoding"));
+    } catch (err) {
+      throw err instanceof ConnectError ? err : new ConnectError(`parse binary: ${err instanceof Error ? err.message : String(err)}`, Code.InvalidArgument);
+    }
+    const output = await invokeUnaryImplementation(spec, context, input, options.interceptors);
+    const message = envelopeBinary(spec.method.output, output, 0, options.writeMaxBytes);
+    if (stream.destroyed) return;
+    answered = true;
+    const trailer = new Headers(context.responseTrailer);
+    trailer.set("grpc-status", "0");
+    res.writeHead(200, headerBlock(context.responseHeader));
+    res.addTrailers(headerBlock(trailer));
+    if (message.bulk.byteLength > 0) res.write(message.head);
+    res.end(message.bulk.byteLength > 0 ? message.bulk : message.head);
+  } catch (err) {
+    if (stream.destroyed || res.headersSent) return;
+    answered = true;
+    // No message: headers, then the status (and the ErrorDetail) in the trailers.
+    const status = setTrailerStatus(new Headers(context.responseTrailer), options.withDetail(ConnectError.from(err)));
+    res.writeHead(200, headerBlock(context.responseHeader));
+    res.addTrailers(headerBlock(status));
+    res.end();
+  } finally {
+    context.abort(CALL_ENDED);
+  }
+}
