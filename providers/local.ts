@@ -14,13 +14,17 @@
  * working directory and $HOME; tool paths written as /workspace/... are mapped by the jail, but a
  * command that names "/workspace" literally only finds it on container providers.
  */
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { mkdir, realpath, rm, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
 import { rgPath } from "@vscode/ripgrep";
 import { LocalFs } from "./local-fs.ts";
 import { spawn, type ChildProcess } from "node:child_process";
+import { Socket } from "node:net";
+import type { Readable } from "node:stream";
+import { withDirectStdout } from "./direct-stdout.ts";
+import type { ExecRequest } from "./executor/protocol.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild, SOURCE_EXECUTOR } from "./executor-build.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
@@ -47,6 +51,8 @@ class LocalExecutor {
   #conn: SandboxConnection | undefined;
   readonly #log: ProviderLog;
   readonly #main: string;
+  /** Calls waiting for a command's stdout pipe from the executor, by token (see `stdout`). */
+  readonly #stdouts = new Map<string, (pipe: Readable | undefined) => void>();
 
   constructor(log: ProviderLog, executor: ExecutorBuild) {
     this.#log = log;
@@ -55,18 +61,55 @@ class LocalExecutor {
 
   connection(): SandboxConnection {
     if (this.#conn?.alive) return this.#conn;
+    // Frames go over stdin/stdout; the IPC channel carries only commands' stdout pipes (Node passes
+    // descriptors over it), which the server then reads itself.
     const child = spawn(process.execPath, [...EXECUTOR_NODE_FLAGS, this.#main], {
-      stdio: ["pipe", "pipe", "pipe"],
+      stdio: ["pipe", "pipe", "pipe", "ipc"],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
+    });
+    child.on("message", (message: unknown, handle: unknown) => {
+      const token = (message as { stdout?: unknown } | null)?.stdout;
+      const waiter = typeof token === "string" ? this.#stdouts.get(token) : undefined;
+      if (!waiter || (handle !== undefined && !(handle instanceof Socket))) {
+        (handle as { destroy?: () => void } | undefined)?.destroy?.();
+        return;
+      }
+      this.#stdouts.delete(token as string);
+      waiter(handle);
     });
     child.stderr?.setEncoding("utf8").on("data", (line: string) => this.#log.warn("local executor", { line: line.trimEnd().slice(0, 2000) }));
     child.on("error", (err) => this.#log.warn("local executor failed", { error: String(err) }));
     child.on("exit", (code, signal) => {
       if (this.#child === child) this.#log.warn("local executor exited; the next command starts a new one", { code, signal });
+      for (const [token, waiter] of this.#stdouts) {
+        this.#stdouts.delete(token);
+        waiter(undefined);
+      }
     });
     this.#child = child;
     this.#conn = new SandboxConnection(child.stdout!, child.stdin!);
     return this.#conn;
+  }
+
+  /**
+   * Runs `request` with its stdout passed to this process (see direct-stdout.ts): the pipe is
+   * awaited under a fresh token, registered before the request goes out.
+   */
+  execDirect(request: ExecRequest, signal: AbortSignal): AsyncGenerator<ExecEvent> {
+    const token = randomUUID();
+    const kill = new AbortController();
+    const stdout = new Promise<Readable | undefined>((resolve) => this.#stdouts.set(token, resolve));
+    const events = this.connection().exec({ ...request, stdoutToken: token }, AbortSignal.any([signal, kill.signal]));
+    const stdouts = this.#stdouts;
+    return (async function* () {
+      try {
+        yield* withDirectStdout(events, stdout, () => kill.abort());
+      } finally {
+        // A pipe arriving after the call is over is closed on arrival.
+        stdouts.get(token)?.(undefined);
+        stdouts.delete(token);
+      }
+    })();
   }
 
   /** Tells a running executor to forget `root` (its descriptor of it). */
@@ -142,7 +185,7 @@ function openLocalWorkspace(id: string, root: string, rg: string, executor: Loca
         running.add(closing);
         try {
           const signal = spec.signal ? AbortSignal.any([spec.signal, closing.signal]) : closing.signal;
-          yield* executor.connection().exec(request, signal);
+          yield* spec.directStdout ? executor.execDirect(request, signal) : executor.connection().exec(request, signal);
         } finally {
           running.delete(closing);
         }

@@ -67,6 +67,12 @@ export interface ExecSpec {
   killGraceMs?: number;
   /** Aborting kills the whole process tree at once. */
   signal?: AbortSignal;
+  /**
+   * A hint that the output is streamed and may be large: a provider may then read stdout
+   * straight from the command's pipe (local: the executor hands the pipe over), which costs a
+   * little more to start and nothing per byte. The events are the same either way.
+   */
+  directStdout?: boolean;
 }
 
 export type { ExecEvent, ExecExit } from "./executor/types.ts";

@@ -20,6 +20,8 @@ import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync,
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { readdir } from "node:fs/promises";
+import { Socket } from "node:net";
+import type { Readable } from "node:stream";
 import { parseArgs } from "node:util";
 import { checkExecRequest, checkOpRequest } from "./check.ts";
 import { Fault } from "./fault.ts";
@@ -211,10 +213,25 @@ function launchSpec(root: string, cwd: string, env: Record<string, string>): Lau
 }
 let markers = 0;
 
+/**
+ * Sends a command's stdout pipe to the server over the IPC channel (see ExecRequest.stdoutToken).
+ * The channel closes this process's copy once the server has it.
+ */
+function passStdout(token: string, stdout: Readable | undefined): void {
+  const message = { stdout: token };
+  const done = (err: Error | null) => {
+    if (err) stdout?.destroy();
+  };
+  if (stdout instanceof Socket) process.send?.(message, stdout, {}, done);
+  else process.send?.(message, undefined, {}, done);
+}
+
 async function execute(id: number, req: ExecRequest): Promise<void> {
   const call: Call = { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: true };
   calls.set(id, call);
   try {
+    const token = req.stdoutToken;
+    if (token !== undefined && process.send === undefined) throw new Fault("INVALID_ARGUMENT", "this executor has no channel to pass a command's stdout on");
     const spec = launchSpec(req.root, req.cwd, req.env);
     let events: AsyncGenerator<ExecEvent>;
     try {
@@ -226,6 +243,7 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
         signal: call.abort.signal,
         detectOom: args["detect-oom"] === true,
         sweepAll: () => sweepSandbox(id),
+        takeStdout: token === undefined ? undefined : (stdout) => passStdout(token, stdout),
       });
       // The generator spawns on its first step: take it now so the spec's descriptors close.
       events = prepend(await events.next(), events);

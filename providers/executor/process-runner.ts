@@ -22,17 +22,14 @@ import { readFileSync } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
+import { OutputQueue, pumpOutput } from "./output-queue.ts";
 import type { ExecRequest } from "./protocol.ts";
 import type { ExecEvent, ExecExit } from "./types.ts";
 
-/** Largest output chunk emitted, in bytes. */
-export const MAX_CHUNK_BYTES = 64 * 1024;
 /** Name of the environment variable that marks every process of one execution. */
 export const EXEC_MARKER_VAR = "AGENT_WORKSPACE_EXEC_ID";
 /** How long to wait for output pipes to drain after the process tree is gone. */
-const PIPE_DRAIN_MS = 2000;
-/** Events buffered between the pipes and a slow consumer before the pipes are paused. */
-const QUEUE_HIGH_WATER = 8;
+export const PIPE_DRAIN_MS = 2000;
 
 /** Where and as whom a process is launched. */
 export interface LaunchSpec {
@@ -65,6 +62,12 @@ export interface SuperviseSpec {
    * sandbox user is left, when nothing else runs (the sandbox's pid namespace is the command's).
    */
   sweepAll?: () => void;
+  /**
+   * Takes the command's stdout right after the spawn (undefined when there is none): its bytes
+   * are then not read here and no `stdout` event is emitted; the taker reads them (the local
+   * provider's server, which receives the pipe itself).
+   */
+  takeStdout?: (stdout: Readable | undefined) => void;
 }
 
 /** A fully resolved process to run. */
@@ -138,36 +141,22 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     else sweep();
   };
 
-  // One queue for both pipes, bounded: pumps wait while it is full, which stops reading the pipe
-  // and, through the pipe buffer, blocks the writer.
-  const queue: Item[] = [];
-  let wake: (() => void) | undefined;
-  // Both pumps may wait for room at once: keep every waiter (a single slot would lose one pump
-  // forever and deadlock the command on a full pipe).
-  const spaceWaiters: Array<() => void> = [];
-  const notify = () => {
-    const w = wake;
-    wake = undefined;
-    w?.();
-  };
-  const pump = async (stream: Readable, type: "stdout" | "stderr") => {
-    try {
-      for await (const chunk of stream as AsyncIterable<Buffer>) {
-        for (let at = 0; at < chunk.length; at += MAX_CHUNK_BYTES) {
-          queue.push({ type, data: chunk.subarray(at, at + MAX_CHUNK_BYTES) });
-          notify();
-          while (queue.length >= QUEUE_HIGH_WATER) await new Promise<void>((r) => spaceWaiters.push(r));
-        }
-      }
-    } catch {
-      // A destroyed pipe ends its pump; the exit event still follows.
-    }
-  };
-  const pumps = Promise.all([pump(child.stdout, "stdout"), pump(child.stderr, "stderr")]);
+  // One bounded queue for both pipes (output-queue.ts).
+  const queue = new OutputQueue<Item>();
+  const pumps: Array<Promise<void>> = [pumpOutput(child.stderr, queue, (data) => ({ type: "stderr", data }))];
+  // The pipes this function reads and closes: a taken stdout is the taker's alone from now on
+  // (closing it here could close it before it was handed over).
+  const pipes: Readable[] = [child.stderr];
+  if (spec.takeStdout) {
+    spec.takeStdout(child.stdout ? untouched(child.stdout) : undefined);
+  } else {
+    pipes.push(child.stdout);
+    pumps.push(pumpOutput(child.stdout, queue, (data) => ({ type: "stdout", data })));
+  }
   let pumpsDone = false;
-  void pumps.then(() => {
+  void Promise.all(pumps).then(() => {
     pumpsDone = true;
-    notify();
+    queue.notify();
   });
 
   const onExit = (code: number | null, signal: NodeJS.Signals | null) => {
@@ -192,11 +181,10 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     // Pipes held open by a process that escaped every kill must not keep the call open forever.
     timers.push(
       setTimeout(() => {
-        child.stdout.destroy();
-        child.stderr.destroy();
+        for (const pipe of pipes) pipe.destroy();
       }, PIPE_DRAIN_MS),
     );
-    notify();
+    queue.notify();
   });
 
   const onAbort = () => {
@@ -217,14 +205,9 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
   try {
     yield { type: "started", startedAt: new Date() };
     for (;;) {
-      const item = queue.shift();
-      if (item) {
-        for (const w of spaceWaiters.splice(0)) w();
-        yield item;
-        continue;
-      }
-      if (pumpsDone && exitedDone) break;
-      await new Promise<void>((r) => (wake = r));
+      const item = await queue.next(() => pumpsDone && exitedDone);
+      if (!item) break;
+      yield item;
     }
     await exited;
     const exit = buildExit(exitInfo, spawnError, timedOut, performance.now() - started);
@@ -239,9 +222,21 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     for (const t of timers) clearTimeout(t);
     spec.signal?.removeEventListener("abort", onAbort);
     if (!finished || !exitedDone) killTree("SIGKILL");
-    child.stdout.destroy();
-    child.stderr.destroy();
+    for (const pipe of pipes) pipe.destroy();
   }
+}
+
+/**
+ * A child's pipe that this process must never read from, because it is handed to another one:
+ * Node starts reading a pipe the moment it creates its socket (stopped here before the event loop
+ * polls it, so in the spawn's own turn nothing has been read), and resumes every still readable
+ * pipe of a child when the child exits (marking it not readable keeps it out of that). Whatever it
+ * read would be lost to the process the pipe was given to.
+ */
+function untouched(pipe: Readable): Readable {
+  (pipe as { _handle?: { readStop?: () => number } })._handle?.readStop?.();
+  (pipe as { readable: boolean }).readable = false;
+  return pipe;
 }
 
 function buildExit(

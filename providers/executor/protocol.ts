@@ -80,6 +80,13 @@ export interface ExecRequest {
   env: Record<string, string>;
   timeoutMs: number;
   killGraceMs: number;
+  /**
+   * Hand the command's stdout to the server instead of streaming it in STDOUT frames (local
+   * executor only, which has an IPC channel to the server): right after the spawn the executor
+   * sends `{ stdout: token }` over that channel with the pipe attached (without it when there is
+   * none), and no STDOUT frame follows.
+   */
+  stdoutToken?: string;
 }
 
 /** What OP carries: a file operation on the workspace at `root`. */

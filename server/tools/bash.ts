@@ -63,7 +63,7 @@ interface Plan {
   deadlineBound: boolean;
 }
 
-async function plan(ctx: ToolContext, input: BashInput): Promise<Plan> {
+async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promise<Plan> {
   const { limits } = ctx;
   if (input.command.trim() === "") {
     throw new DomainError("INVALID_ARGUMENT", "command is required", { metadata: { field: "command" } });
@@ -110,6 +110,7 @@ async function plan(ctx: ToolContext, input: BashInput): Promise<Plan> {
       timeoutMs: deadlineBound ? (left as number) : requestedTimeoutMs,
       killGraceMs: limits.killGraceMs,
       signal: ctx.signal,
+      directStdout: streamed,
     },
     requestedTimeoutMs,
     deadlineBound,
@@ -229,7 +230,7 @@ export async function* streamBash(ctx: ToolContext, input: StreamBashInput): Asy
   if (!Number.isFinite(input.maxOutputBytes) || input.maxOutputBytes < 0) {
     throw new DomainError("INVALID_ARGUMENT", "max_output_bytes must not be negative", { metadata: { field: "max_output_bytes" } });
   }
-  const p = await plan(ctx, input);
+  const p = await plan(ctx, input, true);
   const cap = input.maxOutputBytes === 0 ? Number.POSITIVE_INFINITY : input.maxOutputBytes;
   const totals = { stdout: 0, stderr: 0 };
   const started = Date.now();

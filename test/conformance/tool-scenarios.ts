@@ -379,6 +379,19 @@ export function registerToolScenarios<C>(
     t.false(exited?.stdoutTruncated);
   });
 
+  scenario("Bash › StreamBash › output printed the instant a command starts is never lost (40 quick commands)", async (t, ws) => {
+    // Locally stdout is handed from the executor to the server right after the spawn: a command
+    // that prints and exits at once races that hand-over.
+    const outputs = await Promise.all(
+      Array.from({ length: 40 }, async (_, i) => {
+        const events = await collect(ws.tools.streamBash({ workspaceId: ws.id, command: `printf 'run-${i}'; printf 'err-${i}' >&2` }));
+        const textOf = (kind: "stdout" | "stderr") => events.flatMap((e) => (e.event.case === kind ? [text(e.event.value)] : [])).join("");
+        return `${textOf("stdout")}|${textOf("stderr")}|${events.at(-1)?.event.case}`;
+      }),
+    );
+    t.deepEqual(outputs, Array.from({ length: 40 }, (_, i) => `run-${i}|err-${i}|exited`));
+  });
+
   scenario("Bash › StreamBash › max_output_bytes caps what is forwarded", async (t, ws) => {
     const events = await collect(
       ws.tools.streamBash({ workspaceId: ws.id, command: "head -c 100000 /dev/zero | tr '\\0' c; echo small >&2", maxOutputBytes: 1000n }),
