@@ -51,6 +51,14 @@ function closeConnectionsWithUnreadBodies(handler: Handler): Handler {
   };
 }
 
+/**
+ * HTTP/2 receive windows. Node's default of 64 KiB per stream and per connection makes a client
+ * wait a round trip per 64 KiB it uploads (a WriteFile of 1 MiB: 16 of them); these let a request
+ * of a few MiB arrive at once. Bounded, so one connection cannot park more than this in memory.
+ */
+const H2_SETTINGS: http2.Settings = { initialWindowSize: 1 << 20, maxFrameSize: 256 * 1024 };
+const H2_CONNECTION_WINDOW = 8 << 20;
+
 /** Starts serving `handler`. */
 export async function listen(handler: Handler, options: ListenOptions): Promise<ListeningServer> {
   const sessions = new Set<http2.ServerHttp2Session>();
@@ -58,6 +66,7 @@ export async function listen(handler: Handler, options: ListenOptions): Promise<
     s.on("session", (session) => {
       sessions.add(session);
       session.on("close", () => sessions.delete(session));
+      session.setLocalWindowSize(H2_CONNECTION_WINDOW);
     });
 
   // Every accepted socket, so close() can end the ones neither inner server would (a client that
@@ -67,11 +76,11 @@ export async function listen(handler: Handler, options: ListenOptions): Promise<
   let outer: net.Server;
   let h1: http.Server | undefined;
   if (options.tlsCert && options.tlsKey) {
-    const secure = http2.createSecureServer({ cert: await readFile(options.tlsCert), key: await readFile(options.tlsKey), allowHTTP1: true }, h1Handler);
+    const secure = http2.createSecureServer({ cert: await readFile(options.tlsCert), key: await readFile(options.tlsKey), allowHTTP1: true, settings: H2_SETTINGS }, h1Handler);
     track(secure);
     outer = secure;
   } else {
-    const h2 = http2.createServer({}, handler);
+    const h2 = http2.createServer({ settings: H2_SETTINGS }, handler);
     track(h2);
     h1 = http.createServer(h1Handler);
     h1.keepAliveTimeout = 30_000;
