@@ -142,6 +142,29 @@ export interface ClientSet {
 export interface GrpcClientOptions {
   /** Offer gzip/brotli for responses (the connect-node default); false accepts identity only. */
   compression?: boolean;
+  /** HTTP/2 receive windows, in bytes (Node's default: 64 KiB each). */
+  windows?: { stream: number; connection: number };
+}
+
+/**
+ * An Http2SessionManager whose connections receive with the given windows, as the README shows
+ * connect-node users: the stream window is a setting, the connection window a WINDOW_UPDATE that
+ * Node sends when asked (`setLocalWindowSize`), here on each new connection's first request.
+ */
+export class WideWindowSessionManager extends Http2SessionManager {
+  readonly #connection: number;
+
+  constructor(url: string, windows: { stream: number; connection: number }) {
+    super(url, {}, { settings: { initialWindowSize: windows.stream } });
+    this.#connection = windows.connection;
+  }
+
+  override async request(...args: Parameters<Http2SessionManager["request"]>): ReturnType<Http2SessionManager["request"]> {
+    const stream = await super.request(...args);
+    const session = stream.session;
+    if (session && session.state.localWindowSize !== undefined && session.state.localWindowSize < this.#connection) session.setLocalWindowSize(this.#connection);
+    return stream;
+  }
 }
 
 /** A gRPC client set on its own HTTP/2 connection. */
@@ -151,7 +174,7 @@ export interface GrpcClientSet extends ClientSet {
 
 /** Creates a gRPC client set (binary protobuf, HTTP/2 prior knowledge) on its own connection. */
 export function createGrpcClientSet(baseUrl: string, options: GrpcClientOptions = {}): GrpcClientSet {
-  const sessions = new Http2SessionManager(baseUrl);
+  const sessions = options.windows ? new WideWindowSessionManager(baseUrl, options.windows) : new Http2SessionManager(baseUrl);
   const transport = createGrpcTransport({ baseUrl, sessionManager: sessions, ...(options.compression === false ? { acceptCompression: [] } : {}) });
   return {
     tools: createClient(ToolService, transport),

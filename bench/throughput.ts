@@ -1,16 +1,24 @@
 /**
- * Section (c): streamed output. StreamBash of a command printing many bytes over gRPC, drained as
- * fast as the client can, against draining the same command spawned locally; then a slow reader
- * (a pause per message) while the server child samples its own RSS, to show whether the server
- * buffers what the client has not read yet (it should not: memory must stay flat).
+ * Section (c): streamed output. StreamBash of a command printing many bytes, drained as fast as
+ * the client can, against draining the same command spawned locally; then a slow reader (a pause
+ * per message) while the server child samples its own RSS, to show whether the server buffers
+ * what the client has not read yet (it should not: memory must stay flat).
  *
- * The goal row uses a default connect-node gRPC client, which offers gzip, so the server
- * compresses every chunk (the server picks the response encoding). An informational row repeats
- * the drain with a client that accepts no compression, which isolates that cost.
+ * The goal rows use the lean client (lean-client.ts: node:http2, envelope parsing, protobuf-es
+ * decoding, the README's window settings), so they show what the server delivers: gRPC, and
+ * Connect JSON over h2c. Informational rows use connect-node's gRPC client with the README's
+ * windows and with Node 24's defaults (64 KiB per stream and per connection, which caps a drain
+ * at one window per round trip whatever the server does), and its Connect JSON client over
+ * HTTP/1.1, each with its own CPU per second of wall time, since those clients spend more per
+ * message than the server does.
  */
 import { spawn } from "node:child_process";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { type BenchContext, type SectionResult, createWorkspace, mib, sleep } from "./context.ts";
 import type { Row } from "./report.ts";
+import { LEAN_WINDOWS, leanStreamBash, type LeanProtocol } from "./lean-client.ts";
 import { type ClientSet, createGrpcClientSet } from "./server-process.ts";
 import { median, round } from "./stats.ts";
 
@@ -27,6 +35,8 @@ export interface ThroughputOptions {
 }
 
 const GOAL_RATIO = 0.5;
+/** Connect JSON goal, in MB/s of decoded output. */
+const JSON_GOAL_MB_S = 150;
 /** Server RSS growth under a slow reader that still counts as flat. */
 const FLAT_MIB = 16;
 
@@ -62,23 +72,47 @@ interface StreamRun {
   messages: number;
   /** How long the command itself ran (BashExited.duration_ms), in seconds. */
   commandSeconds: number;
+  /** The client process's CPU time per second of wall time. */
+  clientCpu: number;
 }
 
-/** StreamBash over gRPC, optionally pausing after each message; returns the rate to the exit event. */
+/** Counts a drain's messages and bytes and checks its end. */
+class DrainCount {
+  got = 0;
+  messages = 0;
+  exit: { exitCode: number; durationMs: bigint } | undefined;
+  readonly t0 = performance.now();
+  readonly cpu0 = process.cpuUsage();
+
+  add(msg: { event: { case: string | undefined; value?: unknown } }): void {
+    this.messages++;
+    if (msg.event.case === "stdout") this.got += (msg.event.value as Uint8Array).length;
+    else if (msg.event.case === "exited") this.exit = msg.event.value as { exitCode: number; durationMs: bigint };
+  }
+
+  finish(bytes: number): StreamRun {
+    const seconds = (performance.now() - this.t0) / 1000;
+    const cpu = process.cpuUsage(this.cpu0);
+    if (this.exit?.exitCode !== 0 || this.got !== bytes) throw new Error(`StreamBash got ${this.got} bytes, exit ${this.exit?.exitCode}; expected ${bytes}, exit 0`);
+    return { mbPerS: bytes / 1e6 / seconds, seconds, messages: this.messages, commandSeconds: Number(this.exit.durationMs) / 1000, clientCpu: (cpu.user + cpu.system) / 1e6 / seconds };
+  }
+}
+
+/** StreamBash through a connect-node client, optionally pausing after each message; the rate to the exit event. */
 async function serverDrain(tools: ClientSet["tools"], workspaceId: string, bytes: number, delayMs = 0, source?: string): Promise<StreamRun> {
-  const t0 = performance.now();
-  let got = 0;
-  let messages = 0;
-  let exit: { exitCode: number; durationMs: bigint } | undefined;
+  const count = new DrainCount();
   for await (const msg of tools.streamBash({ workspaceId, command: command(bytes, source) })) {
-    messages++;
-    if (msg.event.case === "stdout") got += msg.event.value.length;
-    else if (msg.event.case === "exited") exit = msg.event.value;
+    count.add(msg);
     if (delayMs > 0) await sleep(delayMs);
   }
-  const seconds = (performance.now() - t0) / 1000;
-  if (exit?.exitCode !== 0 || got !== bytes) throw new Error(`StreamBash got ${got} bytes, exit ${exit?.exitCode}; expected ${bytes}, exit 0`);
-  return { mbPerS: bytes / 1e6 / seconds, seconds, messages, commandSeconds: Number(exit.durationMs) / 1000 };
+  return count.finish(bytes);
+}
+
+/** StreamBash through the lean client. */
+async function leanDrain(baseUrl: string, protocol: LeanProtocol, workspaceId: string, bytes: number): Promise<StreamRun> {
+  const count = new DrainCount();
+  await leanStreamBash(baseUrl, protocol, { workspaceId, command: command(bytes) }, (msg) => count.add(msg));
+  return count.finish(bytes);
 }
 
 /** Runs section (c) on the local provider. */
@@ -86,8 +120,10 @@ export async function benchThroughput(ctx: BenchContext, options: ThroughputOpti
   const created = await createWorkspace(ctx, "local");
   if (!created.ok) return { rows: [], data: {}, skipped: [`(c) ${created.reason}`] };
   const ws = created.workspace;
-  // Informational client: shows how much of the gap response compression explains.
-  const plain = createGrpcClientSet(ctx.server.url, { compression: false });
+  // connect-node's gRPC client with the README's windows.
+  const wide = createGrpcClientSet(ctx.server.url, { windows: LEAN_WINDOWS });
+  const connectH1 = createConnectTransport({ baseUrl: ctx.server.url, httpVersion: "1.1", useBinaryFormat: false });
+  const json = createClient(ToolService, connectH1);
   try {
     // Slow reader first, on the fresh server, so earlier allocations do not hide its growth. Two
     // sizes: flat memory means the growth does not depend on how much the command prints.
@@ -99,10 +135,19 @@ export async function benchThroughput(ctx: BenchContext, options: ThroughputOpti
       slow.push(await slowReader(ctx, ws.id, bytes, options.slowDelayMs));
     }
 
+    const cpu: Record<string, number[]> = {};
+    const drain = (name: string, run: () => Promise<StreamRun>) => async () => {
+      const r = await run();
+      (cpu[name] ??= []).push(r.clientCpu);
+      return r.mbPerS;
+    };
     const series: Record<string, () => Promise<number>> = {
       local: () => localDrain(options.bytes),
-      grpc: async () => (await serverDrain(ctx.clients.grpc.tools, ws.id, options.bytes)).mbPerS,
-      noCompression: async () => (await serverDrain(plain.tools, ws.id, options.bytes)).mbPerS,
+      grpc: drain("grpc", () => leanDrain(ctx.server.url, "grpc", ws.id, options.bytes)),
+      json: drain("json", () => leanDrain(ctx.server.url, "connect-json-h2", ws.id, options.bytes)),
+      connectWide: drain("connectWide", () => serverDrain(wide.tools, ws.id, options.bytes)),
+      connectDefault: drain("connectDefault", () => serverDrain(ctx.clients.grpc.tools, ws.id, options.bytes)),
+      connectJson: drain("connectJson", () => serverDrain(json, ws.id, options.bytes)),
     };
     const names = Object.keys(series);
     ctx.log(`(c) fast drain: 1 warmup + ${options.runs} runs × ${(options.bytes / 1e6).toFixed(0)} MB of ${names.join(", ")}`);
@@ -120,28 +165,56 @@ export async function benchThroughput(ctx: BenchContext, options: ThroughputOpti
     const m = Object.fromEntries(names.map((n) => [n, median(samples[n])]));
 
     const ratio = m.grpc / m.local;
-    const info = (name: string, label: string): Row => ({
+    const mb = (options.bytes / 1e6).toFixed(0);
+    const clientCpu = (name: string) => `client CPU ${median(cpu[name]).toFixed(2)} s/s`;
+    const info = (name: string, label: string, note: string): Row => ({
       section: "c stream",
-      metric: `StreamBash ${(options.bytes / 1e6).toFixed(0)} MB, grpc, ${label}`,
+      metric: `StreamBash ${mb} MB, ${label}`,
       server: m[name],
       baseline: m.local,
       unit: "MB/s",
       ratio: m[name] / m.local,
       goal: "",
+      note: `${note}; ${clientCpu(name)}`,
     });
+    const peakGrowth = mib(Math.max(...fastPeaks));
     const rows: Row[] = [
       {
         section: "c stream",
-        metric: `StreamBash ${(options.bytes / 1e6).toFixed(0)} MB, grpc, fast drain`,
+        metric: `StreamBash ${mb} MB, grpc, fast drain`,
         server: m.grpc,
         baseline: m.local,
         unit: "MB/s",
         ratio,
         goal: `≥ ${GOAL_RATIO}× local`,
         pass: ratio >= GOAL_RATIO,
-        note: `default connect-node client; server RSS peak growth while draining ${mib(Math.max(...fastPeaks)).toFixed(1)} MiB`,
+        note: `lean client (node:http2, 8 MiB stream / 32 MiB connection windows); ${clientCpu("grpc")}`,
       },
-      info("noCompression", "client accepts no compression"),
+      {
+        section: "c stream",
+        metric: `StreamBash ${mb} MB, connect-json/h2, fast drain`,
+        server: m.json,
+        baseline: Number.NaN,
+        unit: "MB/s",
+        ratio: Number.NaN,
+        goal: `≥ ${JSON_GOAL_MB_S} MB/s`,
+        pass: m.json >= JSON_GOAL_MB_S,
+        note: `lean client, bytes counted after base64 decoding; ${clientCpu("json")}`,
+      },
+      {
+        section: "c stream",
+        metric: `StreamBash ${mb} MB, grpc fast drain: server peak RSS growth`,
+        server: peakGrowth,
+        baseline: Number.NaN,
+        unit: "MiB",
+        ratio: Number.NaN,
+        goal: `flat (≤ ${FLAT_MIB} MiB)`,
+        pass: peakGrowth <= FLAT_MIB,
+        note: "RSS sampled every 5 ms while the lean client drains",
+      },
+      info("connectWide", "grpc, connect-node client, README windows", "Http2SessionManager with 8 MiB stream and 32 MiB connection windows"),
+      info("connectDefault", "grpc, connect-node client, Node 24 default windows", "64 KiB stream and connection windows: one window per round trip"),
+      info("connectJson", "connect-json/h1, connect-node client", "JSON decoding in the client"),
       ...slow.map(
         (s): Row => ({
           section: "c stream",
@@ -164,12 +237,13 @@ export async function benchThroughput(ctx: BenchContext, options: ThroughputOpti
       runs: options.runs,
       mbPerS: Object.fromEntries(names.map((n) => [n, samples[n].map((x) => round(x, 1))])),
       medianMbPerS: Object.fromEntries(names.map((n) => [n, round(m[n], 1)])),
+      clientCpuPerS: Object.fromEntries(Object.entries(cpu).map(([n, xs]) => [n, xs.map((x) => round(x, 2))])),
       fastDrainPeakGrowthMiB: fastPeaks.map((b) => round(mib(b), 1)),
       slowReader: { source: SLOW_SOURCE, delayMs: options.slowDelayMs, livePollMs: LIVE_POLL_MS, runs: slow },
     };
     return { rows, data, skipped: [] };
   } finally {
-    plain.close();
+    wide.close();
     await ws.delete();
   }
 }
