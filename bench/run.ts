@@ -122,6 +122,8 @@ function sectionSettings(quick: boolean, providers: string[]) {
     b: {
       tree: quick ? { files: 4000, totalBytes: 20_000_000, needles: 7, seed: 42 } : { files: 20_000, totalBytes: 100_000_000, needles: 7, seed: 42 },
       runs: quick ? 2 : 5,
+      limitWarmup: quick ? 5 : 20,
+      limitRuns: quick ? 10 : 40,
       maxResults: 100,
     },
     c: { bytes: quick ? 20_000_000 : 200_000_000, runs: quick ? 1 : 3, slowBytes: quick ? 10_000_000 : 50_000_000, slowDelayMs: 5 },

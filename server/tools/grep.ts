@@ -151,6 +151,9 @@ function validate(input: GrepInput): void {
  * at maxLineChars characters of at most 4 bytes each), so what is sent is always what was checked.
  */
 const checkedBytes = (limits: { maxLineChars: number }) => limits.maxLineChars * 4 + 2;
+/** Candidates checked together at first, and at most (the batch grows fourfold each time). */
+const FIRST_BATCH = 4;
+const MAX_BATCH = 1024;
 /** Lines checked per read of byte ranges (bounded requests, whatever a batch holds). */
 const RANGES_PER_READ = 512;
 
@@ -247,6 +250,7 @@ export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<
     }
   };
   let sent = 0;
+  let batch = FIRST_BATCH;
   let truncated = false;
   let stderr = "";
   let exitCode = 0;
@@ -274,15 +278,22 @@ export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<
       if (complete < 0) continue;
       const lines = partial.slice(0, complete).split("\n");
       partial = partial.slice(complete + 1);
-      const candidates = lines.flatMap(record);
-      if (candidates.length === 0) continue;
-      for (const m of await verified(ctx, candidates)) {
-        if (sent === max) {
-          truncated = true;
-          break outer;
+      // Lines are parsed and checked only as far as matches are still wanted (max_results, plus
+      // one to know the search was truncated): a chunk of rg's output can hold hundreds. Batches
+      // start small, so the first matches go out at once, and grow (each costs a read per file).
+      for (let i = 0; i < lines.length; ) {
+        const candidates: Candidate[] = [];
+        const want = Math.min(max - sent + 1, batch);
+        batch = Math.min(batch * 4, MAX_BATCH);
+        while (i < lines.length && candidates.length < want) candidates.push(...record(lines[i++]));
+        for (const m of await verified(ctx, candidates)) {
+          if (sent === max) {
+            truncated = true;
+            break outer;
+          }
+          sent++;
+          yield { type: "match", match: m };
         }
-        sent++;
-        yield { type: "match", match: m };
       }
     }
     if (!truncated) {

@@ -894,6 +894,25 @@ export function registerToolScenarios<C>(
     t.false(all.truncated);
   });
 
+  scenario("Grep › hundreds of matches over several files: none lost or repeated at any max_results, with context", async (t, ws) => {
+    // Matches are checked in batches that grow; the limit can fall anywhere in one.
+    for (const f of ["a", "b", "c"]) await ws.write(`many/${f}.txt`, Array.from({ length: 120 }, (_, i) => (i % 3 === 2 ? `gap ${i}` : `hit ${f}${i}`)).join("\n"));
+    const full = await ws.tools.grep({ workspaceId: ws.id, pattern: "hit", path: "many", contextLines: 1, maxResults: 1000 });
+    t.is(full.matches.length, 240);
+    t.false(full.truncated);
+    t.is(new Set(located(full.matches)).size, 240);
+    // ripgrep searches files in parallel, so which files come first varies: compare as sets.
+    const key = (m: GrepMatch) => `${m.path}:${m.line}:${m.content}`;
+    const all = new Set(full.matches.map(key));
+    for (const max of [1, 5, 21, 85, 239, 240]) {
+      const r = await ws.tools.grep({ workspaceId: ws.id, pattern: "hit", path: "many", contextLines: 1, maxResults: max });
+      const got = r.matches.map(key);
+      t.is(new Set(got).size, max, `max_results ${max}: ${max} distinct matches`);
+      t.true(got.every((k) => all.has(k)), `max_results ${max}: each match and its context as in the full search`);
+      t.is(r.truncated, max < 240, `max_results ${max}`);
+    }
+  });
+
   scenario("Grep › an invalid regex is INVALID_PATTERN", async (t, ws) => {
     await ws.write("a.txt", "x\n");
     await expectError(t, ws.tools.grep({ workspaceId: ws.id, pattern: "foo(bar" }), Code.InvalidArgument, ErrorReason.INVALID_PATTERN);
