@@ -1,16 +1,18 @@
 /**
  * Interoperability with a gRPC implementation that is not ours: Python's grpcio (gRPC C-core),
  * calling the real server over a real socket with raw messages (encoded and decoded here with the
- * generated schemas). It exercises the server's direct unary gRPC path (server/grpc-unary.ts) the
+ * generated schemas). It exercises the server's direct unary gRPC path (server/direct/unary-grpc.ts) the
  * way clients in other languages use it: plain calls, typed errors with their ErrorDetail in the
  * trailers, a client deadline, a message larger than HTTP/2's default window, an unknown method,
- * and concurrent calls on one channel.
+ * and concurrent calls on one channel; and the direct server-streaming path (server/direct/
+ * streaming.ts) with StreamBash: megabytes of output byte for byte, a deadline, a cancel.
  */
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { create, type DescMessage, fromBinary, type MessageInitShape, toBinary } from "@bufbuild/protobuf";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
-import { BashRequestSchema, BashResponseSchema, ReadFileRequestSchema, ReadFileResponseSchema, WriteFileRequestSchema, WriteFileResponseSchema } from "../gen/agentworkspace/v1/tool_pb.js";
+import { createHash } from "node:crypto";
+import { BashRequestSchema, BashResponseSchema, StreamBashRequestSchema, StreamBashResponseSchema, ReadFileRequestSchema, ReadFileResponseSchema, WriteFileRequestSchema, WriteFileResponseSchema } from "../gen/agentworkspace/v1/tool_pb.js";
 import { HealthCheckRequestSchema, HealthCheckResponse_ServingStatus, HealthCheckResponseSchema } from "../gen/grpc/health/v1/health_pb.js";
 import { commandGate } from "./helpers/engines.ts";
 import { LOCAL_ONLY, newWorkspace, serverTest } from "./helpers/server.ts";
@@ -24,12 +26,15 @@ interface Call {
   request: string;
   timeout?: number;
   parallel?: number;
+  stream?: boolean;
+  cancel_after?: number;
 }
 interface Result {
   code: string;
   message: string;
   response: string | null;
   details: string | null;
+  responses?: string[];
 }
 
 const encode = <D extends DescMessage>(schema: D, init: MessageInitShape<D>) => Buffer.from(toBinary(schema, create(schema, init))).toString("hex");
@@ -83,5 +88,32 @@ if (commandGate(test, ["/usr/bin/python3", "-c", "import grpc"], "Python grpcio 
     t.is(unknown.code, "UNIMPLEMENTED");
     t.is(parallel.length, 20);
     t.true(parallel.every((r) => r.code === "OK" && decode(BashResponseSchema, r.response).stdout === "parallel\n"));
+  });
+
+  test("Python grpcio: StreamBash streams megabytes byte for byte, ends with exited, honours a deadline and a cancel", async (t) => {
+    const { url, clients } = t.context.server;
+    const id = await newWorkspace(clients.grpc);
+    const method = "/agentworkspace.v1.ToolService/StreamBash";
+    const [bulk, deadline, cancelled, after] = await python(url, [
+      { method, stream: true, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "head -c 3000000 /dev/urandom | tee out.bin; sha256sum out.bin >&2" }) },
+      { method, stream: true, timeout: 1, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "echo begun; sleep 30" }) },
+      { method, stream: true, cancel_after: 2, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "echo $$ > cancelled.pid; echo begun; sleep 30" }) },
+      { method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { workspaceId: id, command: "sleep 0.5; kill -0 $(cat cancelled.pid) 2>/dev/null && echo alive || echo gone" }) },
+    ]);
+    const events = (r: Result) => (r.responses ?? []).map((hex) => decode(StreamBashResponseSchema, hex).event);
+    t.is(bulk.code, "OK");
+    const ev = events(bulk);
+    t.is(ev[0]?.case, "started");
+    const stdout = Buffer.concat(ev.flatMap((e) => (e.case === "stdout" ? [Buffer.from(e.value)] : [])));
+    const stderr = Buffer.concat(ev.flatMap((e) => (e.case === "stderr" ? [Buffer.from(e.value)] : []))).toString();
+    t.is(stdout.length, 3_000_000);
+    t.is(stderr.split(" ")[0], createHash("sha256").update(stdout).digest("hex"));
+    const last = ev.at(-1);
+    t.true(last?.case === "exited" && last.value.exitCode === 0);
+    t.is(deadline.code, "DEADLINE_EXCEEDED");
+    t.true(events(deadline).some((e) => e.case === "stdout" && Buffer.from(e.value).toString() === "begun\n"));
+    t.is(cancelled.code, "CANCELLED");
+    t.is(after.code, "OK");
+    t.is(decode(BashResponseSchema, after.response).stdout, "gone\n", "cancelling the call killed the command");
   });
 }
