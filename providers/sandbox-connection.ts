@@ -13,6 +13,7 @@
  */
 import type { Readable, Writable } from "node:stream";
 import { DomainError } from "../core/errors.ts";
+import { drainedOrClosed } from "../core/streams.ts";
 import { sandboxEnv } from "./executor/env.ts";
 import type { FaultInfo } from "./executor/fault.ts";
 import {
@@ -141,15 +142,7 @@ export class SandboxConnection {
   /** Writes a frame, waiting while the stream is full (bulk uploads). */
   async #send(type: number, id: number, payload?: Uint8Array): Promise<void> {
     if (this.#write(type, id, payload) || this.#closed) return;
-    await new Promise<void>((resolve) => {
-      const done = () => {
-        this.#output.off("drain", done);
-        this.#output.off("close", done);
-        resolve();
-      };
-      this.#output.on("drain", done);
-      this.#output.on("close", done);
-    });
+    await drainedOrClosed(this.#output);
   }
 
   /**

@@ -20,6 +20,7 @@ import { Code, ConnectError, createHandlerContext, type MethodImplSpec } from "@
 import { createAsyncIterable, transformInvokeImplementation } from "@connectrpc/connect/protocol";
 import { endStreamFlag, endStreamToJson, parseContentType, parseTimeout as parseConnectTimeout } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout as parseGrpcTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { drainedOrClosed } from "../../core/streams.ts";
 import { CALL_ENDED, type DirectOptions, headerBlock, readBody, requestHeaders, unwrapOne } from "./common.ts";
 import { type Encoded, envelopeBinary, envelopeJson } from "./wire.ts";
 
@@ -83,15 +84,7 @@ class EnvelopeWriter {
     // waits only past a budget of a few, so one is read while the others go out (bounded still).
     if (room || this.#out.writableLength <= WRITE_BUDGET) return true;
     this.#uncork();
-    await new Promise<void>((resolve) => {
-      const done = () => {
-        this.#out.off("drain", done);
-        this.#res.off("close", done);
-        resolve();
-      };
-      this.#out.on("drain", done);
-      this.#res.on("close", done);
-    });
+    await drainedOrClosed(this.#out, this.#res);
     return this.open;
   }
 
