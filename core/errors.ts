@@ -28,7 +28,15 @@ export type Reason =
   | "TOOL_NOT_ENABLED"
   | "RESOURCE_EXHAUSTED"
   | "CANCELLED"
-  | "INTERNAL";
+  | "INTERNAL"
+  | "UNKNOWN_TOOL"
+  | "AGENT_TYPE_NOT_FOUND"
+  | "AGENT_TYPE_EXISTS"
+  | "AGENT_TYPE_IN_USE"
+  | "WORKSPACE_DISABLED"
+  | "AGENT_TYPE_WORKSPACE_DISABLED"
+  | "UNAUTHENTICATED"
+  | "CALLER_NOT_PERMITTED";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

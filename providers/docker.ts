@@ -63,6 +63,8 @@ export interface DockerProviderOptions {
   image: string;
   /** Docker network for workspaces; "none" (default) means no network at all. */
   network: string;
+  /** Docker network of workspaces that ask for egress; "" when the operator allows none. */
+  egressNetwork: string;
   /** uid:gid commands and file operations run as. */
   user: { uid: number; gid: number };
   /** Receives lines the executors write to stderr, and lifecycle events. */
@@ -103,6 +105,12 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
 
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {
       const image = opts.image === "" ? options.image : opts.image;
+      const network = opts.network === undefined ? options.network : opts.network === "none" ? "none" : options.egressNetwork;
+      if (network === "") {
+        throw new DomainError("INVALID_ARGUMENT", `The ${options.name} provider has no egress network on this server (AGENT_WORKSPACE_EGRESS_NETWORK)`, {
+          metadata: { field: "network.mode", provider: options.name },
+        });
+      }
       const nodeBinary = await realpath(process.execPath);
       const rg = await realpath(rgPath);
       const { limits } = opts;
@@ -117,7 +125,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         // driver's per-line processing caps it at about 1 MiB/s. Its stderr reaches the server
         // through the attach stream.
         LogConfig: { Type: "none", Config: {} },
-        NetworkMode: options.network,
+        NetworkMode: network,
         CapDrop: ["ALL"],
         // Only what the executor needs: hand a fresh volume to the sandbox user, and switch to it.
         CapAdd: ["CHOWN", "SETUID", "SETGID"],
@@ -158,7 +166,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           AttachStdout: true,
           AttachStderr: true,
           Tty: false,
-          NetworkDisabled: options.network === "none",
+          NetworkDisabled: network === "none",
           Labels: { ...labels, [LABELS.layout]: LAYOUT },
           HostConfig: hostConfig,
         });

@@ -29,6 +29,8 @@ export interface ProviderSettings {
     image: string;
     /** Docker network of `docker` workspaces; gVisor always has none. */
     network: string;
+    /** Docker network of `docker` workspaces whose agent type asks for egress; "" for none. */
+    egressNetwork: string;
     /** Remove containers labelled as this instance's that no workspace record knows. */
     cleanupOrphans: boolean;
     /** uid/gid commands run as in containers. */
@@ -84,13 +86,14 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
     instance: await instanceId(settings.dataDir),
     image: cfg.image,
     network: cfg.network,
+    egressNetwork: cfg.egressNetwork,
     user: cfg.user,
     log,
     executor,
   };
   containers.push(createDockerProvider({ ...common, name: "docker" }));
   if (!up || (await runtimeAvailable(docker, "runsc"))) {
-    containers.push(createDockerProvider({ ...common, name: "gvisor", runtime: "runsc", network: "none" }));
+    containers.push(createDockerProvider({ ...common, name: "gvisor", runtime: "runsc", network: "none", egressNetwork: "" }));
   } else {
     log.warn("runsc runtime not registered with the docker engine; gvisor provider disabled", where);
   }

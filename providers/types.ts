@@ -100,6 +100,21 @@ export interface WorkspaceRecord {
   image: string;
   /** Provider-private state (a container id, a directory). */
   state: Record<string, string>;
+  /** Set by the server for a workspace made for an agent type; providers neither set nor read it. */
+  agentType?: AgentTypeBinding;
+}
+
+/**
+ * What a workspace keeps of the agent type it was made for: the id, and the parts of the
+ * configuration that govern calls in it, as they were when it was made.
+ */
+export interface AgentTypeBinding {
+  id: string;
+  /** The tools the agent type allowed then; a call needs the tool here and in the type's current list. */
+  tools: string[];
+  /** Command timeouts of the agent type; 0 takes the server's. */
+  defaultTimeoutMs: number;
+  maxTimeoutMs: number;
 }
 
 /** A live workspace: the primitives tools run on. */
@@ -123,6 +138,12 @@ export interface CreateOptions {
   limits: Limits;
   /** Image for container providers; "" selects the provider's default. */
   image: string;
+  /**
+   * "none": no network besides loopback. "egress": the network the operator set aside for
+   * egress; a provider that has none refuses with INVALID_ARGUMENT. Unset: the provider's
+   * configured network. The local provider isolates nothing and accepts every value.
+   */
+  network?: "none" | "egress";
 }
 
 /** Where providers report lifecycle events and what their executors say on stderr (the server's logger fits). */

@@ -5,23 +5,35 @@
  */
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
+import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
 import { file_agentworkspace_v1_errors } from "../gen/agentworkspace/v1/errors_pb.js";
 import { file_agentworkspace_v1_options } from "../gen/agentworkspace/v1/options_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { createProviders, type ProviderSet } from "../providers/index.ts";
 import type { Provider } from "../providers/types.ts";
+import { AgentTypes } from "./agent-types/agent-types.ts";
+import { readAgentTypesFile } from "./agent-types/file.ts";
+import { createKeyRing } from "./auth/api-keys.ts";
+import { DomainError } from "../core/errors.ts";
 import { HealthStatus, registerHealth } from "./health.ts";
+import { createAuthenticationInterceptor } from "./interceptors/authentication-interceptor.ts";
 import { createErrorInterceptor } from "./interceptors/error-interceptor.ts";
+import { createPermissionInterceptor } from "./interceptors/permission-interceptor.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { createNodeHandler, type NodeHandler } from "./node-adapter.ts";
+import { type Allowed, checkPolicy, POLICY } from "./policy.ts";
 import { registerReflection } from "./reflection.ts";
+import { CONFIG_REST_ROUTES } from "./services/config-rest.ts";
+import { createConfigService } from "./services/config-service.ts";
 import { createToolService } from "./services/tool-service.ts";
 import { createWorkspaceService } from "./services/workspace-service.ts";
-import { checkToolRegistry } from "./tools/registry.ts";
-import type { Settings } from "./settings.ts";
+import { SettingsError, type Settings } from "./settings.ts";
+import { openSqliteStore } from "./store/sqlite-store.ts";
+import type { Store } from "./store/store.ts";
+import { createToolAccess } from "./tool-access.ts";
+import { checkToolRegistry, TOOL_NAMES } from "./tools/registry.ts";
 import { WorkspaceManager } from "./workspace-manager.ts";
-import { createFileWorkspaceStore } from "./workspace-store.ts";
 
 /** A built application, not yet listening. */
 export interface App {
@@ -29,6 +41,8 @@ export interface App {
   routes: (router: ConnectRouter) => void;
   interceptors: Interceptor[];
   workspaces: WorkspaceManager;
+  agentTypes: AgentTypes;
+  store: Store;
   health: HealthStatus;
   logger: Logger;
   /** Stops streams, closes workspace handles and providers. */
@@ -39,6 +53,8 @@ export interface App {
 export interface AppOverrides {
   providers?: Provider[];
   logger?: Logger;
+  /** A policy table instead of server/policy.ts (tests prove a gap in it stops the start). */
+  policy?: Readonly<Record<string, Allowed>>;
 }
 
 /** Builds the application from settings. */
@@ -46,26 +62,51 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   // Before anything else: a proto method without its tool, or a tool without its method, is a build fault.
   checkToolRegistry(ToolService);
   const logger = overrides.logger ?? createLogger({ level: settings.logLevel });
-  const store = createFileWorkspaceStore(settings.providers.dataDir);
+  const store = openSqliteStore(settings.providers.dataDir, logger);
   // Workspaces of container providers already on record keep their providers registered even
   // when the engine is down at start, so their calls fail with UNAVAILABLE and recover later.
-  const onRecord = new Set((await store.load()).map((r) => r.provider));
+  const onRecord = new Set((await store.workspaces.load()).map((r) => r.provider));
   const built: ProviderSet = overrides.providers
     ? { providers: overrides.providers, reconcileOrphans: async () => undefined }
     : await createProviders(settings.providers, logger, onRecord);
+  const agentTypes = new AgentTypes(store.agentTypes, {
+    tools: TOOL_NAMES,
+    providers: built.providers.map((p) => p.name),
+    egressAllowed: settings.providers.docker.egressNetwork !== "" && built.providers.some((p) => p.name === "docker"),
+    maxTimeoutMs: settings.toolLimits.maxTimeoutMs,
+  });
+  await agentTypes.init();
+  if (settings.agentTypesFile !== "") {
+    try {
+      const report = await agentTypes.apply(await readAgentTypesFile(settings.agentTypesFile));
+      logger.info("agent types applied", { file: settings.agentTypesFile, ...report });
+    } catch (err) {
+      store.close();
+      if (err instanceof DomainError) throw new SettingsError(`--agent-types ${settings.agentTypesFile}: ${err.message}${err.metadata.field ? ` (field ${err.metadata.field})` : ""}`);
+      throw err;
+    }
+  }
   const workspaces = new WorkspaceManager({
     providers: built.providers,
     defaultProvider: settings.defaultProvider,
     defaultLimits: settings.workspaceDefaults,
-    store,
+    store: store.workspaces,
+    agentTypes,
     logger,
   });
   await workspaces.init();
   await built.reconcileOrphans(new Set(workspaces.listRecords("", {}).map((r) => r.id)));
-  const health = new HealthStatus([ToolService.typeName, WorkspaceService.typeName]);
+  const health = new HealthStatus([ConfigService.typeName, ToolService.typeName, WorkspaceService.typeName]);
   const shutdown = new AbortController();
-  const interceptors = [createErrorInterceptor(logger)];
+  // Outermost first: errors see every refusal; authentication establishes the caller that the
+  // permission check then judges, before any handler runs.
+  const interceptors = [
+    createErrorInterceptor(logger),
+    createAuthenticationInterceptor(createKeyRing(settings.apiKeys)),
+    createPermissionInterceptor({ policy: overrides.policy ?? POLICY, toolAccess: createToolAccess(workspaces, agentTypes) }),
+  ];
   const routes = (router: ConnectRouter) => {
+    router.service(ConfigService, createConfigService(agentTypes));
     router.service(WorkspaceService, createWorkspaceService(workspaces));
     router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits }));
     registerHealth(router, health);
@@ -73,8 +114,20 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     // so reflection clients (buf curl, grpcurl) decode error details without local protos.
     registerReflection(router, { files: [file_agentworkspace_v1_options, file_agentworkspace_v1_errors] });
   };
-  const handler = createNodeHandler({
+  let handler: NodeHandler;
+  try {
+    handler = buildHandler();
+  } catch (err) {
+    await workspaces.close();
+    store.close();
+    throw err;
+  }
+  function buildHandler(): NodeHandler {
+    return createNodeHandler({
     routes,
+    rest: CONFIG_REST_ROUTES,
+    // A served RPC without a policy entry (or an entry for none) stops the start.
+    checkRoutes: (procedures) => checkPolicy(overrides.policy ?? POLICY, procedures),
     logger,
     interceptors,
     shutdownSignal: shutdown.signal,
@@ -86,18 +139,22 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     // Bounded request bodies: WriteFile content is the largest legitimate message.
     readMaxBytes: settings.maxMessageBytes,
     writeMaxBytes: settings.maxMessageBytes,
-  });
+    });
+  }
   return {
     handler,
     routes,
     interceptors,
     workspaces,
+    agentTypes,
+    store,
     health,
     logger,
     async close() {
       health.shutdown();
       shutdown.abort();
       await workspaces.close();
+      store.close();
     },
   };
 }

@@ -36,4 +36,12 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   RESOURCE_EXHAUSTED: { code: Code.ResourceExhausted, reason: ErrorReason.RESOURCE_EXHAUSTED },
   CANCELLED: { code: Code.Canceled, reason: ErrorReason.CANCELLED },
   INTERNAL: { code: Code.Internal, reason: ErrorReason.INTERNAL },
+  UNKNOWN_TOOL: { code: Code.InvalidArgument, reason: ErrorReason.UNKNOWN_TOOL },
+  AGENT_TYPE_NOT_FOUND: { code: Code.NotFound, reason: ErrorReason.AGENT_TYPE_NOT_FOUND },
+  AGENT_TYPE_EXISTS: { code: Code.AlreadyExists, reason: ErrorReason.AGENT_TYPE_EXISTS },
+  AGENT_TYPE_IN_USE: { code: Code.FailedPrecondition, reason: ErrorReason.AGENT_TYPE_IN_USE },
+  WORKSPACE_DISABLED: { code: Code.NotFound, reason: ErrorReason.WORKSPACE_DISABLED },
+  AGENT_TYPE_WORKSPACE_DISABLED: { code: Code.FailedPrecondition, reason: ErrorReason.AGENT_TYPE_WORKSPACE_DISABLED },
+  UNAUTHENTICATED: { code: Code.Unauthenticated, reason: ErrorReason.UNAUTHENTICATED },
+  CALLER_NOT_PERMITTED: { code: Code.PermissionDenied, reason: ErrorReason.CALLER_NOT_PERMITTED },
 };

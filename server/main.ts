@@ -11,6 +11,7 @@
 import { createApp } from "./app.ts";
 import { listen } from "./http-server.ts";
 import { parseSettings, SettingsError, USAGE } from "./settings.ts";
+import { StoreError } from "./store/sqlite-store.ts";
 
 /** Longest a graceful shutdown may take before the process exits regardless. */
 const SHUTDOWN_LIMIT_MS = 10_000;
@@ -29,15 +30,30 @@ export async function serve(argv: string[], env: NodeJS.ProcessEnv): Promise<voi
     process.stderr.write(`agent-workspace: ${err.message}\n`);
     process.exit(2);
   }
-  const app = await createApp(settings);
+  let app;
+  try {
+    app = await createApp(settings);
+  } catch (err) {
+    if (!(err instanceof SettingsError || err instanceof StoreError)) throw err;
+    process.stderr.write(`agent-workspace: ${err.message}\n`);
+    process.exit(2);
+  }
   const server = await listen(app.handler, { host: settings.host, port: settings.port, tlsCert: settings.tlsCert, tlsKey: settings.tlsKey });
   app.logger.warn("agent-workspace listening", {
     url: server.url,
     pid: process.pid,
     data_dir: settings.providers.dataDir,
+    database: app.store.location,
     providers: app.workspaces.providerNames,
     default_provider: settings.defaultProvider,
+    agent_types: app.agentTypes.list().length,
+    auth: settings.apiKeys.length === 0 ? "open" : `${settings.apiKeys.length} API key(s)`,
   });
+  if (settings.apiKeys.length === 0) {
+    app.logger.warn("running open: no API key is configured, so every caller is an operator. That is safe only because the server listens on a loopback address; set AGENT_WORKSPACE_API_KEYS before listening anywhere else", {
+      host: settings.host,
+    });
+  }
 
   let firstSignalAt = 0;
   const stop = async (signal: NodeJS.Signals) => {

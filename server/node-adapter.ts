@@ -20,7 +20,7 @@ import {
   createServiceImplSpec,
   type MethodImplSpec,
 } from "@connectrpc/connect";
-import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { createAsyncIterable, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { ErrorDetailSchema } from "../gen/agentworkspace/v1/errors_pb.js";
@@ -29,6 +29,7 @@ import { serveServerStreaming, streamingProtocol } from "./direct/streaming.ts";
 import { acceptsUnaryGrpc, serveUnaryGrpc } from "./direct/unary-grpc.ts";
 import { toConnectError } from "./interceptors/error-interceptor.ts";
 import type { Logger } from "./logger.ts";
+import { createRestHandler, type RestRoute } from "./rest.ts";
 
 /** A request handler for node:http and node:http2 servers alike. */
 export type NodeHandler = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse) => void;
@@ -37,6 +38,10 @@ export type NodeHandler = (req: IncomingMessage | Http2ServerRequest, res: Serve
 export interface NodeHandlerOptions extends ConnectRouterOptions {
   routes: (router: ConnectRouter) => void;
   logger: Logger;
+  /** REST paths (under /api/) served over the routes' unary RPCs. */
+  rest?: RestRoute[];
+  /** Sees every served procedure ("/package.Service/Method") once the routes are registered; may throw to refuse them. */
+  checkRoutes?: (procedures: string[]) => void;
 }
 
 /**
@@ -118,6 +123,17 @@ export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
   options.routes(recording);
   const handlers = new Map<string, UniversalHandler>();
   for (const h of router.handlers) handlers.set(h.requestPath, withProtocolErrorDetails(h));
+  options.checkRoutes?.([...handlers.keys()]);
+  const rest = createRestHandler(options.rest ?? [], async (procedure, header, input, signal) => {
+    const handler = handlers.get(procedure);
+    if (!handler) throw new Error(`REST route names ${procedure}, which is not served`);
+    header.set("content-type", "application/proto");
+    header.set("connect-protocol-version", "1");
+    const res = await handler({ httpVersion: "1.1", url: `http://localhost${procedure}`, method: "POST", header, body: createAsyncIterable([input]), signal });
+    const chunks: Uint8Array[] = [];
+    for await (const chunk of res.body ?? []) chunks.push(chunk);
+    return { status: res.status, body: Buffer.concat(chunks) };
+  });
   const direct: DirectOptions = {
     interceptors: options.interceptors ?? [],
     readMaxBytes: options.readMaxBytes ?? 4 * 1024 * 1024,
@@ -131,6 +147,7 @@ export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
   const directPaths = (options.acceptCompression ?? []).length === 0;
   return (req, res) => {
     const path = (req.url ?? "").split("?", 1)[0];
+    if (path.startsWith("/api/") && rest(req, res, path)) return;
     const spec = specs.get(path);
     if (directPaths) {
       if (acceptsUnaryGrpc(req as Http2ServerRequest, spec)) {

@@ -5,6 +5,8 @@
  * setting has a default that starts a working server with the local provider and no external
  * services. (Per-agent-type configuration is the ConfigService's business, not this module's.)
  */
+import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import path from "node:path";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import type { DockerConnection, ProviderSettings } from "../providers/index.ts";
@@ -32,6 +34,13 @@ export interface Settings {
   /** Response compression offered to clients: "none" (default) or "gzip" (gzip and brotli). */
   compression: "none" | "gzip";
   logLevel: LogLevel;
+  /**
+   * Operator API keys (bearer tokens). Empty runs the server open: every caller is an operator,
+   * which is refused unless the server listens on a loopback address only.
+   */
+  apiKeys: string[];
+  /** A YAML or JSON file of agent types applied at start; "" for none. */
+  agentTypesFile: string;
 }
 
 /** A setting that cannot be used; the message names the variable or flag and what it accepts. */
@@ -55,6 +64,8 @@ const FLAGS = {
   "tls-key": { type: "string", env: "AGENT_WORKSPACE_TLS_KEY" },
   "log-level": { type: "string", env: "AGENT_WORKSPACE_LOG_LEVEL" },
   quiet: { type: "boolean", env: "AGENT_WORKSPACE_QUIET" },
+  "api-keys-file": { type: "string", env: "AGENT_WORKSPACE_API_KEYS_FILE" },
+  "agent-types": { type: "string", env: "AGENT_WORKSPACE_AGENT_TYPES" },
 } as const;
 
 /** Usage text for `agent-workspace serve --help`. */
@@ -68,6 +79,11 @@ Options (each also read from the environment variable shown):
   --tls-cert FILE --tls-key FILE   serve HTTPS (AGENT_WORKSPACE_TLS_CERT / _KEY)
   --log-level LEVEL         debug | info | warn | error (AGENT_WORKSPACE_LOG_LEVEL, default info)
   --quiet                   same as --log-level warn (AGENT_WORKSPACE_QUIET=1)
+  --api-keys-file FILE      operator API keys, one per line (AGENT_WORKSPACE_API_KEYS_FILE;
+                            AGENT_WORKSPACE_API_KEYS takes them comma-separated). Without a key
+                            the server runs open, and only on a loopback address.
+  --agent-types FILE        agent types to create or update at start, YAML or JSON
+                            (AGENT_WORKSPACE_AGENT_TYPES)
 
 The README lists every other environment variable.`;
 
@@ -111,6 +127,47 @@ function limit(value: string | undefined, name: string, parse: (v: string, field
     throw err;
   }
   return value;
+}
+
+/** Shortest API key accepted: a key is a secret, not a password a person types. */
+export const MIN_API_KEY_LENGTH = 16;
+
+/** True for addresses only this host can reach. */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  if (h === "localhost" || h === "::1") return true;
+  if (isIP(h) === 4) return h.startsWith("127.");
+  return h.startsWith("::ffff:127.");
+}
+
+/**
+ * The operator keys from AGENT_WORKSPACE_API_KEYS (comma-separated) and the keys file (one per
+ * line, "#" starts a comment). Messages name where a bad key came from, never the key itself.
+ */
+function apiKeys(env: NodeJS.ProcessEnv, file: string | undefined, fileName: string): string[] {
+  const keys: Array<[string, string]> = (read(env, "AGENT_WORKSPACE_API_KEYS") ?? "")
+    .split(",")
+    .map((k) => k.trim())
+    .filter((k) => k !== "")
+    .map((k, i) => [k, `key ${i + 1} of AGENT_WORKSPACE_API_KEYS`]);
+  if (file !== undefined) {
+    let text: string;
+    try {
+      text = readFileSync(file, "utf8");
+    } catch (err) {
+      throw new SettingsError(`${fileName}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    }
+    text.split("\n").forEach((line, i) => {
+      const k = line.replace(/#.*/, "").trim();
+      if (k !== "") keys.push([k, `line ${i + 1} of ${fileName}`]);
+    });
+  }
+  for (const [k, where] of keys) {
+    if (k.length < MIN_API_KEY_LENGTH || /[\s\x00-\x1f\x7f]/.test(k)) {
+      throw new SettingsError(`the API key on ${where} must be at least ${MIN_API_KEY_LENGTH} characters without spaces or control characters (generate one with: openssl rand -hex 32)`);
+    }
+  }
+  return [...new Set(keys.map(([k]) => k))];
 }
 
 /**
@@ -173,9 +230,18 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
   const maxTimeoutMs = integer(read(env, "AGENT_WORKSPACE_MAX_TIMEOUT_MS"), "AGENT_WORKSPACE_MAX_TIMEOUT_MS", DEFAULT_TOOL_LIMITS.maxTimeoutMs, 1000, 24 * 3600 * 1000);
   const quiet = bool(...pick("quiet"));
   const [level, levelName] = pick("log-level");
+  const host = pick("host")[0] ?? "127.0.0.1";
+  const [keysFile, keysFileName] = pick("api-keys-file");
+  const keys = apiKeys(env, keysFile, keysFileName);
+  if (keys.length === 0 && !isLoopback(host)) {
+    throw new SettingsError(
+      `refusing to listen on ${host} without an API key: anyone who can reach it could run commands. ` +
+        "Set AGENT_WORKSPACE_API_KEYS (or --api-keys-file), or listen on 127.0.0.1",
+    );
+  }
 
   return {
-    host: pick("host")[0] ?? "127.0.0.1",
+    host,
     port: integer(...pick("port"), 8080, 0, 65535),
     tlsCert: tlsCert ?? "",
     tlsKey: tlsKey ?? "",
@@ -194,6 +260,8 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
     maxMessageBytes: 32 * 1024 * 1024,
     compression: oneOf(read(env, "AGENT_WORKSPACE_COMPRESSION"), "AGENT_WORKSPACE_COMPRESSION", ["none", "gzip"], "none"),
     logLevel: level === undefined ? (quiet ? "warn" : "info") : oneOf(level, levelName, LOG_LEVELS, "info"),
+    apiKeys: keys,
+    agentTypesFile: pick("agent-types")[0] === undefined ? "" : path.resolve(pick("agent-types")[0] as string),
     providers: {
       dataDir: path.resolve(pick("data-dir")[0] ?? ".data"),
       docker: {
@@ -201,6 +269,7 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
         connection: dockerConnection(env),
         image: read(env, "AGENT_WORKSPACE_IMAGE") ?? "agent-workspace-base:bookworm",
         network: read(env, "AGENT_WORKSPACE_DOCKER_NETWORK") ?? "none",
+        egressNetwork: read(env, "AGENT_WORKSPACE_EGRESS_NETWORK") ?? "",
         cleanupOrphans: bool(read(env, "AGENT_WORKSPACE_CLEANUP_ORPHANS"), "AGENT_WORKSPACE_CLEANUP_ORPHANS"),
         user: {
           uid: integer(read(env, "AGENT_WORKSPACE_CONTAINER_UID"), "AGENT_WORKSPACE_CONTAINER_UID", 1000, 0, 2 ** 31 - 1),

@@ -5,17 +5,20 @@
  */
 import { randomBytes } from "node:crypto";
 import { DomainError, hasReason } from "../core/errors.ts";
-import type { Provider, WorkspaceHandle, WorkspaceRecord } from "../providers/types.ts";
+import type { AgentTypeBinding, CreateOptions, Provider, WorkspaceHandle, WorkspaceRecord } from "../providers/types.ts";
+import type { AgentTypes } from "./agent-types/agent-types.ts";
 import type { Logger } from "./logger.ts";
+import type { WorkspaceStore } from "./store/store.ts";
 import { type LimitStrings, resolveLimits } from "./workspace-limits.ts";
-import type { WorkspaceStore } from "./workspace-store.ts";
 
-/** What CreateWorkspace asks for. */
+/** What CreateWorkspace asks for. Empty fields take the agent type's values, then the server's. */
 export interface CreateRequest {
   provider: string;
   labels: Record<string, string>;
   limits: LimitStrings;
   image: string;
+  /** The agent type the workspace is for; "" for none. */
+  agentType?: string;
 }
 
 /** A workspace as the API shows it. */
@@ -34,6 +37,7 @@ export interface WorkspaceManagerOptions {
   defaultProvider: string;
   defaultLimits: LimitStrings;
   store: WorkspaceStore;
+  agentTypes: AgentTypes;
   logger: Logger;
 }
 
@@ -69,8 +73,60 @@ export class WorkspaceManager {
     return p;
   }
 
+  /**
+   * What a workspace for `req` is made with: the request's fields, else the agent type's, else
+   * the server's defaults; and the agent type binding that governs its tool calls.
+   */
+  #plan(req: CreateRequest): { providers: string[]; limits: LimitStrings; image: string; network: CreateOptions["network"]; binding?: AgentTypeBinding } {
+    const name = req.agentType ?? "";
+    if (name === "") {
+      return { providers: [req.provider === "" ? this.#options.defaultProvider : req.provider], limits: req.limits, image: req.image, network: undefined };
+    }
+    const type = this.#options.agentTypes.get(name, "agent_type");
+    const cfg = type.workspace;
+    if (!cfg?.enabled) {
+      throw new DomainError("AGENT_TYPE_WORKSPACE_DISABLED", `Agent type '${name}' has workspaces disabled (its workspace configuration has enabled = false)`, {
+        metadata: { agent_type: name },
+      });
+    }
+    const typeLimits = cfg.resourceLimits;
+    const pick = (a: string, b: string | undefined) => (a.trim() !== "" ? a : (b ?? ""));
+    const primary = req.provider !== "" ? req.provider : cfg.provider !== "" ? cfg.provider : this.#options.defaultProvider;
+    return {
+      // The fallback is tried only for the agent type's own choice, never past an explicit request.
+      providers: req.provider === "" && cfg.fallbackProvider !== "" ? [primary, cfg.fallbackProvider] : [primary],
+      limits: {
+        cpu: pick(req.limits.cpu, typeLimits?.cpu),
+        memory: pick(req.limits.memory, typeLimits?.memory),
+        disk: pick(req.limits.disk, typeLimits?.disk),
+        pids: req.limits.pids > 0 ? req.limits.pids : Number(typeLimits?.pids ?? 0n),
+      },
+      image: pick(req.image, cfg.baseImage),
+      network: cfg.network?.mode === "egress" ? "egress" : "none",
+      binding: { id: name, tools: [...cfg.tools], defaultTimeoutMs: Number(cfg.defaultCommandTimeoutMs), maxTimeoutMs: Number(cfg.maxCommandTimeoutMs) },
+    };
+  }
+
+  /** Creates through the first provider, and through the fallback when the first is unavailable. */
+  async #provision(names: string[], options: CreateOptions): Promise<WorkspaceRecord> {
+    for (let i = 0; ; i++) {
+      try {
+        return await this.#provider(names[i]).create(options);
+      } catch (err) {
+        if (i + 1 >= names.length || !hasReason(err, "PROVIDER_UNAVAILABLE", "UNKNOWN_PROVIDER")) throw err;
+        this.#options.logger.warn("provider failed; trying the agent type's fallback provider", {
+          workspace_id: options.id,
+          provider: names[i],
+          fallback_provider: names[i + 1],
+          error: (err as Error).message,
+        });
+      }
+    }
+  }
+
   async create(req: CreateRequest): Promise<WorkspaceView> {
-    const provider = this.#provider(req.provider === "" ? this.#options.defaultProvider : req.provider);
+    const plan = this.#plan(req);
+    this.#provider(plan.providers[0]);
     for (const [k, v] of Object.entries(req.labels)) {
       if (!LABEL_KEY.test(k) || v.length > 256) {
         throw new DomainError("INVALID_ARGUMENT", `Invalid label '${k.slice(0, 64)}': keys are 1-63 characters [A-Za-z0-9._/-], values at most 256`, {
@@ -78,16 +134,17 @@ export class WorkspaceManager {
         });
       }
     }
-    const limits = resolveLimits(req.limits, this.#options.defaultLimits);
+    const limits = resolveLimits(plan.limits, this.#options.defaultLimits);
     const id = `ws-${randomBytes(8).toString("hex")}`;
     this.#creating.add(id);
     let record: WorkspaceRecord | undefined;
     try {
-      record = await provider.create({ id, labels: req.labels, limits, image: req.image });
+      const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network });
+      record = plan.binding ? { ...made, agentType: plan.binding } : made;
       await this.#options.store.put(record);
       this.#records.set(id, record);
       await this.handle(id);
-      this.#options.logger.info("workspace created", { workspace_id: id, provider: provider.name });
+      this.#options.logger.info("workspace created", { workspace_id: id, provider: record.provider, agent_type: plan.binding?.id });
       return { record, status: "ready", statusMessage: "" };
     } catch (err) {
       // A half-made workspace is undone: nothing is left behind for a failed create.
@@ -95,7 +152,7 @@ export class WorkspaceManager {
       this.#handles.delete(id);
       if (record) {
         const made = record;
-        await provider.destroy(made).catch((e: unknown) => this.#options.logger.warn("cleanup after failed create failed", { workspace_id: id, error: String(e) }));
+        await this.#provider(made.provider).destroy(made).catch((e: unknown) => this.#options.logger.warn("cleanup after failed create failed", { workspace_id: id, error: String(e) }));
         await this.#options.store.delete(id).catch(() => undefined);
       }
       throw err;
@@ -111,6 +168,11 @@ export class WorkspaceManager {
       throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id.slice(0, 64)}' not found`, { metadata: { workspace_id: id.slice(0, 64) } });
     }
     return r;
+  }
+
+  /** The record of a workspace, or undefined; never throws. */
+  find(id: string): WorkspaceRecord | undefined {
+    return this.#records.get(id);
   }
 
   /** The live handle of a workspace, opened on first use. */

@@ -4,71 +4,21 @@
  * clients hold connections and streams open; a bad setting stops the server at start with a
  * message naming the variable.
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import http2 from "node:http2";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import test from "ava";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
+import { alive, refusedStart, startServerProcess, waitDead } from "./helpers/process.ts";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
 /** Generous: the server must stop well within its own 10 s limit; this only keeps a broken test from hanging. */
 const STOP_WITHIN_MS = 15_000;
-
-interface Started {
-  child: ChildProcess;
-  url: string;
-  /** The server process's pid, from its "listening" log line (npm start runs it under npm). */
-  serverPid: number;
-  stderr: () => string;
-}
-
-/** Starts `command args` in its own process group and waits for the "listening" log line. */
-async function start(command: string, args: string[], dataDir: string): Promise<Started> {
-  const child = spawn(command, args, {
-    cwd: ROOT,
-    env: { ...process.env, AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_DOCKER: "off", PORT: "0" },
-    stdio: ["ignore", "ignore", "pipe"],
-    detached: true,
-  });
-  let err = "";
-  child.stderr?.setEncoding("utf8").on("data", (d: string) => (err += d));
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const line = err.split("\n").find((l) => l.includes('"agent-workspace listening"'));
-    if (line) {
-      const { url, pid } = JSON.parse(line) as { url: string; pid: number };
-      return { child, url, serverPid: pid, stderr: () => err };
-    }
-    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`server did not start:\n${err}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-async function waitDead(pids: number[], ms: number): Promise<boolean> {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    if (pids.every((p) => !alive(p))) return true;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  return pids.every((p) => !alive(p));
-}
 
 function portOpen(url: string): Promise<boolean> {
   const { hostname, port } = new URL(url);
@@ -134,7 +84,7 @@ for (const [how, command, args] of [
   for (const target of ["the process", "its process group"] as const) {
     test(`SIGTERM to ${target} of \`${how}\` stops the server within a bounded time while clients hold streams open`, async (t) => {
       const dataDir = await mkdtemp(path.join(tmpdir(), "aw-cli-"));
-      const s = await start(command, [...args], dataDir);
+      const s = await startServerProcess({ dataDir, command, args: [...args] });
       const { release, commandPid } = await holdConnections(s.url);
       try {
         t.true(commandPid > 0 && alive(commandPid), "the held command runs");
@@ -165,11 +115,34 @@ test("a bad setting stops the server at start with a message naming the variable
     [{}, ["--no-such-flag"], /Unknown option '--no-such-flag'/],
   ];
   for (const [env, args, message] of cases) {
-    const child = spawn(process.execPath, ["bin/agent-workspace.js", "serve", ...args], { cwd: ROOT, env: { ...process.env, AGENT_WORKSPACE_DOCKER: "off", ...env }, stdio: ["ignore", "ignore", "pipe"] });
-    let err = "";
-    child.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
-    const code = await new Promise<number | null>((resolve) => child.on("exit", resolve));
-    t.is(code, 2, `${JSON.stringify(env)} ${args.join(" ")}: ${err}`);
-    t.regex(err, message);
+    const { code, stderr } = await refusedStart(args, env);
+    t.is(code, 2, `${JSON.stringify(env)} ${args.join(" ")}: ${stderr}`);
+    t.regex(stderr, message);
+  }
+});
+
+test("a server on a non-loopback address without an API key does not start; with one it does, and on loopback without one it says it runs open", async (t) => {
+  for (const args of [["--host", "0.0.0.0"], ["--host", "::"]]) {
+    const { code, stderr } = await refusedStart([...args, "--port", "0"]);
+    t.is(code, 2, stderr);
+    t.regex(stderr, /refusing to listen on (0\.0\.0\.0|::) without an API key/);
+    t.regex(stderr, /AGENT_WORKSPACE_API_KEYS/);
+  }
+  const dataDir = await mkdtemp(path.join(tmpdir(), "aw-cli-"));
+  try {
+    const key = "cli-test-key-0123456789abcdef";
+    const keyed = await startServerProcess({ dataDir, env: { HOST: "0.0.0.0", AGENT_WORKSPACE_API_KEYS: key } });
+    process.kill(keyed.serverPid, "SIGTERM");
+    t.true(await waitDead([keyed.serverPid], STOP_WITHIN_MS));
+    t.regex(keyed.stderr(), /"auth":"1 API key\(s\)"/);
+    t.false(keyed.stderr().includes(key), "the key is not logged");
+    t.notRegex(keyed.stderr(), /running open/);
+    const open = await startServerProcess({ dataDir });
+    process.kill(open.serverPid, "SIGTERM");
+    t.true(await waitDead([open.serverPid], STOP_WITHIN_MS));
+    t.regex(open.stderr(), /"auth":"open"/);
+    t.regex(open.stderr(), /"msg":"running open: no API key is configured/);
+  } finally {
+    await rm(dataDir, { recursive: true, force: true });
   }
 });

@@ -12,6 +12,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { LABELS, volumeName } from "../providers/docker.ts";
+import { DATABASE_FILE } from "../server/store/sqlite-store.ts";
 import { gate, probeEngines, required } from "./helpers/engines.ts";
 import { errorDetail, expectError, serverTest, startServer, type TestServer } from "./helpers/server.ts";
 
@@ -162,7 +163,7 @@ for (const provider of ["docker", "gvisor"] as const) {
       await second.close();
 
       // Forget the workspace (as if the record were lost); the next start finds its container.
-      await rm(path.join(dataDir, "workspaces.json"));
+      for (const suffix of ["", "-wal", "-shm"]) await rm(path.join(dataDir, `${DATABASE_FILE}${suffix}`), { force: true });
       const logs: string[] = [];
       const third = await startServer({ dataDir, env: { AGENT_WORKSPACE_CLEANUP_ORPHANS: "1" }, onLog: (l) => logs.push(l) });
       t.true(logs.some((l) => l.includes("orphan") && l.includes(id)), logs.join("\n"));

@@ -1,7 +1,11 @@
 /** Settings parsing, table-driven: defaults, flags over variables, and a named error for every bad value. */
 import path from "node:path";
 import test from "ava";
-import { parseSettings, SettingsError } from "../server/settings.ts";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { isLoopback, parseSettings, SettingsError } from "../server/settings.ts";
+
+const KEY = "k-0123456789abcdef0123";
 
 test("defaults start the embedded server: local provider, port 8080, ./.data, info logs", (t) => {
   const s = parseSettings({}, []);
@@ -19,7 +23,7 @@ test("defaults start the embedded server: local provider, port 8080, ./.data, in
 });
 
 test("flags win over variables, and each is read once, trimmed", (t) => {
-  const s = parseSettings({ PORT: "9000", HOST: " 0.0.0.0 ", AGENT_WORKSPACE_LOG_LEVEL: "debug" }, ["--port", "9001", "--log-level", "error"]);
+  const s = parseSettings({ PORT: "9000", HOST: " 0.0.0.0 ", AGENT_WORKSPACE_LOG_LEVEL: "debug", AGENT_WORKSPACE_API_KEYS: KEY }, ["--port", "9001", "--log-level", "error"]);
   t.is(s.port, 9001);
   t.is(s.host, "0.0.0.0");
   t.is(s.logLevel, "error");
@@ -58,9 +62,37 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ DOCKER_HOST: "tcp://engine", DOCKER_TLS_VERIFY: "1" }, [], /needs DOCKER_CERT_PATH/],
     [{}, ["--port"], /argument missing/],
     [{}, ["serve"], /Unexpected argument 'serve'/],
+    [{ HOST: "0.0.0.0" }, [], /^refusing to listen on 0\.0\.0\.0 without an API key/],
+    [{}, ["--host", "::"], /^refusing to listen on :: without an API key/],
+    [{}, ["--host", "10.1.2.3"], /^refusing to listen on 10\.1\.2\.3 without an API key/],
+    [{ AGENT_WORKSPACE_API_KEYS: "short" }, [], /^the API key on key 1 of AGENT_WORKSPACE_API_KEYS must be at least 16 characters/],
+    [{}, ["--api-keys-file", "/nonexistent/keys"], /^--api-keys-file: cannot read \/nonexistent\/keys \(ENOENT\)$/],
   ];
   for (const [env, argv, message] of cases) {
     const err = t.throws(() => parseSettings(env, argv), { instanceOf: SettingsError }, `${JSON.stringify(env)} ${argv.join(" ")}`);
     t.regex(err?.message ?? "", message);
   }
+});
+
+test("API keys come from AGENT_WORKSPACE_API_KEYS and the keys file; a bad key is named by place, never by value", async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), "aw-keys-"));
+  try {
+    const file = path.join(dir, "keys");
+    await writeFile(file, `# operators\n${KEY}-file   # ci\n\n${KEY}\n`);
+    const s = parseSettings({ AGENT_WORKSPACE_API_KEYS: ` ${KEY} , ${KEY}-env`, HOST: "0.0.0.0" }, ["--api-keys-file", file]);
+    t.deepEqual(s.apiKeys, [KEY, `${KEY}-env`, `${KEY}-file`]);
+    t.is(s.host, "0.0.0.0");
+    await writeFile(file, "tooshort-secret\n");
+    const err = t.throws(() => parseSettings({}, ["--api-keys-file", file]), { instanceOf: SettingsError });
+    t.regex(err?.message ?? "", /^the API key on line 1 of --api-keys-file must be at least 16 characters/);
+    t.false(err?.message.includes("tooshort-secret"));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("only loopback addresses run open", (t) => {
+  for (const h of ["127.0.0.1", "127.0.0.53", "localhost", "::1", "[::1]", "::ffff:127.0.0.1"]) t.true(isLoopback(h), h);
+  for (const h of ["0.0.0.0", "::", "10.0.0.1", "192.168.1.2", "example.com", "::ffff:10.0.0.1"]) t.false(isLoopback(h), h);
+  t.deepEqual(parseSettings({}).apiKeys, []);
 });

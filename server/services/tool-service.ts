@@ -106,10 +106,17 @@ function grepEvent(ev: GrepEvent) {
 
 /** Creates the ToolService implementation. */
 export function createToolService({ workspaces, limits }: ToolServiceDeps): ServiceImpl<typeof ToolService> {
+  /** The server's tool limits, with the command timeouts of the workspace's agent type. */
+  const limitsOf = (workspaceId: string): ToolLimits => {
+    const binding = workspaces.find(workspaceId)?.agentType;
+    if (!binding || (binding.maxTimeoutMs === 0 && binding.defaultTimeoutMs === 0)) return limits;
+    const maxTimeoutMs = binding.maxTimeoutMs === 0 ? limits.maxTimeoutMs : Math.min(binding.maxTimeoutMs, limits.maxTimeoutMs);
+    return { ...limits, maxTimeoutMs, defaultTimeoutMs: Math.min(binding.defaultTimeoutMs === 0 ? limits.defaultTimeoutMs : binding.defaultTimeoutMs, maxTimeoutMs) };
+  };
   const context = async (workspaceId: string, hctx: HandlerContext): Promise<ToolContext> => {
     const workspace = await workspaces.handle(workspaceId);
     const left = hctx.timeoutMs();
-    return { workspace, limits, signal: cancelOnly(hctx.signal), deadline: left === undefined ? undefined : Date.now() + left };
+    return { workspace, limits: limitsOf(workspaceId), signal: cancelOnly(hctx.signal), deadline: left === undefined ? undefined : Date.now() + left };
   };
   /** A unary RPC: request → tool input → tool → response. */
   const unary =

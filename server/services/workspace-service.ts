@@ -28,6 +28,7 @@ function toProto(v: WorkspaceView): MessageInitShape<typeof WorkspaceSchema> {
     limits: { cpu: r.limits.cpus ? String(r.limits.cpus) : "", memory: formatSize(r.limits.memoryBytes), disk: formatSize(r.limits.diskBytes), pids: BigInt(r.limits.pids) },
     image: r.image,
     statusMessage: v.statusMessage,
+    agentType: r.agentType?.id ?? "",
   };
 }
 
@@ -41,6 +42,7 @@ export function createWorkspaceService(workspaces: WorkspaceManager): ServiceImp
         labels: req.labels,
         limits: { cpu: limits.cpu, memory: limits.memory, disk: limits.disk, pids: Number(limits.pids) },
         image: req.image,
+        agentType: req.agentType,
       });
       return { workspace: toProto(view) };
     },

@@ -32,6 +32,15 @@ export const TOOL_REGISTRY = {
   grep: { grep: grepAll, streamGrep: grep },
 } as const satisfies Record<string, Record<string, (ctx: ToolContext, input: never) => Promise<unknown> | AsyncIterable<unknown>>>;
 
+/**
+ * Tool names an agent type may list before their RPCs exist: `git` is declared now so agent
+ * types written for the git tools (seed 003 lists it) validate today and work when they land.
+ */
+export const RESERVED_TOOL_NAMES = ["git"] as const;
+
+/** Every tool name an agent type's configuration may list. */
+export const TOOL_NAMES: readonly string[] = [...Object.keys(TOOL_REGISTRY), ...RESERVED_TOOL_NAMES];
+
 /** A tool name, as the proto option spells it. */
 export type ToolName = keyof typeof TOOL_REGISTRY;
 

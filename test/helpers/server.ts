@@ -8,7 +8,7 @@ import http from "node:http";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import {
   Http2SessionManager,
   createConnectTransport,
@@ -17,6 +17,7 @@ import {
 } from "@connectrpc/connect-node";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import { ErrorDetailSchema, ErrorReason, type ErrorDetail } from "../../gen/agentworkspace/v1/errors_pb.js";
+import { ConfigService } from "../../gen/agentworkspace/v1/config_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import type { Provider } from "../../providers/types.ts";
@@ -25,10 +26,11 @@ import { parseSettings } from "../../server/settings.ts";
 import { listen } from "../../server/http-server.ts";
 import { createLogger } from "../../server/logger.ts";
 
-/** The two clients of one protocol. */
+/** The clients of one protocol. */
 export interface ClientSet {
   tools: Client<typeof ToolService>;
   workspaces: Client<typeof WorkspaceService>;
+  config: Client<typeof ConfigService>;
 }
 
 /** A running server and its clients. */
@@ -53,10 +55,25 @@ export interface StartServerOptions {
   env?: Record<string, string>;
   /** Receives every log line (JSON, all levels) instead of stderr, for tests that assert on logs. */
   onLog?: (line: string) => void;
+  /**
+   * Operator API keys the server accepts (AGENT_WORKSPACE_API_KEYS); the clients then send the
+   * first as `authorization: Bearer …`. Without keys the server runs open, as on loopback it may.
+   */
+  apiKeys?: string[];
+  /** Other overrides of the app (a policy table). */
+  overrides?: AppOverrides;
 }
 
 function clientSet(transport: Transport): ClientSet {
-  return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport) };
+  return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport), config: createClient(ConfigService, transport) };
+}
+
+/** An interceptor that sends `authorization: Bearer <key>` on every call. */
+export function bearer(key: string): Interceptor {
+  return (next) => (req) => {
+    req.header.set("authorization", `Bearer ${key}`);
+    return next(req);
+  };
 }
 
 
@@ -64,8 +81,12 @@ function clientSet(transport: Transport): ClientSet {
 export async function startServer(options: StartServerOptions = {}): Promise<TestServer> {
   const ownDir = options.dataDir === undefined;
   const dataDir = options.dataDir ?? (await mkdtemp(path.join(tmpdir(), "aw-test-")));
-  const config = parseSettings({ AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_LOG_LEVEL: "error", ...options.env }, []);
-  const overrides: AppOverrides = {};
+  const keys = options.apiKeys ?? [];
+  const config = parseSettings(
+    { AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_LOG_LEVEL: "error", ...(keys.length > 0 ? { AGENT_WORKSPACE_API_KEYS: keys.join(",") } : {}), ...options.env },
+    [],
+  );
+  const overrides: AppOverrides = { ...options.overrides };
   if (options.providers) overrides.providers = options.providers;
   if (options.onLog) overrides.logger = createLogger({ level: "debug", sink: options.onLog });
   const app = await createApp(config, overrides);
@@ -75,9 +96,10 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
   // Own connections per server, so close() can end them instead of waiting for idle timeouts.
   const sessions = new Http2SessionManager(baseUrl);
   const agent = new http.Agent({ keepAlive: true });
-  const grpc = createGrpcTransport({ baseUrl, sessionManager: sessions });
-  const connect = createConnectTransport({ baseUrl, httpVersion: "1.1", nodeOptions: { agent } });
-  const grpcWeb = createGrpcWebTransport({ baseUrl, httpVersion: "1.1", nodeOptions: { agent } });
+  const interceptors = keys.length > 0 ? [bearer(keys[0])] : [];
+  const grpc = createGrpcTransport({ baseUrl, sessionManager: sessions, interceptors });
+  const connect = createConnectTransport({ baseUrl, httpVersion: "1.1", nodeOptions: { agent }, interceptors });
+  const grpcWeb = createGrpcWebTransport({ baseUrl, httpVersion: "1.1", nodeOptions: { agent }, interceptors });
 
   let closed = false;
   return {

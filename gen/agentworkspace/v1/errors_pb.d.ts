@@ -330,6 +330,65 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_INTERNAL = 22;
    */
   INTERNAL = 22,
+
+  /**
+   * A workspace configuration names tools the server does not have; metadata "invalid" and
+   * "valid" list both. Code INVALID_ARGUMENT.
+   *
+   * @generated from enum value: ERROR_REASON_UNKNOWN_TOOL = 23;
+   */
+  UNKNOWN_TOOL = 23,
+
+  /**
+   * No agent type has the requested id. Code NOT_FOUND.
+   *
+   * @generated from enum value: ERROR_REASON_AGENT_TYPE_NOT_FOUND = 24;
+   */
+  AGENT_TYPE_NOT_FOUND = 24,
+
+  /**
+   * An agent type with this id already exists. Code ALREADY_EXISTS.
+   *
+   * @generated from enum value: ERROR_REASON_AGENT_TYPE_EXISTS = 25;
+   */
+  AGENT_TYPE_EXISTS = 25,
+
+  /**
+   * The agent type still has workspaces; metadata "workspaces" counts them. Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_AGENT_TYPE_IN_USE = 26;
+   */
+  AGENT_TYPE_IN_USE = 26,
+
+  /**
+   * The workspace belongs to an agent type whose workspace configuration is disabled, so its
+   * tools are not available. Code NOT_FOUND.
+   *
+   * @generated from enum value: ERROR_REASON_WORKSPACE_DISABLED = 27;
+   */
+  WORKSPACE_DISABLED = 27,
+
+  /**
+   * A workspace was requested for an agent type whose workspace configuration is disabled.
+   * Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_AGENT_TYPE_WORKSPACE_DISABLED = 28;
+   */
+  AGENT_TYPE_WORKSPACE_DISABLED = 28,
+
+  /**
+   * The call carries no credential, or one the server does not know. Code UNAUTHENTICATED.
+   *
+   * @generated from enum value: ERROR_REASON_UNAUTHENTICATED = 29;
+   */
+  UNAUTHENTICATED = 29,
+
+  /**
+   * The caller's kind (operator, session, anonymous) may not call this RPC. Code PERMISSION_DENIED.
+   *
+   * @generated from enum value: ERROR_REASON_CALLER_NOT_PERMITTED = 30;
+   */
+  CALLER_NOT_PERMITTED = 30,
 }
 
 /**

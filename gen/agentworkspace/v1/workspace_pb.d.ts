@@ -120,6 +120,14 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
    * @generated from field: string status_message = 9;
    */
   statusMessage: string;
+
+  /**
+   * The agent type the workspace was made for; empty for a workspace made without one. Tool
+   * calls in it are limited to that agent type's tools.
+   *
+   * @generated from field: string agent_type = 10;
+   */
+  agentType: string;
 };
 
 /**
@@ -161,6 +169,15 @@ export declare type CreateWorkspaceRequest = Message<"agentworkspace.v1.CreateWo
    * @generated from field: string image = 4;
    */
   image: string;
+
+  /**
+   * An agent type (ConfigService) whose workspace configuration supplies the provider, limits,
+   * image and network of fields left empty here. Its tools are the only ones callable in the
+   * workspace. Refused when the agent type's workspace configuration is disabled.
+   *
+   * @generated from field: string agent_type = 5;
+   */
+  agentType: string;
 };
 
 /**

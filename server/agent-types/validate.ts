@@ -1,0 +1,187 @@
+/**
+ * Validation of agent types, shared by ConfigService, the REST paths and the agent-types file:
+ * one function decides what a valid workspace configuration is and returns it in canonical form
+ * (defaults written out, tools de-duplicated), so what is stored is what GET shows. Every
+ * refusal is INVALID_ARGUMENT (or UNKNOWN_TOOL / UNKNOWN_PROVIDER) naming the offending field in
+ * its metadata under "field".
+ */
+import { create } from "@bufbuild/protobuf";
+import { type WorkspaceConfig, WorkspaceConfigSchema } from "../../gen/agentworkspace/v1/config_pb.js";
+import { DomainError } from "../../core/errors.ts";
+import { parseCpu, parseSize } from "../workspace-limits.ts";
+
+/** What validation needs to know about this server. */
+export interface ValidationContext {
+  /** Every tool name an agent type may list. */
+  tools: readonly string[];
+  /** The providers this server has. */
+  providers: readonly string[];
+  /** Whether the operator set aside a network for egress. */
+  egressAllowed: boolean;
+  /** The server's largest command timeout, in milliseconds. */
+  maxTimeoutMs: number;
+}
+
+export const REPO_SOURCE_TYPES = ["none", "fixed", "task_context"] as const;
+export const NETWORK_MODES = ["none", "egress"] as const;
+/** Default of setup_command_timeout_ms (the seed's five minutes). */
+export const DEFAULT_SETUP_TIMEOUT_MS = 5 * 60_000;
+const MAX_WARM_POOL = 64;
+const MAX_SETUP_COMMANDS = 64;
+const MAX_SETUP_COMMAND_BYTES = 16 * 1024;
+const ID = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+const invalid = (field: string, message: string, extra: Record<string, string> = {}) =>
+  new DomainError("INVALID_ARGUMENT", message, { metadata: { field, ...extra } });
+
+/** Quotes a caller-supplied value for a message, bounded. */
+const shown = (v: string) => `'${v.slice(0, 100)}'`;
+
+/** Checks an agent type id. */
+export function validateAgentTypeId(id: string, field = "id"): void {
+  if (!ID.test(id)) {
+    throw invalid(field, `Agent type id ${shown(id)} is not valid: 1-63 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit`);
+  }
+}
+
+/**
+ * Checks a repository URL: https, http, ssh and git URLs, and scp-like `user@host:path`. Never a
+ * local path, `file://`, or a remote helper (`ext::sh -c …` runs a command), and never one
+ * carrying a password: credentials are the server's to add, not stored where GET shows them.
+ */
+function validateRepoUrl(url: string, field: string): void {
+  if (/^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!\/\/)[^\s]+$/.test(url) && !url.startsWith("-")) return;
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw invalid(field, `${field} ${shown(url)} is not a URL; use https://, http://, ssh://, git:// or user@host:path`);
+  }
+  if (!["https:", "http:", "ssh:", "git:"].includes(parsed.protocol)) {
+    throw invalid(field, `${field} must use https, http, ssh or git; got ${shown(parsed.protocol.replace(/:$/, ""))}`);
+  }
+  if (parsed.hostname === "") throw invalid(field, `${field} ${shown(url)} names no host`);
+  if (parsed.password !== "") {
+    throw invalid(field, `${field} must not carry a password; credentials are configured on the server, never in an agent type`);
+  }
+  if (/\s/.test(url)) throw invalid(field, `${field} must not contain whitespace`);
+}
+
+/** A branch name git would accept, which can never be read as an option. */
+function validateBranch(branch: string, field: string): void {
+  const bad =
+    branch.length > 255 ||
+    branch.startsWith("-") ||
+    branch.startsWith("/") ||
+    branch.endsWith("/") ||
+    branch.endsWith(".") ||
+    branch.endsWith(".lock") ||
+    branch.includes("..") ||
+    branch.includes("//") ||
+    branch.includes("@{") ||
+    !/^[A-Za-z0-9._\/-]+$/.test(branch);
+  if (bad) throw invalid(field, `${field} ${shown(branch)} is not a valid branch name`);
+}
+
+function validateImage(image: string, field: string): void {
+  if (image.length > 255 || !/^[a-z0-9][a-z0-9._\/:@-]*$/i.test(image)) {
+    throw invalid(field, `${field} ${shown(image)} is not an image reference like debian:bookworm or registry.example/team/image:tag`);
+  }
+}
+
+function validateTimeout(value: bigint, field: string, max: number): number {
+  if (value < 0n || value > BigInt(max)) throw invalid(field, `${field} must be from 0 to ${max} milliseconds`, { max: String(max) });
+  return Number(value);
+}
+
+/**
+ * Validates a workspace configuration (undefined: the default, disabled) and returns its
+ * canonical form. Throws the first problem found, field by field in declaration order.
+ */
+export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx: ValidationContext, prefix = ""): WorkspaceConfig {
+  const f = (name: string) => `${prefix}${name}`;
+  const cfg = input ?? create(WorkspaceConfigSchema, {});
+
+  const type = cfg.repoSource?.type === undefined || cfg.repoSource.type === "" ? "none" : cfg.repoSource.type;
+  if (!(REPO_SOURCE_TYPES as readonly string[]).includes(type)) {
+    throw invalid(f("repo_source.type"), `Unknown repo_source.type ${shown(type)}; valid types: ${REPO_SOURCE_TYPES.join(", ")}`, { valid: REPO_SOURCE_TYPES.join(",") });
+  }
+  const url = cfg.repoSource?.url ?? "";
+  const branch = cfg.repoSource?.branch ?? "";
+  if (type === "fixed" && url === "") throw invalid(f("repo_source.url"), "repo_source.type 'fixed' needs repo_source.url");
+  if (type !== "fixed" && url !== "") {
+    throw invalid(f("repo_source.url"), `repo_source.url is only used with type 'fixed' (with 'task_context' the task names the repository); got type '${type}'`);
+  }
+  if (url !== "") validateRepoUrl(url, f("repo_source.url"));
+  if (branch !== "") validateBranch(branch, f("repo_source.branch"));
+
+  const tools = [...new Set(cfg.tools)];
+  const unknown = tools.filter((t) => !ctx.tools.includes(t));
+  if (unknown.length > 0) {
+    throw new DomainError(
+      "UNKNOWN_TOOL",
+      `Invalid tool names: ${unknown.map((t) => `'${t.slice(0, 50)}'`).join(", ")}. Valid tools: ${ctx.tools.join(", ")}`,
+      { metadata: { field: f("tools"), invalid: unknown.map((t) => t.slice(0, 50)).join(","), valid: ctx.tools.join(",") } },
+    );
+  }
+
+  const limits = cfg.resourceLimits;
+  if (limits) {
+    if (limits.cpu.trim() !== "") parseCpu(limits.cpu, f("resource_limits.cpu"));
+    if (limits.memory.trim() !== "") parseSize(limits.memory, f("resource_limits.memory"));
+    if (limits.disk.trim() !== "") parseSize(limits.disk, f("resource_limits.disk"));
+    if (limits.pids < 0n || limits.pids > 4_194_304n) throw invalid(f("resource_limits.pids"), "resource_limits.pids must be from 0 to 4194304");
+  }
+
+  if (cfg.baseImage !== "") validateImage(cfg.baseImage, f("base_image"));
+  if (cfg.setupCommands.length > MAX_SETUP_COMMANDS) throw invalid(f("setup_commands"), `setup_commands may hold at most ${MAX_SETUP_COMMANDS} commands`);
+  cfg.setupCommands.forEach((c, i) => {
+    if (c.trim() === "") throw invalid(f(`setup_commands[${i}]`), `setup_commands[${i}] is empty`);
+    if (Buffer.byteLength(c) > MAX_SETUP_COMMAND_BYTES || c.includes("\0")) {
+      throw invalid(f(`setup_commands[${i}]`), `setup_commands[${i}] must be at most ${MAX_SETUP_COMMAND_BYTES} bytes without NUL characters`);
+    }
+  });
+
+  for (const [name, value] of [["provider", cfg.provider], ["fallback_provider", cfg.fallbackProvider]] as const) {
+    if (value !== "" && !ctx.providers.includes(value)) {
+      throw new DomainError("UNKNOWN_PROVIDER", `Provider ${shown(value)} is not configured on this server; available: ${ctx.providers.join(", ")}`, {
+        metadata: { field: f(name), provider: value.slice(0, 50), available: ctx.providers.join(",") },
+      });
+    }
+  }
+  if (cfg.fallbackProvider !== "" && cfg.fallbackProvider === cfg.provider) {
+    throw invalid(f("fallback_provider"), "fallback_provider must differ from provider");
+  }
+
+  const mode = cfg.network?.mode === undefined || cfg.network.mode === "" ? "none" : cfg.network.mode;
+  if (!(NETWORK_MODES as readonly string[]).includes(mode)) {
+    throw invalid(f("network.mode"), `Unknown network.mode ${shown(mode)}; valid modes: ${NETWORK_MODES.join(", ")}`, { valid: NETWORK_MODES.join(",") });
+  }
+  if (mode === "egress" && !ctx.egressAllowed) {
+    throw invalid(f("network.mode"), "network.mode 'egress' is not allowed on this server: its operator set no egress network (AGENT_WORKSPACE_EGRESS_NETWORK)");
+  }
+
+  if (cfg.warmPoolSize < 0 || cfg.warmPoolSize > MAX_WARM_POOL) throw invalid(f("warm_pool_size"), `warm_pool_size must be from 0 to ${MAX_WARM_POOL}`);
+  const maxTimeout = validateTimeout(cfg.maxCommandTimeoutMs, f("max_command_timeout_ms"), ctx.maxTimeoutMs);
+  const defaultTimeout = validateTimeout(cfg.defaultCommandTimeoutMs, f("default_command_timeout_ms"), maxTimeout || ctx.maxTimeoutMs);
+  validateTimeout(cfg.setupCommandTimeoutMs, f("setup_command_timeout_ms"), 24 * 3_600_000);
+  if (maxTimeout !== 0 && maxTimeout < 1000) throw invalid(f("max_command_timeout_ms"), "max_command_timeout_ms must be 0 or at least 1000");
+  if (defaultTimeout !== 0 && defaultTimeout < 1000) throw invalid(f("default_command_timeout_ms"), "default_command_timeout_ms must be 0 or at least 1000");
+
+  return create(WorkspaceConfigSchema, {
+    enabled: cfg.enabled,
+    repoSource: { type, url, branch },
+    tools,
+    resourceLimits: limits ? { cpu: limits.cpu.trim(), memory: limits.memory.trim(), disk: limits.disk.trim(), pids: limits.pids } : {},
+    checkoutOnStart: cfg.checkoutOnStart,
+    baseImage: cfg.baseImage,
+    setupCommands: [...cfg.setupCommands],
+    provider: cfg.provider,
+    fallbackProvider: cfg.fallbackProvider,
+    network: { mode },
+    warmPoolSize: cfg.warmPoolSize,
+    defaultCommandTimeoutMs: cfg.defaultCommandTimeoutMs,
+    maxCommandTimeoutMs: cfg.maxCommandTimeoutMs,
+    setupCommandTimeoutMs: cfg.setupCommandTimeoutMs,
+  });
+}

@@ -1,0 +1,57 @@
+/**
+ * The one permission check, for every call of every service. First the policy table: may this
+ * kind of caller make this call at all (an anonymous caller who may not is told to authenticate,
+ * UNAUTHENTICATED; anyone else gets CALLER_NOT_PERMITTED)? Then, for ToolService calls, the tool
+ * the RPC declares with its `(agentworkspace.v1.tool)` option is checked against the workspace
+ * named in the request. Streaming calls are decided before the handler runs, so a refused call
+ * sends no message at all.
+ */
+import { type Interceptor, type StreamRequest, type UnaryRequest } from "@connectrpc/connect";
+import { createAsyncIterable } from "@connectrpc/connect/protocol";
+import { DomainError } from "../../core/errors.ts";
+import { PRINCIPAL, type Principal } from "../auth/principal.ts";
+import type { Allowed } from "../policy.ts";
+import { toolNameOf } from "../tools/registry.ts";
+
+/** Decides whether a principal may use a tool in a workspace; throws the refusal. */
+export interface ToolAccess {
+  check(principal: Principal, workspaceId: string, tool: string): void;
+}
+
+/** Options of the permission interceptor. */
+export interface PermissionOptions {
+  policy: Readonly<Record<string, Allowed>>;
+  toolAccess: ToolAccess;
+}
+
+/** The workspace id of a tool request ("" when the message has none). */
+function workspaceIdOf(message: unknown): string {
+  const id = (message as { workspaceId?: unknown } | undefined)?.workspaceId;
+  return typeof id === "string" ? id : "";
+}
+
+/** The interceptor; place it inside authentication. */
+export function createPermissionInterceptor({ policy, toolAccess }: PermissionOptions): Interceptor {
+  return (next) => async (req) => {
+    const procedure = `/${req.service.typeName}/${req.method.name}`;
+    const principal = req.contextValues.get(PRINCIPAL);
+    const allowed = Object.hasOwn(policy, procedure) ? policy[procedure] : [];
+    if (!allowed.includes(principal.kind)) {
+      if (principal.kind === "anonymous") {
+        throw new DomainError("UNAUTHENTICATED", "This call needs an API key: send 'authorization: Bearer <key>'", { metadata: { procedure } });
+      }
+      throw new DomainError("CALLER_NOT_PERMITTED", `A caller of kind '${principal.kind}' may not call ${procedure}`, { metadata: { procedure, caller: principal.kind } });
+    }
+    const tool = toolNameOf(req.method);
+    if (tool === "") return next(req);
+    if (!req.stream) {
+      toolAccess.check(principal, workspaceIdOf((req as UnaryRequest).message), tool);
+      return next(req);
+    }
+    // A server-streaming request has one message: read it, decide, and hand the same message on.
+    const messages: unknown[] = [];
+    for await (const m of (req as StreamRequest).message) messages.push(m);
+    toolAccess.check(principal, workspaceIdOf(messages[0]), tool);
+    return next({ ...req, message: createAsyncIterable(messages) } as StreamRequest);
+  };
+}

@@ -1,0 +1,50 @@
+/**
+ * The database schema, as an ordered list of migrations. A migration is never edited once it has
+ * shipped: a change to the schema is a new entry at the end. `openDatabase` applies the ones a
+ * database lacks at start, each in its own transaction together with the new `user_version`, so
+ * a crash mid-migration leaves the database at the previous version.
+ */
+
+/** One step of the schema. */
+export interface Migration {
+  /** 1, 2, 3, … without gaps; stored as SQLite's `user_version`. */
+  version: number;
+  /** What the step does, for the start log. */
+  name: string;
+  /** The statements, run in one transaction. */
+  sql: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: "workspaces, agent types and server metadata",
+    sql: `
+      -- One row per workspace. The record (provider-private state included) is JSON; the
+      -- columns beside it are what queries filter on.
+      CREATE TABLE workspaces (
+        id          TEXT PRIMARY KEY,
+        provider    TEXT NOT NULL,
+        agent_type  TEXT,
+        created_at  TEXT NOT NULL,
+        record      TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX workspaces_agent_type ON workspaces (agent_type);
+
+      -- One row per agent type; body is the AgentType message as proto JSON.
+      CREATE TABLE agent_types (
+        id          TEXT PRIMARY KEY,
+        revision    INTEGER NOT NULL,
+        created_at  TEXT NOT NULL,
+        updated_at  TEXT NOT NULL,
+        body        TEXT NOT NULL
+      ) STRICT;
+
+      -- Facts about the database itself (one-time imports done, …).
+      CREATE TABLE meta (
+        key    TEXT PRIMARY KEY,
+        value  TEXT NOT NULL
+      ) STRICT;
+    `,
+  },
+];

@@ -1,0 +1,180 @@
+/**
+ * The embedded store: one SQLite database (`agent-workspace.db`) in the data directory, through
+ * Node's built-in `node:sqlite` (no native addon). WAL journal with `synchronous = FULL`: a
+ * change is on disk when its call returns, so a `kill -9` (or a power cut) after a reply never
+ * loses what that reply confirmed, and a crash mid-change leaves the previous state. Every change
+ * is one transaction. A `workspaces.json` left by an older server is imported once, in the same
+ * transaction that records the import, and then renamed to `workspaces.json.imported`.
+ */
+import { existsSync, mkdirSync, readFileSync, renameSync } from "node:fs";
+import path from "node:path";
+import { DatabaseSync } from "node:sqlite";
+import { errnoCode } from "../../core/errors.ts";
+import type { WorkspaceRecord } from "../../providers/types.ts";
+import type { Logger } from "../logger.ts";
+import { MIGRATIONS, type Migration } from "./migrations.ts";
+import type { AgentTypeDeletion, Store, StoredAgentType } from "./store.ts";
+
+/** The database file's name inside the data directory. */
+export const DATABASE_FILE = "agent-workspace.db";
+const LEGACY_FILE = "workspaces.json";
+
+/** A database that cannot be used as it is (newer than this server, a corrupt legacy file). */
+export class StoreError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "StoreError";
+  }
+}
+
+/** Runs `fn` in a transaction: committed when it returns, rolled back when it throws. */
+function transaction<T>(db: DatabaseSync, fn: () => T): T {
+  db.exec("BEGIN IMMEDIATE");
+  try {
+    const result = fn();
+    db.exec("COMMIT");
+    return result;
+  } catch (err) {
+    if (db.isTransaction) db.exec("ROLLBACK");
+    throw err;
+  }
+}
+
+const schemaVersion = (db: DatabaseSync) => Number((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version);
+
+/** Refuses a database from a newer server before anything (even a pragma) writes to it. */
+function refuseNewer(db: DatabaseSync, migrations: readonly Migration[]): void {
+  const current = schemaVersion(db);
+  const latest = migrations.at(-1)?.version ?? 0;
+  if (current > latest) {
+    throw new StoreError(`the database is at schema version ${current}, newer than this server knows (${latest}); run a newer agent-workspace or restore a backup`);
+  }
+}
+
+/** Applies the migrations the database lacks. */
+function migrate(db: DatabaseSync, migrations: readonly Migration[], logger: Logger): void {
+  const current = schemaVersion(db);
+  for (const m of migrations) {
+    if (m.version <= current) continue;
+    transaction(db, () => {
+      db.exec(m.sql);
+      // user_version lives in the database header and is written inside the transaction.
+      db.exec(`PRAGMA user_version = ${m.version}`);
+    });
+    logger.info("database migrated", { version: m.version, migration: m.name });
+  }
+}
+
+type LegacyRecord = Omit<WorkspaceRecord, "createdAt"> & { createdAt: string };
+
+function recordRow(r: WorkspaceRecord): [string, string, string | null, string, string] {
+  return [r.id, r.provider, r.agentType?.id ?? null, r.createdAt.toISOString(), JSON.stringify(r)];
+}
+
+/** Imports `workspaces.json` once; the import and its marker commit together. */
+function importLegacy(db: DatabaseSync, dataDir: string, logger: Logger): void {
+  const file = path.join(dataDir, LEGACY_FILE);
+  if (!existsSync(file)) return;
+  const done = db.prepare("SELECT value FROM meta WHERE key = 'imported_workspaces_json'").get();
+  if (!done) {
+    let records: LegacyRecord[];
+    try {
+      records = JSON.parse(readFileSync(file, "utf8")) as LegacyRecord[];
+      if (!Array.isArray(records)) throw new Error("not a JSON array");
+    } catch (err) {
+      throw new StoreError(`${file} cannot be imported (${(err as Error).message}); fix or move it and start again`, { cause: err });
+    }
+    const insert = db.prepare("INSERT OR IGNORE INTO workspaces (id, provider, agent_type, created_at, record) VALUES (?, ?, ?, ?, ?)");
+    transaction(db, () => {
+      for (const r of records) insert.run(...recordRow({ ...r, createdAt: new Date(r.createdAt) }));
+      db.prepare("INSERT INTO meta (key, value) VALUES ('imported_workspaces_json', ?)").run(new Date().toISOString());
+    });
+    logger.warn("imported workspaces.json into the database", { workspaces: records.length });
+  }
+  // Kept beside the database, renamed so nothing reads it again; a crash before the rename is
+  // harmless (the marker says it was imported).
+  renameSync(file, `${file}.imported`);
+}
+
+/** Opens (creating and migrating as needed) the store in `dataDir`. */
+export function openSqliteStore(dataDir: string, logger: Logger, migrations: readonly Migration[] = MIGRATIONS): Store {
+  mkdirSync(dataDir, { recursive: true });
+  const location = path.join(dataDir, DATABASE_FILE);
+  let opened: DatabaseSync | undefined;
+  try {
+    opened = new DatabaseSync(location);
+    const db = opened;
+    refuseNewer(db, migrations);
+    db.exec("PRAGMA journal_mode = WAL");
+    db.exec("PRAGMA synchronous = FULL");
+    // A second process on the same file (a backup, an operator's sqlite3) waits instead of failing.
+    db.exec("PRAGMA busy_timeout = 5000");
+    db.exec("PRAGMA foreign_keys = ON");
+    migrate(db, migrations, logger);
+    importLegacy(db, dataDir, logger);
+  } catch (err) {
+    if (opened?.isOpen) opened.close();
+    if (err instanceof StoreError) throw err;
+    throw new StoreError(`cannot open the database ${location}: ${(err as Error).message}${errnoCode(err) ? ` (${errnoCode(err)})` : ""}`, { cause: err });
+  }
+
+  const db = opened;
+  const q = {
+    workspaces: db.prepare("SELECT record FROM workspaces ORDER BY created_at, id"),
+    putWorkspace: db.prepare("INSERT OR REPLACE INTO workspaces (id, provider, agent_type, created_at, record) VALUES (?, ?, ?, ?, ?)"),
+    deleteWorkspace: db.prepare("DELETE FROM workspaces WHERE id = ?"),
+    agentTypes: db.prepare("SELECT id, revision, created_at, updated_at, body FROM agent_types ORDER BY id"),
+    insertAgentType: db.prepare("INSERT OR IGNORE INTO agent_types (id, revision, created_at, updated_at, body) VALUES (?, ?, ?, ?, ?)"),
+    updateAgentType: db.prepare("UPDATE agent_types SET revision = ?, updated_at = ?, body = ? WHERE id = ? AND revision = ?"),
+    agentTypeExists: db.prepare("SELECT 1 AS one FROM agent_types WHERE id = ?"),
+    agentTypeWorkspaces: db.prepare("SELECT count(*) AS n FROM workspaces WHERE agent_type = ?"),
+    deleteAgentType: db.prepare("DELETE FROM agent_types WHERE id = ?"),
+  };
+
+  return {
+    location,
+    workspaces: {
+      async load() {
+        return (q.workspaces.all() as Array<{ record: string }>).map((row) => {
+          const r = JSON.parse(row.record) as LegacyRecord;
+          return { ...r, createdAt: new Date(r.createdAt) };
+        });
+      },
+      async put(record) {
+        q.putWorkspace.run(...recordRow(record));
+      },
+      async delete(id) {
+        q.deleteWorkspace.run(id);
+      },
+    },
+    agentTypes: {
+      async list() {
+        return (q.agentTypes.all() as Array<{ id: string; revision: number; created_at: string; updated_at: string; body: string }>).map((row) => ({
+          id: row.id,
+          revision: Number(row.revision),
+          createdAt: new Date(row.created_at),
+          updatedAt: new Date(row.updated_at),
+          body: row.body,
+        }));
+      },
+      async insert(row: StoredAgentType) {
+        return q.insertAgentType.run(row.id, row.revision, row.createdAt.toISOString(), row.updatedAt.toISOString(), row.body).changes === 1;
+      },
+      async update(row, expectedRevision) {
+        return q.updateAgentType.run(row.revision, row.updatedAt.toISOString(), row.body, row.id, expectedRevision).changes === 1;
+      },
+      async delete(id): Promise<AgentTypeDeletion> {
+        return transaction(db, () => {
+          if (!q.agentTypeExists.get(id)) return { deleted: false, missing: true };
+          const n = Number((q.agentTypeWorkspaces.get(id) as { n: number }).n);
+          if (n > 0) return { deleted: false, missing: false, workspaces: n };
+          q.deleteAgentType.run(id);
+          return { deleted: true };
+        });
+      },
+    },
+    close() {
+      if (db.isOpen) db.close();
+    },
+  };
+}
