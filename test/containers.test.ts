@@ -252,3 +252,40 @@ if (gate(test, engines, "docker", "identical responses across providers")) {
     for (const [i, other] of others.entries()) t.deepEqual(other, reference, `${providers[i + 1]} differs from local`);
   });
 }
+
+if (gate(test, engines, "docker", "agent types on containers")) {
+  test("an agent type's provider, image, limits and network reach its containers; egress only on the operator's network", async (t) => {
+    const server = await startServer({ env: { AGENT_WORKSPACE_EGRESS_NETWORK: "bridge" } });
+    try {
+      const c = server.clients.grpc;
+      const nets = async (id: string) => (await c.tools.bash({ workspaceId: id, command: "ls /sys/class/net | tr '\\n' ' '" })).stdout.trim();
+      await c.config.createAgentType({
+        agentType: {
+          id: "online",
+          workspace: { enabled: true, tools: ["bash"], provider: "docker", baseImage: "agent-workspace-base:bookworm", resourceLimits: { memory: "192M" }, network: { mode: "egress" } },
+        },
+      });
+      await c.config.createAgentType({ agentType: { id: "offline", workspace: { enabled: true, tools: ["bash"], provider: "docker" } } });
+      const online = (await c.workspaces.createWorkspace({ agentType: "online" })).workspace!;
+      const offline = (await c.workspaces.createWorkspace({ agentType: "offline" })).workspace!;
+      t.is(online.provider, "docker");
+      t.is(online.image, "agent-workspace-base:bookworm");
+      t.is(online.limits?.memory, "192M");
+      t.regex(await nets(online.id), /eth0/);
+      t.is(await nets(offline.id), "lo");
+      const info = await docker.getContainer((await containerOf(online.id))!.Id).inspect();
+      t.is(info.HostConfig.Memory, 192 * 1024 * 1024);
+      t.is(info.HostConfig.NetworkMode, "bridge");
+      t.is((await docker.getContainer((await containerOf(offline.id))!.Id).inspect()).HostConfig.NetworkMode, "none");
+
+      // gVisor has no network here: an agent type asking it for egress is refused at creation.
+      if (engines.gvisor) {
+        await c.config.createAgentType({ agentType: { id: "sandboxed-online", workspace: { enabled: true, provider: "gvisor", network: { mode: "egress" } } } });
+        const { detail } = await expectError(t, c.workspaces.createWorkspace({ agentType: "sandboxed-online" }), Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
+        t.is(detail.metadata.field, "network.mode");
+      }
+    } finally {
+      await server.close();
+    }
+  });
+}

@@ -13,9 +13,11 @@ import { create, type DescMessage, fromBinary, type MessageInitShape, toBinary }
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { createHash } from "node:crypto";
 import { BashRequestSchema, BashResponseSchema, StreamBashRequestSchema, StreamBashResponseSchema, ReadFileRequestSchema, ReadFileResponseSchema, WriteFileRequestSchema, WriteFileResponseSchema } from "../gen/agentworkspace/v1/tool_pb.js";
+import { CreateAgentTypeRequestSchema, CreateAgentTypeResponseSchema } from "../gen/agentworkspace/v1/config_pb.js";
+import { CreateWorkspaceRequestSchema, CreateWorkspaceResponseSchema } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { HealthCheckRequestSchema, HealthCheckResponse_ServingStatus, HealthCheckResponseSchema } from "../gen/grpc/health/v1/health_pb.js";
 import { commandGate } from "./helpers/engines.ts";
-import { LOCAL_ONLY, newWorkspace, serverTest } from "./helpers/server.ts";
+import { LOCAL_ONLY, newWorkspace, serverTest, startServer } from "./helpers/server.ts";
 import { decodeRpcStatus } from "./helpers/status.ts";
 
 const test = serverTest({ env: LOCAL_ONLY });
@@ -28,6 +30,7 @@ interface Call {
   parallel?: number;
   stream?: boolean;
   cancel_after?: number;
+  metadata?: Array<[string, string]>;
 }
 interface Result {
   code: string;
@@ -115,5 +118,45 @@ if (commandGate(test, ["/usr/bin/python3", "-c", "import grpc"], "Python grpcio 
     t.is(cancelled.code, "CANCELLED");
     t.is(after.code, "OK");
     t.is(decode(BashResponseSchema, after.response).stdout, "gone\n", "cancelling the call killed the command");
+  });
+}
+
+if (commandGate(test, ["/usr/bin/python3", "-c", "import grpc"], "Python grpcio interop with API keys")) {
+  test("Python grpcio: an API key in the call metadata makes an operator; without one, or with a wrong one, UNAUTHENTICATED; a disabled tool is PERMISSION_DENIED with the exact message", async (t) => {
+    const key = "interop-key-0123456789abcdef";
+    const server = await startServer({ env: LOCAL_ONLY, apiKeys: [key] });
+    try {
+      const auth: Array<[string, string]> = [["authorization", `Bearer ${key}`]];
+      const createType = encode(CreateAgentTypeRequestSchema, { agentType: { id: "py-readers", workspace: { enabled: true, tools: ["read"] } } });
+      const [anonymous, wrong, created, health] = await python(server.url, [
+        { method: "/agentworkspace.v1.ConfigService/CreateAgentType", request: createType },
+        { method: "/agentworkspace.v1.ConfigService/CreateAgentType", request: createType, metadata: [["authorization", "Bearer not-the-key-000000000"]] },
+        { method: "/agentworkspace.v1.ConfigService/CreateAgentType", request: createType, metadata: auth },
+        { method: "/grpc.health.v1.Health/Check", request: encode(HealthCheckRequestSchema, {}) },
+      ]);
+      for (const r of [anonymous, wrong]) {
+        t.is(r.code, "UNAUTHENTICATED");
+        t.is(reasonOf(r), "UNAUTHENTICATED");
+        t.false(r.message.includes(key));
+      }
+      t.is(created.code, "OK");
+      t.is(decode(CreateAgentTypeResponseSchema, created.response).agentType?.revision, 1n);
+      t.is(health.code, "OK", "probes need no key");
+
+      const [ws] = await python(server.url, [{ method: "/agentworkspace.v1.WorkspaceService/CreateWorkspace", request: encode(CreateWorkspaceRequestSchema, { agentType: "py-readers" }), metadata: auth }]);
+      const id = decode(CreateWorkspaceResponseSchema, ws.response).workspace?.id ?? "";
+      const [bash, streamed] = await python(server.url, [
+        { method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { workspaceId: id, command: "id" }), metadata: auth },
+        { method: "/agentworkspace.v1.ToolService/StreamBash", request: encode(StreamBashRequestSchema, { workspaceId: id, command: "echo leaked" }), metadata: auth, stream: true },
+      ]);
+      for (const r of [bash, streamed]) {
+        t.is(r.code, "PERMISSION_DENIED");
+        t.is(r.message, "Tool 'bash' is not enabled for this agent type");
+        t.is(reasonOf(r), "TOOL_NOT_ENABLED");
+      }
+      t.deepEqual(streamed.responses, [], "a refused stream sends no message");
+    } finally {
+      await server.close();
+    }
   });
 }

@@ -1,7 +1,7 @@
 """Calls the server with Python's gRPC (C-core), the way a grpcio client in another language would.
 
 Reads a JSON list of calls on stdin: {"method": "/pkg.Service/Method", "request": hex, "timeout": seconds
-or null, "parallel": n, "stream": bool, "cancel_after": n}; answers a JSON list on stdout, one entry per
+or null, "parallel": n, "stream": bool, "cancel_after": n, "metadata": [[key, value], ...]}; answers a JSON list on stdout, one entry per
 call (per repetition when parallel): {"code": name, "message": text, "response": hex or null, "details":
 hex or null}, and for server-streaming calls "responses": [hex, ...] (what arrived before the end, a
 cancel after `cancel_after` messages included).
@@ -14,10 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 
+def metadata(spec):
+    return [tuple(kv) for kv in spec.get("metadata", [])] or None
+
+
 def call(channel, spec):
     method = channel.unary_unary(spec["method"])  # no serializers: bytes in, bytes out
     try:
-        response, rpc = method.with_call(bytes.fromhex(spec["request"]), timeout=spec.get("timeout"))
+        response, rpc = method.with_call(bytes.fromhex(spec["request"]), timeout=spec.get("timeout"), metadata=metadata(spec))
         return {"code": "OK", "message": "", "response": response.hex(), "details": None}
     except grpc.RpcError as err:
         details = dict(err.trailing_metadata() or ()).get("grpc-status-details-bin")
@@ -27,7 +31,7 @@ def call(channel, spec):
 def stream(channel, spec):
     method = channel.unary_stream(spec["method"])
     responses = []
-    calls = method(bytes.fromhex(spec["request"]), timeout=spec.get("timeout"))
+    calls = method(bytes.fromhex(spec["request"]), timeout=spec.get("timeout"), metadata=metadata(spec))
     try:
         for message in calls:
             responses.append(message.hex())
