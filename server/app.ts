@@ -17,9 +17,9 @@ import { readAgentTypesFile } from "./agent-types/file.ts";
 import { createKeyRing } from "./auth/api-keys.ts";
 import { DomainError } from "../core/errors.ts";
 import { HealthStatus, registerHealth } from "./health.ts";
-import { createAuthenticationInterceptor } from "./interceptors/authentication-interceptor.ts";
+import { authenticate, createAuthenticationInterceptor } from "./interceptors/authentication-interceptor.ts";
 import { createErrorInterceptor } from "./interceptors/error-interceptor.ts";
-import { createPermissionInterceptor } from "./interceptors/permission-interceptor.ts";
+import { checkCaller, createPermissionInterceptor } from "./interceptors/permission-interceptor.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { createNodeHandler, type NodeHandler } from "./node-adapter.ts";
 import { type Allowed, checkPolicy, POLICY } from "./policy.ts";
@@ -100,10 +100,12 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   const shutdown = new AbortController();
   // Outermost first: errors see every refusal; authentication establishes the caller that the
   // permission check then judges, before any handler runs.
+  const keys = createKeyRing(settings.apiKeys);
+  const policy = overrides.policy ?? POLICY;
   const interceptors = [
     createErrorInterceptor(logger),
-    createAuthenticationInterceptor(createKeyRing(settings.apiKeys)),
-    createPermissionInterceptor({ policy: overrides.policy ?? POLICY, toolAccess: createToolAccess(workspaces, agentTypes) }),
+    createAuthenticationInterceptor(keys),
+    createPermissionInterceptor({ policy, toolAccess: createToolAccess(workspaces, agentTypes) }),
   ];
   const routes = (router: ConnectRouter) => {
     router.service(ConfigService, createConfigService(agentTypes));
@@ -126,8 +128,9 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     return createNodeHandler({
     routes,
     rest: CONFIG_REST_ROUTES,
+    restCallerCheck: (header, procedure) => checkCaller(policy, procedure, authenticate(header, keys)),
     // A served RPC without a policy entry (or an entry for none) stops the start.
-    checkRoutes: (procedures) => checkPolicy(overrides.policy ?? POLICY, procedures),
+    checkRoutes: (procedures) => checkPolicy(policy, procedures),
     logger,
     interceptors,
     shutdownSignal: shutdown.signal,

@@ -29,7 +29,7 @@ import { serveServerStreaming, streamingProtocol } from "./direct/streaming.ts";
 import { acceptsUnaryGrpc, serveUnaryGrpc } from "./direct/unary-grpc.ts";
 import { toConnectError } from "./interceptors/error-interceptor.ts";
 import type { Logger } from "./logger.ts";
-import { createRestHandler, type RestRoute } from "./rest.ts";
+import { type CallerCheck, createRestHandler, type RestRoute } from "./rest.ts";
 
 /** A request handler for node:http and node:http2 servers alike. */
 export type NodeHandler = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse) => void;
@@ -40,6 +40,8 @@ export interface NodeHandlerOptions extends ConnectRouterOptions {
   logger: Logger;
   /** REST paths (under /api/) served over the routes' unary RPCs. */
   rest?: RestRoute[];
+  /** Refuses a REST caller before its body is read (authentication and the policy table). */
+  restCallerCheck?: CallerCheck;
   /** Sees every served procedure ("/package.Service/Method") once the routes are registered; may throw to refuse them. */
   checkRoutes?: (procedures: string[]) => void;
 }
@@ -133,7 +135,7 @@ export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
     const chunks: Uint8Array[] = [];
     for await (const chunk of res.body ?? []) chunks.push(chunk);
     return { status: res.status, body: Buffer.concat(chunks) };
-  });
+  }, options.restCallerCheck);
   const direct: DirectOptions = {
     interceptors: options.interceptors ?? [],
     readMaxBytes: options.readMaxBytes ?? 4 * 1024 * 1024,

@@ -144,8 +144,15 @@ function bodyError(err: unknown): DomainError {
   });
 }
 
+/**
+ * Decides, from the headers alone, whether the caller may make the call at all; throws the
+ * refusal. It lets a REST call be refused before its body is read or parsed (the RPC's own
+ * interceptors then decide again, in full).
+ */
+export type CallerCheck = (header: Headers, procedure: string) => void;
+
 /** A handler for the REST paths; resolves to false for a path no route has. */
-export function createRestHandler(routes: RestRoute[], invoke: RpcInvoker): (req: Req, res: Res, path: string) => boolean {
+export function createRestHandler(routes: RestRoute[], invoke: RpcInvoker, checkCaller: CallerCheck = () => undefined): (req: Req, res: Res, path: string) => boolean {
   return (req, res, path) => {
     const matching = routes.map((r) => ({ r, params: match(r.path, path) })).filter((m) => m.params !== undefined);
     if (matching.length === 0) return false;
@@ -160,6 +167,13 @@ export function createRestHandler(routes: RestRoute[], invoke: RpcInvoker): (req
     res.once("close", () => controller.abort());
     void (async () => {
       try {
+        const header = new Headers();
+        for (const name of FORWARDED) {
+          const v = req.headers[name];
+          if (typeof v === "string") header.set(name, v);
+        }
+        const procedure = `/${route.rpc.parent.typeName}/${route.rpc.name}`;
+        checkCaller(header, procedure);
         const body = route.method === "GET" || route.method === "DELETE" ? undefined : await readJson(req);
         let input: Uint8Array;
         try {
@@ -167,12 +181,7 @@ export function createRestHandler(routes: RestRoute[], invoke: RpcInvoker): (req
         } catch (err) {
           throw bodyError(err);
         }
-        const header = new Headers();
-        for (const name of FORWARDED) {
-          const v = req.headers[name];
-          if (typeof v === "string") header.set(name, v);
-        }
-        const out = await invoke(`/${route.rpc.parent.typeName}/${route.rpc.name}`, header, input, controller.signal);
+        const out = await invoke(procedure, header, input, controller.signal);
         if (out.status !== 200) {
           send(res, out.status, errorBody(errorFromJsonBytes(out.body, undefined, new ConnectError("The call failed", Code.Internal))));
           return;

@@ -89,8 +89,10 @@ test("the HTTP status is 401 over Connect and over the REST paths; a valid key p
   t.is(anonymous.status, 401);
   t.is(((await anonymous.json()) as { reason: string }).reason, "ERROR_REASON_UNAUTHENTICATED");
   t.is((await fetch(`${url}/api/v1/agent-types`, { headers: { authorization: `Bearer ${WRONG}` } })).status, 401);
-  const put = await fetch(`${url}/api/v1/agent-types/x/workspace-config`, { method: "PUT", body: "{}" });
-  t.is(put.status, 401, "an anonymous PUT is refused");
+  for (const body of ["{}", "{not json", JSON.stringify({ tools: ["ssh"] })]) {
+    const put = await fetch(`${url}/api/v1/agent-types/x/workspace-config`, { method: "PUT", body });
+    t.is(put.status, 401, `an anonymous PUT is refused before its body is looked at: ${body}`);
+  }
 
   for (const key of [KEY, SECOND_KEY]) {
     const ok = await fetch(`${url}/api/v1/agent-types`, { headers: { authorization: `bearer ${key}` } });

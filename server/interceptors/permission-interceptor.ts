@@ -30,18 +30,24 @@ function workspaceIdOf(message: unknown): string {
   return typeof id === "string" ? id : "";
 }
 
+/**
+ * The policy table's decision for one call: throws UNAUTHENTICATED for an anonymous caller the
+ * procedure does not admit, CALLER_NOT_PERMITTED for any other, and returns when it may proceed.
+ */
+export function checkCaller(policy: Readonly<Record<string, Allowed>>, procedure: string, principal: Principal): void {
+  const allowed = Object.hasOwn(policy, procedure) ? policy[procedure] : [];
+  if (allowed.includes(principal.kind)) return;
+  if (principal.kind === "anonymous") {
+    throw new DomainError("UNAUTHENTICATED", "This call needs an API key: send 'authorization: Bearer <key>'", { metadata: { procedure } });
+  }
+  throw new DomainError("CALLER_NOT_PERMITTED", `A caller of kind '${principal.kind}' may not call ${procedure}`, { metadata: { procedure, caller: principal.kind } });
+}
+
 /** The interceptor; place it inside authentication. */
 export function createPermissionInterceptor({ policy, toolAccess }: PermissionOptions): Interceptor {
   return (next) => async (req) => {
-    const procedure = `/${req.service.typeName}/${req.method.name}`;
     const principal = req.contextValues.get(PRINCIPAL);
-    const allowed = Object.hasOwn(policy, procedure) ? policy[procedure] : [];
-    if (!allowed.includes(principal.kind)) {
-      if (principal.kind === "anonymous") {
-        throw new DomainError("UNAUTHENTICATED", "This call needs an API key: send 'authorization: Bearer <key>'", { metadata: { procedure } });
-      }
-      throw new DomainError("CALLER_NOT_PERMITTED", `A caller of kind '${principal.kind}' may not call ${procedure}`, { metadata: { procedure, caller: principal.kind } });
-    }
+    checkCaller(policy, `/${req.service.typeName}/${req.method.name}`, principal);
     const tool = toolNameOf(req.method);
     if (tool === "") return next(req);
     if (!req.stream) {
