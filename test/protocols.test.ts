@@ -146,7 +146,7 @@ test("Connect: connect-timeout-ms ends a unary Bash as DEADLINE_EXCEEDED with th
   t.is(body.code, "deadline_exceeded");
   t.is(reasonOf(body), ErrorReason.COMMAND_TIMEOUT);
   // What it printed before the deadline (and, when it ended in time, what its trap printed).
-  t.regex(body.details[0].debug?.partialOutput?.stdout ?? "", /^before\n(got-term\n)?$/);
+  t.regex(body.details[0].debug?.partialOutput?.stdout ?? "", /^before\n(got-term\n)*$/);
   t.is(body.details[0].debug?.metadata?.deadline, "true");
   t.true(await termTrapped(clients.grpc, id), "the command got SIGTERM");
 });
@@ -161,7 +161,9 @@ test("gRPC: grpc-timeout ends a unary Bash as DEADLINE_EXCEEDED with the partial
     Code.DeadlineExceeded,
     ErrorReason.COMMAND_TIMEOUT,
   );
-  t.regex(detail.partialOutput?.stdout ?? "", /^before\n(got-term\n)?$/);
+  // The process-group signal and the sweep of marked processes may both reach bash; under load
+  // its trap can run once per delivery. What matters: the output before, then SIGTERM, never KILL first.
+  t.regex(detail.partialOutput?.stdout ?? "", /^before\n(got-term\n)*$/);
   t.true(await termTrapped(clients.grpc, id), "the command got SIGTERM");
 });
 
