@@ -45,7 +45,9 @@ export interface App {
   store: Store;
   health: HealthStatus;
   logger: Logger;
-  /** Stops streams, closes workspace handles and providers. */
+  /** Reports NOT_SERVING and ends every stream; the server can then drain its connections. */
+  stopStreams(): void;
+  /** Stops streams, closes workspace handles, providers and the database. */
   close(): Promise<void>;
 }
 
@@ -153,6 +155,10 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     store,
     health,
     logger,
+    stopStreams() {
+      health.shutdown();
+      shutdown.abort();
+    },
     async close() {
       health.shutdown();
       shutdown.abort();

@@ -71,7 +71,12 @@ export async function serve(argv: string[], env: NodeJS.ProcessEnv): Promise<voi
       process.exit(1);
     }, SHUTDOWN_LIMIT_MS);
     limit.unref();
-    await Promise.all([app.close(), server.close()]);
+    // Streams end first, so connections can drain; the database closes only after the server
+    // has stopped, so a call still finishing (a CreateWorkspace provisioning a container) can
+    // record what it made instead of leaving an orphan behind.
+    app.stopStreams();
+    await server.close();
+    await app.close();
     app.logger.warn("stopped", { duration_ms: Date.now() - firstSignalAt });
     process.exit(0);
   };

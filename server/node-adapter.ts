@@ -27,7 +27,7 @@ import { ErrorDetailSchema } from "../gen/agentworkspace/v1/errors_pb.js";
 import type { DirectOptions } from "./direct/common.ts";
 import { serveServerStreaming, streamingProtocol } from "./direct/streaming.ts";
 import { acceptsUnaryGrpc, serveUnaryGrpc } from "./direct/unary-grpc.ts";
-import { toConnectError } from "./interceptors/error-interceptor.ts";
+import { logFailure, toConnectError } from "./interceptors/error-interceptor.ts";
 import type { Logger } from "./logger.ts";
 import { type CallerCheck, createRestHandler, type RestRoute } from "./rest.ts";
 
@@ -135,7 +135,7 @@ export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
     const chunks: Uint8Array[] = [];
     for await (const chunk of res.body ?? []) chunks.push(chunk);
     return { status: res.status, body: Buffer.concat(chunks) };
-  }, options.restCallerCheck);
+  }, options.restCallerCheck, (procedure, error, startedAt) => logFailure(options.logger, procedure, error, startedAt));
   const direct: DirectOptions = {
     interceptors: options.interceptors ?? [],
     readMaxBytes: options.readMaxBytes ?? 4 * 1024 * 1024,

@@ -78,8 +78,7 @@ function errorBody(error: ConnectError): JsonValue {
   };
 }
 
-function sendError(res: Res, err: unknown): void {
-  const error = toConnectError(err);
+function sendError(res: Res, error: ConnectError): void {
   send(res, codeToHttpStatus(error.code), errorBody(error));
 }
 
@@ -152,7 +151,13 @@ function bodyError(err: unknown): DomainError {
 export type CallerCheck = (header: Headers, procedure: string) => void;
 
 /** A handler for the REST paths; resolves to false for a path no route has. */
-export function createRestHandler(routes: RestRoute[], invoke: RpcInvoker, checkCaller: CallerCheck = () => undefined): (req: Req, res: Res, path: string) => boolean {
+export function createRestHandler(
+  routes: RestRoute[],
+  invoke: RpcInvoker,
+  checkCaller: CallerCheck = () => undefined,
+  /** Hears of calls refused here, before the RPC ran (its own interceptors log the rest). */
+  onRefused: (procedure: string, error: ConnectError, startedAt: number) => void = () => undefined,
+): (req: Req, res: Res, path: string) => boolean {
   return (req, res, path) => {
     const matching = routes.map((r) => ({ r, params: match(r.path, path) })).filter((m) => m.params !== undefined);
     if (matching.length === 0) return false;
@@ -165,6 +170,8 @@ export function createRestHandler(routes: RestRoute[], invoke: RpcInvoker, check
     const { r: route, params } = found as { r: RestRoute; params: Record<string, string> };
     const controller = new AbortController();
     res.once("close", () => controller.abort());
+    const startedAt = performance.now();
+    const procedure = `/${route.rpc.parent.typeName}/${route.rpc.name}`;
     void (async () => {
       try {
         const header = new Headers();
@@ -172,7 +179,6 @@ export function createRestHandler(routes: RestRoute[], invoke: RpcInvoker, check
           const v = req.headers[name];
           if (typeof v === "string") header.set(name, v);
         }
-        const procedure = `/${route.rpc.parent.typeName}/${route.rpc.name}`;
         checkCaller(header, procedure);
         const body = route.method === "GET" || route.method === "DELETE" ? undefined : await readJson(req);
         let input: Uint8Array;
@@ -188,7 +194,9 @@ export function createRestHandler(routes: RestRoute[], invoke: RpcInvoker, check
         }
         send(res, 200, route.response(fromBinary(route.rpc.output, out.body)));
       } catch (err) {
-        if (!res.headersSent) sendError(res, err);
+        const error = toConnectError(err);
+        onRefused(procedure.slice(1), error, startedAt);
+        if (!res.headersSent) sendError(res, error);
         else res.end();
       }
     })();

@@ -126,7 +126,8 @@ export class WorkspaceManager {
 
   async create(req: CreateRequest): Promise<WorkspaceView> {
     const plan = this.#plan(req);
-    this.#provider(plan.providers[0]);
+    // An unknown provider is refused before anything is made, unless a fallback may stand in.
+    if (plan.providers.length === 1) this.#provider(plan.providers[0]);
     for (const [k, v] of Object.entries(req.labels)) {
       if (!LABEL_KEY.test(k) || v.length > 256) {
         throw new DomainError("INVALID_ARGUMENT", `Invalid label '${k.slice(0, 64)}': keys are 1-63 characters [A-Za-z0-9._/-], values at most 256`, {
@@ -142,6 +143,9 @@ export class WorkspaceManager {
       const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network });
       record = plan.binding ? { ...made, agentType: plan.binding } : made;
       await this.#options.store.put(record);
+      // The agent type may have been deleted while the sandbox was being made (its delete found
+      // no workspace on record then): a workspace is never left bound to an agent type that is gone.
+      if (plan.binding && !this.#options.agentTypes.find(plan.binding.id)) this.#options.agentTypes.get(plan.binding.id, "agent_type");
       this.#records.set(id, record);
       await this.handle(id);
       this.#options.logger.info("workspace created", { workspace_id: id, provider: record.provider, agent_type: plan.binding?.id });

@@ -151,6 +151,10 @@ test("keys never appear in a log line, an error or a response", async (t) => {
   await clients.grpc.config.listAgentTypes({});
   await post(url, "/agentworkspace.v1.ConfigService/ListAgentTypes", "{}", "application/json", { authorization: `Bearer ${WRONG}` });
   await fetch(`${url}/api/v1/agent-types`, { headers: { authorization: `Bearer ${KEY}x` } });
+  // No other test of this file calls GetWorkspaceConfig: exactly this REST refusal, made before the RPC runs, is logged.
+  await fetch(`${url}/api/v1/agent-types/x/workspace-config`, { headers: { authorization: `Bearer ${KEY}x` } });
+  const refusals = t.context.logs.filter((l) => l.includes('"procedure":"agentworkspace.v1.ConfigService/GetWorkspaceConfig"') && l.includes("ERROR_REASON_UNAUTHENTICATED"));
+  t.is(refusals.length, 1, "a REST refusal is logged like any other");
   const ok = await fetch(`${url}/api/v1/agent-types`, { headers: { authorization: `Bearer ${KEY}` } });
   t.false((await ok.text()).includes(KEY));
   const logs = t.context.logs.join("\n");

@@ -4,6 +4,9 @@
  * tool permissions an agent type's configuration decides, with the gRPC codes and the HTTP
  * statuses the contract fixes.
  */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { Code } from "@connectrpc/connect";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
@@ -124,6 +127,10 @@ test("Agent type with fixed repository — stored with its URL; a fixed source w
     [{ type: "fixed", url: "/srv/repo.git" }, "repo_source.url"],
     [{ type: "fixed", url: "https://github.com/org/repo", branch: "--upload-pack=touch /tmp/x" }, "repo_source.branch"],
     [{ type: "none", url: "https://github.com/org/repo" }, "repo_source.url"],
+    [{ type: "fixed", url: "ssh://-oProxyCommand=touch%20/tmp/pwned/repo" }, "repo_source.url"],
+    [{ type: "fixed", url: "ssh://-oProxyCommand@example.com/repo" }, "repo_source.url"],
+    [{ type: "fixed", url: "git@-oProxyCommand=x:repo" }, "repo_source.url"],
+    [{ type: "fixed", url: "-u@host:repo" }, "repo_source.url"],
   ];
   for (const [repo_source, field] of refused) {
     const res = await rest(url, "PUT", `/api/v1/agent-types/${id}/workspace-config`, { enabled: true, repo_source });
@@ -380,19 +387,36 @@ test("an agent type's command timeouts bound its workspaces' commands", async (t
   await clients.workspaces.deleteWorkspace({ id: ws.id });
 });
 
-test("a provider that is unavailable falls back to the agent type's fallback_provider", async (t) => {
-  // A docker provider pointed at a socket nobody serves: registered (mode "on"), always unavailable.
-  const server = await startServer({ env: { AGENT_WORKSPACE_DOCKER: "on", DOCKER_SOCKET: "/nonexistent/docker.sock" } });
+test("a provider that is unavailable, or no longer configured, falls back to the agent type's fallback_provider", async (t) => {
+  const dataDir = await mkdtemp(path.join(tmpdir(), "aw-fallback-"));
   try {
-    const clients = server.clients.grpc;
-    await createType(clients, "fallback", { enabled: true, tools: ["bash"], provider: "docker", fallbackProvider: "local" });
-    const ws = await workspaceFor(clients, "fallback");
-    t.is(ws.provider, "local");
-    t.is((await clients.tools.bash({ workspaceId: ws.id, command: "echo fell-back" })).stdout, "fell-back\n");
-    // Without a fallback the failure is the caller's to see.
-    await createType(clients, "nofallback", { enabled: true, tools: ["bash"], provider: "docker" });
-    await expectError(t, clients.workspaces.createWorkspace({ agentType: "nofallback" }), Code.Unavailable, ErrorReason.PROVIDER_UNAVAILABLE);
+    // A docker provider pointed at a socket nobody serves: registered (mode "on"), always unavailable.
+    const server = await startServer({ dataDir, env: { AGENT_WORKSPACE_DOCKER: "on", DOCKER_SOCKET: "/nonexistent/docker.sock" } });
+    try {
+      const clients = server.clients.grpc;
+      await createType(clients, "fallback", { enabled: true, tools: ["bash"], provider: "docker", fallbackProvider: "local" });
+      const ws = await workspaceFor(clients, "fallback");
+      t.is(ws.provider, "local");
+      t.is((await clients.tools.bash({ workspaceId: ws.id, command: "echo fell-back" })).stdout, "fell-back\n");
+      await clients.workspaces.deleteWorkspace({ id: ws.id });
+      // Without a fallback the failure is the caller's to see.
+      await createType(clients, "nofallback", { enabled: true, tools: ["bash"], provider: "docker" });
+      await expectError(t, clients.workspaces.createWorkspace({ agentType: "nofallback" }), Code.Unavailable, ErrorReason.PROVIDER_UNAVAILABLE);
+    } finally {
+      await server.close();
+    }
+    // Restarted without container providers, the stored agent types name a provider the server lacks.
+    const restarted = await startServer({ dataDir, env: LOCAL_ONLY });
+    try {
+      const clients = restarted.clients.connect;
+      const ws = await workspaceFor(clients, "fallback");
+      t.is(ws.provider, "local");
+      await clients.workspaces.deleteWorkspace({ id: ws.id });
+      await expectError(t, clients.workspaces.createWorkspace({ agentType: "nofallback" }), Code.InvalidArgument, ErrorReason.UNKNOWN_PROVIDER);
+    } finally {
+      await restarted.close();
+    }
   } finally {
-    await server.close();
+    await rm(dataDir, { recursive: true, force: true });
   }
 });

@@ -53,13 +53,17 @@ test("a server killed with SIGKILL between updates restarts with every agent typ
       workspaceId = (await c.workspaces.createWorkspace({ agentType: "survivor" })).workspace?.id ?? "";
       await c.tools.bash({ workspaceId, command: "echo kept > note.txt" });
       // Updates one after another; the kill lands while one is in flight.
+      let stopped = false;
       const updates = (async () => {
         for (let i = 1; ; i++) {
           await c.config.updateAgentType({ agentType: { id: "survivor", description: `update ${i}` } });
           confirmed = i;
         }
-      })().catch(() => undefined);
-      while (confirmed < 25) await new Promise((r) => setTimeout(r, 5));
+      })().catch(() => {
+        stopped = true;
+      });
+      while (confirmed < 25 && !stopped) await new Promise((r) => setTimeout(r, 5));
+      t.is(confirmed, 25, "updates were being confirmed when the kill came");
       await kill9(first);
       await updates;
     } finally {

@@ -50,7 +50,8 @@ export function validateAgentTypeId(id: string, field = "id"): void {
  * carrying a password: credentials are the server's to add, not stored where GET shows them.
  */
 function validateRepoUrl(url: string, field: string): void {
-  if (/^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!\/\/)[^\s]+$/.test(url) && !url.startsWith("-")) return;
+  // scp-like user@host:path; neither user nor host may start with "-", which ssh would read as an option.
+  if (/^[A-Za-z0-9_][A-Za-z0-9._-]*@[A-Za-z0-9][A-Za-z0-9.-]*:(?!\/\/)[^\s]+$/.test(url)) return;
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -61,6 +62,9 @@ function validateRepoUrl(url: string, field: string): void {
     throw invalid(field, `${field} must use https, http, ssh or git; got ${shown(parsed.protocol.replace(/:$/, ""))}`);
   }
   if (parsed.hostname === "") throw invalid(field, `${field} ${shown(url)} names no host`);
+  if (parsed.hostname.startsWith("-") || decodeURIComponent(parsed.username).startsWith("-")) {
+    throw invalid(field, `${field} must not have a host or user starting with '-' (ssh would read it as an option)`);
+  }
   if (parsed.password !== "") {
     throw invalid(field, `${field} must not carry a password; credentials are configured on the server, never in an agent type`);
   }

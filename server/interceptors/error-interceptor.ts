@@ -84,7 +84,8 @@ export function describeCause(cause: unknown): string {
 /** Codes that mean the server, not the caller, has a problem: their causes are logged. */
 const SERVER_FAULTS = new Set([Code.Internal, Code.Unknown, Code.Unavailable, Code.DataLoss, Code.Unimplemented]);
 
-function logFailure(logger: Logger, procedure: string, error: ConnectError, startedAt: number): void {
+/** Logs one failed call (procedure, code, reason, duration; the cause for server faults). */
+export function logFailure(logger: Logger, procedure: string, error: ConnectError, startedAt: number): void {
   const detail = error.findDetails(ErrorDetailSchema)[0];
   const fields: Record<string, unknown> = {
     procedure,
