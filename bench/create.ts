@@ -36,8 +36,8 @@ function createThroughApi(ctx: BenchContext, provider: string): Measure {
   };
 }
 
-/** The raw baseline of `provider`, with its name. */
-function rawCreate(ctx: BenchContext, provider: string): { name: string; measure: Measure } {
+/** The raw baseline of `provider`, with its name (also section (k)'s). */
+export function rawCreate(ctx: BenchContext, provider: string): { name: string; measure: Measure } {
   if (provider === "local") {
     let n = 0;
     return {

@@ -14,7 +14,8 @@
  * (g) `mixed` — 16 workspaces under a mixed load vs the same work done directly;
  * (h) `memory` — memory per idle workspace (server RSS; containers vs raw `sleep` containers);
  * (i) `kill` — how fast a timed-out command tree dies; (j) `create` — cold CreateWorkspace vs
- * mkdir / raw docker create+start. `--providers` applies to (a), (d), (g), (h), (i) and (j).
+ * mkdir / raw docker create+start; (k) `sessions` — StartSession to ACTIVE, cold and from a warm
+ * pool, vs the same raw baseline. `--providers` applies to (a), (d), (g), (h), (i), (j) and (k).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -36,6 +37,7 @@ import { benchMemory } from "./memory.ts";
 import { benchMixed } from "./mixed.ts";
 import { benchPeer } from "./peer.ts";
 import { benchReads } from "./reads.ts";
+import { benchSessions } from "./sessions.ts";
 import { formatTable, type Row } from "./report.ts";
 import { type Clients, type ServerProcess, createClients, startServerProcess } from "./server-process.ts";
 import { benchThroughput } from "./throughput.ts";
@@ -45,7 +47,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -66,7 +68,7 @@ function parseOptions() {
   });
   if (values.help) {
     process.stdout.write(
-      "usage: npm run bench -- [--quick] [--only=a,b,…,j] [--providers=local,docker,gvisor] [--profile]\n" +
+      "usage: npm run bench -- [--quick] [--only=a,b,…,k] [--providers=local,docker,gvisor] [--profile]\n" +
         "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
         "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
         "  c|stream    StreamBash throughput and server RSS under a slow reader\n" +
@@ -77,7 +79,8 @@ function parseOptions() {
         "  h|memory    server RSS and container memory per idle workspace vs raw sleep containers\n" +
         "  i|kill      time for a timed-out command tree (setsid, nohup, TERM-ignoring) to die\n" +
         "  j|create    cold CreateWorkspace vs mkdir / raw docker create+start\n" +
-        "  --providers applies to a, d, g, h, i and j\n",
+        "  k|sessions  StartSession to ACTIVE, cold and from a warm pool, vs mkdir / raw docker create+start\n" +
+        "  --providers applies to a, d, g, h, i, j and k\n",
     );
     process.exit(0);
   }
@@ -134,6 +137,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     h: { providers, workspaces: quick ? 10 : 50, settleMs: quick ? 1000 : 3000 },
     i: { providers, runs: quick ? 3 : 10 },
     j: { providers, iterations: quick ? 3 : 8 },
+    k: { providers, iterations: quick ? { local: 5, docker: 3, gvisor: 2 } : { local: 20, docker: 10, gvisor: 6 }, poolSize: 3 },
   };
 }
 
@@ -167,10 +171,10 @@ async function main(): Promise<void> {
   }
 
   /** Runs one section against a fresh server child, so sections do not inherit each other's memory. */
-  const withServer = async (section: string, containers: boolean, fn: (ctx: BenchContext) => Promise<SectionResult>) => {
+  const withServer = async (section: string, containers: boolean, fn: (ctx: BenchContext) => Promise<SectionResult>, env: Record<string, string> = {}) => {
     const dataDir = path.join(root, section);
     await mkdir(dataDir, { recursive: true });
-    server = await startServerProcess({ dataDir, env: containers ? {} : { AGENT_WORKSPACE_DOCKER: "off" }, nodeArgs });
+    server = await startServerProcess({ dataDir, env: { ...(containers ? {} : { AGENT_WORKSPACE_DOCKER: "off" }), ...env }, nodeArgs });
     log(`[${section}] server pid ${server.pid} at ${server.url}, providers: ${server.providers.join(", ")}, rss ${Math.round((await server.stats()).rss / 2 ** 20)} MiB`);
     clients = createClients(server.url);
     try {
@@ -200,6 +204,8 @@ async function main(): Promise<void> {
     if (opts.only.has("h")) results.memory = await withServer("memory", containers, (ctx) => benchMemory(ctx, settings.h));
     if (opts.only.has("i")) results.kill = await withServer("kill", containers, (ctx) => benchKill(ctx, settings.i));
     if (opts.only.has("j")) results.create = await withServer("create", containers, (ctx) => benchCreate(ctx, settings.j));
+    // Pools refill every tick: 50 ms (the minimum) rather than 1 s, so a new pool fills at once.
+    if (opts.only.has("k")) results.sessions = await withServer("sessions", containers, (ctx) => benchSessions(ctx, settings.k), { AGENT_WORKSPACE_SESSION_TICK_MS: "50" });
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];

@@ -36,7 +36,11 @@ export type Reason =
   | "WORKSPACE_DISABLED"
   | "AGENT_TYPE_WORKSPACE_DISABLED"
   | "UNAUTHENTICATED"
-  | "CALLER_NOT_PERMITTED";
+  | "CALLER_NOT_PERMITTED"
+  | "SESSION_NOT_FOUND"
+  | "SESSION_NOT_READY"
+  | "WORKSPACE_NOT_PROVISIONED"
+  | "OUTSIDE_SESSION";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

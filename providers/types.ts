@@ -102,6 +102,50 @@ export interface WorkspaceRecord {
   state: Record<string, string>;
   /** Set by the server for a workspace made for an agent type; providers neither set nor read it. */
   agentType?: AgentTypeBinding;
+  /** Set by the server for a session's workspace; providers neither set nor read it. */
+  session?: WorkspaceSession;
+  /** Set by the server while the workspace waits in a warm pool; providers neither set nor read it. */
+  pool?: PoolMembership;
+}
+
+/** What a session's task says about its repository (TaskContext in the API). */
+export interface TaskContext {
+  repositoryUrl: string;
+  branch: string;
+  pullRequestNumber: number;
+  baseBranch: string;
+}
+
+/** The repository a workspace was cloned from. */
+export interface CheckoutInfo {
+  repositoryUrl: string;
+  branch: string;
+  commit: string;
+}
+
+/** The session a workspace belongs to. */
+export interface WorkspaceSession {
+  id: string;
+  task: TaskContext;
+}
+
+/** A warm-pool workspace: made ahead of demand for the configuration whose fingerprint it carries. */
+export interface PoolMembership {
+  fingerprint: string;
+  /** False while it is being made; a stop then leaves it half-made, and it is removed. */
+  ready: boolean;
+  /** What its provisioning reported, handed to the session that takes it. */
+  warnings: ProvisioningWarning[];
+  checkout?: CheckoutInfo;
+}
+
+/** Something that went wrong in provisioning without stopping it. */
+export interface ProvisioningWarning {
+  stage: "sandbox" | "clone" | "setup_command" | "warm_pool";
+  message: string;
+  command: string;
+  exitCode: number;
+  timedOut: boolean;
 }
 
 /**

@@ -3,6 +3,8 @@
  * reflection into one Connect router, and the Node request handler that serves it for gRPC,
  * gRPC-Web and Connect alike.
  */
+import { mkdir, rm } from "node:fs/promises";
+import path from "node:path";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
@@ -34,6 +36,9 @@ import type { Store } from "./store/store.ts";
 import { createToolAccess } from "./tool-access.ts";
 import { checkToolRegistry, TOOL_NAMES } from "./tools/registry.ts";
 import { WorkspaceManager } from "./workspace-manager.ts";
+import { Provisioner } from "./sessions/provision.ts";
+import { SessionManager } from "./sessions/session-manager.ts";
+import { WarmPools } from "./sessions/warm-pool.ts";
 
 /** A built application, not yet listening. */
 export interface App {
@@ -42,6 +47,7 @@ export interface App {
   interceptors: Interceptor[];
   workspaces: WorkspaceManager;
   agentTypes: AgentTypes;
+  sessions: SessionManager;
   store: Store;
   health: HealthStatus;
   logger: Logger;
@@ -98,6 +104,36 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   });
   await workspaces.init();
   await built.reconcileOrphans(new Set(workspaces.listRecords("", {}).map((r) => r.id)));
+  const cloneTmp = path.join(settings.providers.dataDir, "tmp");
+  await rm(cloneTmp, { recursive: true, force: true });
+  await mkdir(cloneTmp, { recursive: true, mode: 0o700 });
+  const provisioner = new Provisioner({
+    workspaces,
+    clone: { credentials: settings.git.credentials, tmpDir: cloneTmp, maxBytes: settings.git.cloneMaxBytes, timeoutMs: settings.git.cloneTimeoutMs },
+    toolLimits: settings.toolLimits,
+    logger,
+  });
+  const pools = new WarmPools({
+    workspaces,
+    agentTypes,
+    provisioner,
+    logger,
+    concurrency: settings.sessions.poolConcurrency,
+    serverDefaults: JSON.stringify([settings.defaultProvider, settings.providers.docker.image, settings.workspaceDefaults]),
+    defaultProvider: settings.defaultProvider,
+  });
+  const sessions = new SessionManager({
+    store: store.sessions,
+    workspaces,
+    agentTypes,
+    provisioner,
+    pools,
+    logger,
+    defaultProvider: settings.defaultProvider,
+    idleTimeoutMs: settings.sessions.idleTimeoutMs,
+    tickMs: settings.sessions.tickMs,
+  });
+  await sessions.init();
   const health = new HealthStatus([ConfigService.typeName, ToolService.typeName, WorkspaceService.typeName]);
   const shutdown = new AbortController();
   // Outermost first: errors see every refusal; authentication establishes the caller that the
@@ -106,12 +142,12 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   const policy = overrides.policy ?? POLICY;
   const interceptors = [
     createErrorInterceptor(logger),
-    createAuthenticationInterceptor(keys),
-    createPermissionInterceptor({ policy, toolAccess: createToolAccess(workspaces, agentTypes) }),
+    createAuthenticationInterceptor(keys, sessions),
+    createPermissionInterceptor({ policy, toolAccess: createToolAccess(workspaces, agentTypes, sessions) }),
   ];
   const routes = (router: ConnectRouter) => {
     router.service(ConfigService, createConfigService(agentTypes));
-    router.service(WorkspaceService, createWorkspaceService(workspaces));
+    router.service(WorkspaceService, createWorkspaceService(workspaces, sessions));
     router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits }));
     registerHealth(router, health);
     // Besides the services' own files: the tool option, and the error detail every error carries,
@@ -126,11 +162,12 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     store.close();
     throw err;
   }
+  sessions.begin();
   function buildHandler(): NodeHandler {
     return createNodeHandler({
     routes,
     rest: CONFIG_REST_ROUTES,
-    restCallerCheck: (header, procedure) => checkCaller(policy, procedure, authenticate(header, keys)),
+    restCallerCheck: (header, procedure) => checkCaller(policy, procedure, authenticate(header, keys, sessions)),
     // A served RPC without a policy entry (or an entry for none) stops the start.
     checkRoutes: (procedures) => checkPolicy(policy, procedures),
     logger,
@@ -152,6 +189,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     interceptors,
     workspaces,
     agentTypes,
+    sessions,
     store,
     health,
     logger,
@@ -162,6 +200,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     async close() {
       health.shutdown();
       shutdown.abort();
+      await sessions.close();
       await workspaces.close();
       store.close();
     },

@@ -44,4 +44,8 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   AGENT_TYPE_WORKSPACE_DISABLED: { code: Code.FailedPrecondition, reason: ErrorReason.AGENT_TYPE_WORKSPACE_DISABLED },
   UNAUTHENTICATED: { code: Code.Unauthenticated, reason: ErrorReason.UNAUTHENTICATED },
   CALLER_NOT_PERMITTED: { code: Code.PermissionDenied, reason: ErrorReason.CALLER_NOT_PERMITTED },
+  SESSION_NOT_FOUND: { code: Code.NotFound, reason: ErrorReason.SESSION_NOT_FOUND },
+  SESSION_NOT_READY: { code: Code.FailedPrecondition, reason: ErrorReason.SESSION_NOT_READY },
+  WORKSPACE_NOT_PROVISIONED: { code: Code.FailedPrecondition, reason: ErrorReason.WORKSPACE_NOT_PROVISIONED },
+  OUTSIDE_SESSION: { code: Code.PermissionDenied, reason: ErrorReason.OUTSIDE_SESSION },
 };

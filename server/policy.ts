@@ -10,8 +10,10 @@ import type { Principal } from "./auth/principal.ts";
 export type Allowed = ReadonlyArray<Principal["kind"]>;
 
 const OPERATOR: Allowed = ["operator"];
-/** Tool calls: operators now; the session kind joins here with the sessions step. */
-const TOOL_CALLERS: Allowed = ["operator"];
+/** Tool calls: operators anywhere, session tokens in their own session's workspace (tool-access.ts). */
+const TOOL_CALLERS: Allowed = ["operator", "session"];
+/** Reading one session: operators, and a session token its own (workspace-service.ts). */
+const SESSION_READERS: Allowed = ["operator", "session"];
 /** Probes and schema discovery: load balancers and `buf curl` call them without a key. */
 const ANYONE: Allowed = ["operator", "anonymous"];
 
@@ -29,6 +31,11 @@ export const POLICY: Readonly<Record<string, Allowed>> = {
   "/agentworkspace.v1.WorkspaceService/GetWorkspace": OPERATOR,
   "/agentworkspace.v1.WorkspaceService/ListWorkspaces": OPERATOR,
   "/agentworkspace.v1.WorkspaceService/DeleteWorkspace": OPERATOR,
+  "/agentworkspace.v1.WorkspaceService/StartSession": OPERATOR,
+  "/agentworkspace.v1.WorkspaceService/GetSession": SESSION_READERS,
+  "/agentworkspace.v1.WorkspaceService/ListSessions": OPERATOR,
+  "/agentworkspace.v1.WorkspaceService/EndSession": OPERATOR,
+  "/agentworkspace.v1.WorkspaceService/WatchSession": SESSION_READERS,
 
   "/agentworkspace.v1.ToolService/Bash": TOOL_CALLERS,
   "/agentworkspace.v1.ToolService/StreamBash": TOOL_CALLERS,

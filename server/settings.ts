@@ -6,12 +6,14 @@
  * services. (Per-agent-type configuration is the ConfigService's business, not this module's.)
  */
 import { readFileSync } from "node:fs";
+import { parse as parseYaml } from "yaml";
 import { isIP } from "node:net";
 import path from "node:path";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import type { DockerConnection, ProviderSettings } from "../providers/index.ts";
 import { DomainError } from "../core/errors.ts";
 import { LOG_LEVELS, type LogLevel } from "./logger.ts";
+import type { GitCredential } from "./sessions/clone.ts";
 import { DEFAULT_TOOL_LIMITS, type ToolLimits } from "./tools/tool-limits.ts";
 import { type LimitStrings, parseCpu, parseSize } from "./workspace-limits.ts";
 
@@ -41,6 +43,26 @@ export interface Settings {
   apiKeys: string[];
   /** A YAML or JSON file of agent types applied at start; "" for none. */
   agentTypesFile: string;
+  sessions: SessionSettings;
+  git: GitSettings;
+}
+
+/** How sessions and warm pools run. */
+export interface SessionSettings {
+  /** Idle timeout of sessions whose agent type sets none, in milliseconds; 0 for none. */
+  idleTimeoutMs: number;
+  /** Warm-pool fills running at once, over all agent types. */
+  poolConcurrency: number;
+  /** How often idle sessions are looked for and pools refilled, in milliseconds. */
+  tickMs: number;
+}
+
+/** How the server clones repositories into workspaces. */
+export interface GitSettings {
+  /** A token per git host (URL host, with its port if it has one). */
+  credentials: Map<string, GitCredential>;
+  cloneTimeoutMs: number;
+  cloneMaxBytes: number;
 }
 
 /** A setting that cannot be used; the message names the variable or flag and what it accepts. */
@@ -66,6 +88,7 @@ const FLAGS = {
   quiet: { type: "boolean", env: "AGENT_WORKSPACE_QUIET" },
   "api-keys-file": { type: "string", env: "AGENT_WORKSPACE_API_KEYS_FILE" },
   "agent-types": { type: "string", env: "AGENT_WORKSPACE_AGENT_TYPES" },
+  "git-credentials": { type: "string", env: "AGENT_WORKSPACE_GIT_CREDENTIALS" },
 } as const;
 
 /** Usage text for `agent-workspace serve --help`. */
@@ -84,6 +107,8 @@ Options (each also read from the environment variable shown):
                             the server runs open, and only on a loopback address.
   --agent-types FILE        agent types to create or update at start, YAML or JSON
                             (AGENT_WORKSPACE_AGENT_TYPES)
+  --git-credentials FILE    tokens the server clones with, per git host, YAML or JSON
+                            (AGENT_WORKSPACE_GIT_CREDENTIALS)
 
 The README lists every other environment variable.`;
 
@@ -168,6 +193,36 @@ function apiKeys(env: NodeJS.ProcessEnv, file: string | undefined, fileName: str
     }
   }
   return [...new Set(keys.map(([k]) => k))];
+}
+
+/**
+ * The git credentials file: a mapping from host ("git.example.com", "127.0.0.1:8443") to a token,
+ * or to { username, token }. Messages name the host, never the token.
+ */
+function gitCredentials(file: string | undefined, name: string): Map<string, GitCredential> {
+  const out = new Map<string, GitCredential>();
+  if (file === undefined) return out;
+  let doc: unknown;
+  try {
+    doc = parseYaml(readFileSync(file, "utf8"));
+  } catch (err) {
+    throw new SettingsError(`${name}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? "not YAML or JSON"})`);
+  }
+  if (doc === null || typeof doc !== "object" || Array.isArray(doc)) throw new SettingsError(`${name}: ${file} must map git hosts to tokens`);
+  for (const [host, value] of Object.entries(doc as Record<string, unknown>)) {
+    if (!/^[A-Za-z0-9][A-Za-z0-9.-]*(:\d{1,5})?$/.test(host)) throw new SettingsError(`${name}: '${host.slice(0, 100)}' is not a host name (with an optional :port)`);
+    const entry = typeof value === "string" ? { username: "x-access-token", token: value } : (value as { username?: unknown; token?: unknown } | null);
+    const token = entry?.token;
+    const username = entry?.username ?? "x-access-token";
+    if (typeof token !== "string" || token.length < 4 || /[\s\x00-\x1f\x7f]/.test(token)) {
+      throw new SettingsError(`${name}: the token for ${host} must be a string of at least 4 characters without spaces`);
+    }
+    if (typeof username !== "string" || username === "" || /[:\s\x00-\x1f\x7f]/.test(username)) {
+      throw new SettingsError(`${name}: the username for ${host} must be a non-empty string without ':' or spaces`);
+    }
+    out.set(host.toLowerCase(), { username, token });
+  }
+  return out;
 }
 
 /**
@@ -261,6 +316,16 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
     compression: oneOf(read(env, "AGENT_WORKSPACE_COMPRESSION"), "AGENT_WORKSPACE_COMPRESSION", ["none", "gzip"], "none"),
     logLevel: level === undefined ? (quiet ? "warn" : "info") : oneOf(level, levelName, LOG_LEVELS, "info"),
     apiKeys: keys,
+    sessions: {
+      idleTimeoutMs: integer(read(env, "AGENT_WORKSPACE_SESSION_IDLE_TIMEOUT_MS"), "AGENT_WORKSPACE_SESSION_IDLE_TIMEOUT_MS", 30 * 60_000, 0, 30 * 24 * 3_600_000),
+      poolConcurrency: integer(read(env, "AGENT_WORKSPACE_WARM_POOL_CONCURRENCY"), "AGENT_WORKSPACE_WARM_POOL_CONCURRENCY", 1, 1, 16),
+      tickMs: integer(read(env, "AGENT_WORKSPACE_SESSION_TICK_MS"), "AGENT_WORKSPACE_SESSION_TICK_MS", 1000, 50, 60_000),
+    },
+    git: {
+      credentials: gitCredentials(...pick("git-credentials")),
+      cloneTimeoutMs: integer(read(env, "AGENT_WORKSPACE_CLONE_TIMEOUT_MS"), "AGENT_WORKSPACE_CLONE_TIMEOUT_MS", 10 * 60_000, 1000, 24 * 3_600_000),
+      cloneMaxBytes: parseSize(limit(read(env, "AGENT_WORKSPACE_CLONE_MAX_BYTES"), "AGENT_WORKSPACE_CLONE_MAX_BYTES", parseSize) || "512M", "AGENT_WORKSPACE_CLONE_MAX_BYTES"),
+    },
     agentTypesFile: pick("agent-types")[0] === undefined ? "" : path.resolve(pick("agent-types")[0] as string),
     providers: {
       dataDir: path.resolve(pick("data-dir")[0] ?? ".data"),

@@ -5,7 +5,7 @@
  */
 import { randomBytes } from "node:crypto";
 import { DomainError, hasReason } from "../core/errors.ts";
-import type { AgentTypeBinding, CreateOptions, Provider, WorkspaceHandle, WorkspaceRecord } from "../providers/types.ts";
+import type { AgentTypeBinding, CreateOptions, PoolMembership, Provider, WorkspaceHandle, WorkspaceRecord, WorkspaceSession } from "../providers/types.ts";
 import type { AgentTypes } from "./agent-types/agent-types.ts";
 import type { Logger } from "./logger.ts";
 import type { WorkspaceStore } from "./store/store.ts";
@@ -19,6 +19,10 @@ export interface CreateRequest {
   image: string;
   /** The agent type the workspace is for; "" for none. */
   agentType?: string;
+  /** The session the workspace is made for. */
+  session?: WorkspaceSession;
+  /** The warm pool the workspace is made for. */
+  pool?: PoolMembership;
 }
 
 /** A workspace as the API shows it. */
@@ -46,6 +50,8 @@ export class WorkspaceManager {
   readonly #records = new Map<string, WorkspaceRecord>();
   readonly #handles = new Map<string, Promise<WorkspaceHandle>>();
   readonly #creating = new Set<string>();
+  /** Workspaces being deleted: never reopened (that would restart a container being removed). */
+  readonly #deleting = new Set<string>();
   readonly #options: WorkspaceManagerOptions;
 
   constructor(options: WorkspaceManagerOptions) {
@@ -141,7 +147,7 @@ export class WorkspaceManager {
     let record: WorkspaceRecord | undefined;
     try {
       const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network });
-      record = plan.binding ? { ...made, agentType: plan.binding } : made;
+      record = { ...made, ...(plan.binding ? { agentType: plan.binding } : {}), ...(req.session ? { session: req.session } : {}), ...(req.pool ? { pool: req.pool } : {}) };
       await this.#options.store.put(record);
       // The agent type may have been deleted while the sandbox was being made (its delete found
       // no workspace on record then): a workspace is never left bound to an agent type that is gone.
@@ -174,6 +180,20 @@ export class WorkspaceManager {
     return r;
   }
 
+  /**
+   * Replaces what the server keeps beside a workspace (its session, its pool membership, its
+   * labels), durably; the provider's part of the record never changes.
+   */
+  async annotate(id: string, patch: Pick<WorkspaceRecord, "session" | "pool" | "labels">): Promise<WorkspaceRecord> {
+    const current = this.#record(id);
+    const next: WorkspaceRecord = { ...current, labels: patch.labels, session: patch.session, pool: patch.pool };
+    if (next.session === undefined) delete next.session;
+    if (next.pool === undefined) delete next.pool;
+    await this.#options.store.put(next);
+    this.#records.set(id, next);
+    return next;
+  }
+
   /** The record of a workspace, or undefined; never throws. */
   find(id: string): WorkspaceRecord | undefined {
     return this.#records.get(id);
@@ -182,6 +202,7 @@ export class WorkspaceManager {
   /** The live handle of a workspace, opened on first use. */
   async handle(id: string): Promise<WorkspaceHandle> {
     const record = this.#record(id);
+    if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
     let h = this.#handles.get(id);
     if (!h) {
       h = this.#provider(record.provider).open(record);
@@ -194,6 +215,7 @@ export class WorkspaceManager {
   async get(id: string): Promise<WorkspaceView> {
     const record = this.#record(id);
     if (this.#creating.has(id)) return { record, status: "creating", statusMessage: "" };
+    if (this.#deleting.has(id)) return { record, status: "stopped", statusMessage: "The workspace is being deleted" };
     try {
       const h = await this.handle(id);
       const health = await h.health();
@@ -213,12 +235,18 @@ export class WorkspaceManager {
 
   async delete(id: string): Promise<void> {
     const record = this.#record(id);
-    const h = this.#handles.get(id);
-    this.#handles.delete(id);
-    if (h) await h.then((x) => x.close(), () => undefined);
-    await this.#provider(record.provider).destroy(record);
-    this.#records.delete(id);
-    await this.#options.store.delete(id);
+    if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
+    this.#deleting.add(id);
+    try {
+      const h = this.#handles.get(id);
+      this.#handles.delete(id);
+      if (h) await h.then((x) => x.close(), () => undefined);
+      await this.#provider(record.provider).destroy(record);
+      this.#records.delete(id);
+      await this.#options.store.delete(id);
+    } finally {
+      this.#deleting.delete(id);
+    }
     this.#options.logger.info("workspace deleted", { workspace_id: id });
   }
 

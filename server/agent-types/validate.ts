@@ -49,7 +49,7 @@ export function validateAgentTypeId(id: string, field = "id"): void {
  * local path, `file://`, or a remote helper (`ext::sh -c …` runs a command), and never one
  * carrying a password: credentials are the server's to add, not stored where GET shows them.
  */
-function validateRepoUrl(url: string, field: string): void {
+export function validateRepoUrl(url: string, field: string): void {
   // scp-like user@host:path; neither user nor host may start with "-", which ssh would read as an option.
   if (/^[A-Za-z0-9_][A-Za-z0-9._-]*@[A-Za-z0-9][A-Za-z0-9.-]*:(?!\/\/)[^\s]+$/.test(url)) return;
   let parsed: URL;
@@ -72,7 +72,7 @@ function validateRepoUrl(url: string, field: string): void {
 }
 
 /** A branch name git would accept, which can never be read as an option. */
-function validateBranch(branch: string, field: string): void {
+export function validateBranch(branch: string, field: string): void {
   const bad =
     branch.length > 255 ||
     branch.startsWith("-") ||
@@ -169,6 +169,7 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
   const maxTimeout = validateTimeout(cfg.maxCommandTimeoutMs, f("max_command_timeout_ms"), ctx.maxTimeoutMs);
   const defaultTimeout = validateTimeout(cfg.defaultCommandTimeoutMs, f("default_command_timeout_ms"), maxTimeout || ctx.maxTimeoutMs);
   validateTimeout(cfg.setupCommandTimeoutMs, f("setup_command_timeout_ms"), 24 * 3_600_000);
+  validateTimeout(cfg.sessionIdleTimeoutMs, f("session_idle_timeout_ms"), 30 * 24 * 3_600_000);
   if (maxTimeout !== 0 && maxTimeout < 1000) throw invalid(f("max_command_timeout_ms"), "max_command_timeout_ms must be 0 or at least 1000");
   if (defaultTimeout !== 0 && defaultTimeout < 1000) throw invalid(f("default_command_timeout_ms"), "default_command_timeout_ms must be 0 or at least 1000");
 
@@ -187,5 +188,6 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     defaultCommandTimeoutMs: cfg.defaultCommandTimeoutMs,
     maxCommandTimeoutMs: cfg.maxCommandTimeoutMs,
     setupCommandTimeoutMs: cfg.setupCommandTimeoutMs,
+    sessionIdleTimeoutMs: cfg.sessionIdleTimeoutMs,
   });
 }

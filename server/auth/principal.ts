@@ -1,8 +1,8 @@
 /**
  * Who is calling. Every call gets exactly one principal from the authentication interceptor,
- * and the permission interceptor decides with it. Kinds today: an operator (holder of an API
- * key, or anyone on a server running open) and anonymous (no credential). Sessions add a third
- * kind, `session`, carrying the session's agent type and workspace; nothing else changes.
+ * and the permission interceptor decides with it. Kinds: an operator (holder of an API key, or
+ * anyone on a server running open), a session (holder of a session token) and anonymous (no
+ * credential).
  */
 import { createContextKey } from "@connectrpc/connect";
 
@@ -16,15 +16,25 @@ export interface OperatorPrincipal {
   id: string;
 }
 
+/**
+ * The holder of a session token: may call tools on its own session's workspace, and read or
+ * watch its own session; nothing else.
+ */
+export interface SessionPrincipal {
+  kind: "session";
+  sessionId: string;
+  agentType: string;
+}
+
 /** A caller without a credential. */
 export interface AnonymousPrincipal {
   kind: "anonymous";
 }
 
-export type Principal = OperatorPrincipal | AnonymousPrincipal;
+export type Principal = OperatorPrincipal | SessionPrincipal | AnonymousPrincipal;
 
 /** Every kind of principal, in the order the policy table lists them. */
-export const PRINCIPAL_KINDS = ["operator", "anonymous"] as const satisfies ReadonlyArray<Principal["kind"]>;
+export const PRINCIPAL_KINDS = ["operator", "session", "anonymous"] as const satisfies ReadonlyArray<Principal["kind"]>;
 
 export const ANONYMOUS: AnonymousPrincipal = Object.freeze({ kind: "anonymous" });
 

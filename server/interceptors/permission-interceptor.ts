@@ -6,16 +6,24 @@
  * named in the request. Streaming calls are decided before the handler runs, so a refused call
  * sends no message at all.
  */
-import { type Interceptor, type StreamRequest, type UnaryRequest } from "@connectrpc/connect";
+import { type Interceptor, type StreamRequest, type StreamResponse, type UnaryRequest } from "@connectrpc/connect";
 import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import { DomainError } from "../../core/errors.ts";
 import { PRINCIPAL, type Principal } from "../auth/principal.ts";
 import type { Allowed } from "../policy.ts";
 import { toolNameOf } from "../tools/registry.ts";
 
+/** An admitted tool call: the workspace it runs in, and what to do when it ends. */
+export interface Admission {
+  /** The workspace the call runs in: the request's, or a session token's own when it names none. */
+  workspaceId: string;
+  /** Called once when the call ends, however it ends. */
+  done(): void;
+}
+
 /** Decides whether a principal may use a tool in a workspace; throws the refusal. */
 export interface ToolAccess {
-  check(principal: Principal, workspaceId: string, tool: string): void;
+  admit(principal: Principal, workspaceId: string, tool: string): Admission;
 }
 
 /** Options of the permission interceptor. */
@@ -28,6 +36,20 @@ export interface PermissionOptions {
 function workspaceIdOf(message: unknown): string {
   const id = (message as { workspaceId?: unknown } | undefined)?.workspaceId;
   return typeof id === "string" ? id : "";
+}
+
+/** Points the request at the admitted workspace (a session token's calls may leave it empty). */
+function setWorkspaceId(message: unknown, id: string): void {
+  if (message !== null && typeof message === "object" && "workspaceId" in message) (message as { workspaceId: string }).workspaceId = id;
+}
+
+/** `stream`, calling `done` once it ends or is abandoned. */
+async function* finishing<T>(stream: AsyncIterable<T>, done: () => void): AsyncGenerator<T> {
+  try {
+    yield* stream;
+  } finally {
+    done();
+  }
 }
 
 /**
@@ -51,13 +73,27 @@ export function createPermissionInterceptor({ policy, toolAccess }: PermissionOp
     const tool = toolNameOf(req.method);
     if (tool === "") return next(req);
     if (!req.stream) {
-      toolAccess.check(principal, workspaceIdOf((req as UnaryRequest).message), tool);
-      return next(req);
+      const message = (req as UnaryRequest).message;
+      const admitted = toolAccess.admit(principal, workspaceIdOf(message), tool);
+      setWorkspaceId(message, admitted.workspaceId);
+      try {
+        return await next(req);
+      } finally {
+        admitted.done();
+      }
     }
     // A server-streaming request has one message: read it, decide, and hand the same message on.
     const messages: unknown[] = [];
     for await (const m of (req as StreamRequest).message) messages.push(m);
-    toolAccess.check(principal, workspaceIdOf(messages[0]), tool);
-    return next({ ...req, message: createAsyncIterable(messages) } as StreamRequest);
+    const admitted = toolAccess.admit(principal, workspaceIdOf(messages[0]), tool);
+    setWorkspaceId(messages[0], admitted.workspaceId);
+    let res: StreamResponse;
+    try {
+      res = (await next({ ...req, message: createAsyncIterable(messages) } as StreamRequest)) as StreamResponse;
+    } catch (err) {
+      admitted.done();
+      throw err;
+    }
+    return { ...res, message: finishing(res.message, admitted.done) };
   };
 }

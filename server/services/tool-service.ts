@@ -26,6 +26,7 @@ import type { GrepEvent, GrepInput } from "../tools/grep.ts";
 import { TOOL_REGISTRY } from "../tools/registry.ts";
 import type { ToolLimits } from "../tools/tool-limits.ts";
 import type { WorkspaceManager } from "../workspace-manager.ts";
+import { taskEnv } from "../sessions/session.ts";
 
 const FILE_TYPES: Record<EntryType, FileType> = {
   file: FileType.FILE,
@@ -116,7 +117,14 @@ export function createToolService({ workspaces, limits }: ToolServiceDeps): Serv
   const context = async (workspaceId: string, hctx: HandlerContext): Promise<ToolContext> => {
     const workspace = await workspaces.handle(workspaceId);
     const left = hctx.timeoutMs();
-    return { workspace, limits: limitsOf(workspaceId), signal: cancelOnly(hctx.signal), deadline: left === undefined ? undefined : Date.now() + left };
+    const task = workspaces.find(workspaceId)?.session?.task;
+    return {
+      workspace,
+      limits: limitsOf(workspaceId),
+      signal: cancelOnly(hctx.signal),
+      deadline: left === undefined ? undefined : Date.now() + left,
+      ...(task ? { env: taskEnv(task) } : {}),
+    };
   };
   /** A unary RPC: request → tool input → tool → response. */
   const unary =

@@ -47,4 +47,21 @@ export const MIGRATIONS: readonly Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 2,
+    name: "sessions",
+    sql: `
+      -- One row per agent session. The record (task, warnings, timestamps) is JSON; the token is
+      -- only ever stored as its SHA-256.
+      CREATE TABLE sessions (
+        id          TEXT PRIMARY KEY,
+        agent_type  TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        token_hash  TEXT NOT NULL UNIQUE,
+        created_at  TEXT NOT NULL,
+        record      TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX sessions_status ON sessions (status);
+    `,
+  },
 ];

@@ -129,6 +129,9 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
     agentTypeExists: db.prepare("SELECT 1 AS one FROM agent_types WHERE id = ?"),
     agentTypeWorkspaces: db.prepare("SELECT count(*) AS n FROM workspaces WHERE agent_type = ?"),
     deleteAgentType: db.prepare("DELETE FROM agent_types WHERE id = ?"),
+    sessions: db.prepare("SELECT id, agent_type, status, token_hash, created_at, record FROM sessions WHERE status != 'ended' OR json_extract(record, '$.endedAt') >= ? ORDER BY created_at, id"),
+    putSession: db.prepare("INSERT OR REPLACE INTO sessions (id, agent_type, status, token_hash, created_at, record) VALUES (?, ?, ?, ?, ?, ?)"),
+    pruneSessions: db.prepare("DELETE FROM sessions WHERE status = 'ended' AND json_extract(record, '$.endedAt') < ?"),
   };
 
   return {
@@ -171,6 +174,24 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
           q.deleteAgentType.run(id);
           return { deleted: true };
         });
+      },
+    },
+    sessions: {
+      async load(endedSince) {
+        return (q.sessions.all(endedSince.toISOString()) as Array<{ id: string; agent_type: string; status: string; token_hash: string; created_at: string; record: string }>).map((row) => ({
+          id: row.id,
+          agentType: row.agent_type,
+          status: row.status,
+          tokenHash: row.token_hash,
+          createdAt: new Date(row.created_at),
+          record: row.record,
+        }));
+      },
+      async put(row) {
+        q.putSession.run(row.id, row.agentType, row.status, row.tokenHash, row.createdAt.toISOString(), row.record);
+      },
+      async prune(before) {
+        return Number(q.pruneSessions.run(before.toISOString()).changes);
       },
     },
     close() {

@@ -1,6 +1,6 @@
 /**
- * The server's durable state behind one small interface: workspace records and agent types now,
- * sessions and audit records later. Services never see SQL; a shared database for several
+ * The server's durable state behind one small interface: workspace records, agent types and
+ * sessions now, audit records later. Services never see SQL; a shared database for several
  * replicas (PostgreSQL) is another implementation of `Store`, which is why every method is async
  * although the embedded SQLite below answers synchronously.
  */
@@ -41,10 +41,32 @@ export interface AgentTypeStore {
   delete(id: string): Promise<AgentTypeDeletion>;
 }
 
+/** A session as stored: the columns queries use beside the JSON record the store never reads. */
+export interface StoredSession {
+  id: string;
+  agentType: string;
+  status: string;
+  /** SHA-256 of the session token, hex. */
+  tokenHash: string;
+  createdAt: Date;
+  record: string;
+}
+
+/** Where sessions live. */
+export interface SessionStore {
+  /** Every session not ended, and those ended after `endedSince`. */
+  load(endedSince: Date): Promise<StoredSession[]>;
+  /** Inserts or replaces a session. Resolves once it is durable. */
+  put(row: StoredSession): Promise<void>;
+  /** Removes sessions that ended before `before`; returns how many. */
+  prune(before: Date): Promise<number>;
+}
+
 /** The whole durable state. */
 export interface Store {
   workspaces: WorkspaceStore;
   agentTypes: AgentTypeStore;
+  sessions: SessionStore;
   /** Where the state lives, for the start log (a file path; never credentials). */
   readonly location: string;
   close(): void;

@@ -106,7 +106,7 @@ async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promi
     spec: {
       argv: ["bash", "-c", input.command],
       cwd,
-      env: input.env,
+      env: ctx.env === undefined ? input.env : { ...ctx.env, ...input.env },
       timeoutMs: deadlineBound ? (left as number) : requestedTimeoutMs,
       killGraceMs: limits.killGraceMs,
       signal: ctx.signal,

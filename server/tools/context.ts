@@ -22,6 +22,11 @@ export interface ToolContext {
    * timeout (SIGTERM, then SIGKILL after the grace), and the call ends DEADLINE_EXCEEDED.
    */
   deadline: number | undefined;
+  /**
+   * Variables every command of the workspace sees (a session's AGENT_TASK_*), under the
+   * request's own env.
+   */
+  env?: Record<string, string>;
 }
 
 /** Milliseconds left before the deadline (at least 1), or undefined without one. */

@@ -176,6 +176,14 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
    * @generated from field: int64 setup_command_timeout_ms = 14;
    */
   setupCommandTimeoutMs: bigint;
+
+  /**
+   * A session of this agent type without a tool call for this long ends, and its workspace is
+   * removed, in milliseconds; 0 takes the server's default (AGENT_WORKSPACE_SESSION_IDLE_TIMEOUT).
+   *
+   * @generated from field: int64 session_idle_timeout_ms = 17;
+   */
+  sessionIdleTimeoutMs: bigint;
 };
 
 /**

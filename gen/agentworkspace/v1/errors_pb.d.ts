@@ -389,6 +389,36 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_CALLER_NOT_PERMITTED = 30;
    */
   CALLER_NOT_PERMITTED = 30,
+
+  /**
+   * No session has this id (NOT_FOUND).
+   *
+   * @generated from enum value: ERROR_REASON_SESSION_NOT_FOUND = 31;
+   */
+  SESSION_NOT_FOUND = 31,
+
+  /**
+   * The session is still provisioning its workspace; watch it and call again once ACTIVE
+   * (FAILED_PRECONDITION).
+   *
+   * @generated from enum value: ERROR_REASON_SESSION_NOT_READY = 32;
+   */
+  SESSION_NOT_READY = 32,
+
+  /**
+   * The session's workspace could not be provisioned (the session is DEGRADED); the metadata's
+   * "cause" says why (FAILED_PRECONDITION).
+   *
+   * @generated from enum value: ERROR_REASON_WORKSPACE_NOT_PROVISIONED = 33;
+   */
+  WORKSPACE_NOT_PROVISIONED = 33,
+
+  /**
+   * A session token was used for another session's workspace or session (PERMISSION_DENIED).
+   *
+   * @generated from enum value: ERROR_REASON_OUTSIDE_SESSION = 34;
+   */
+  OUTSIDE_SESSION = 34,
 }
 
 /**

@@ -128,6 +128,23 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
    * @generated from field: string agent_type = 10;
    */
   agentType: string;
+
+  /**
+   * The task the workspace's session was started with; unset for a workspace without a session.
+   * Commands see it as AGENT_TASK_REPOSITORY_URL, AGENT_TASK_BRANCH, AGENT_TASK_PULL_REQUEST_NUMBER
+   * and AGENT_TASK_BASE_BRANCH.
+   *
+   * @generated from field: agentworkspace.v1.TaskContext task = 11;
+   */
+  task?: TaskContext | undefined;
+
+  /**
+   * The session the workspace belongs to; empty for a workspace made by CreateWorkspace or
+   * waiting in a warm pool.
+   *
+   * @generated from field: string session_id = 12;
+   */
+  sessionId: string;
 };
 
 /**
@@ -349,6 +366,734 @@ export declare type DeleteWorkspaceResponse = Message<"agentworkspace.v1.DeleteW
 export declare const DeleteWorkspaceResponseSchema: GenMessage<DeleteWorkspaceResponse>;
 
 /**
+ * TaskContext is what a session's task says about its repository. With an agent type whose
+ * repo_source.type is "task_context", the repository is cloned at the branch.
+ *
+ * @generated from message agentworkspace.v1.TaskContext
+ */
+export declare type TaskContext = Message<"agentworkspace.v1.TaskContext"> & {
+  /**
+   * The repository: an https, http, ssh or git URL without a password. Empty for a task without one.
+   *
+   * @generated from field: string repository_url = 1;
+   */
+  repositoryUrl: string;
+
+  /**
+   * The branch to check out; empty takes the agent type's repo_source.branch, then the
+   * repository's default branch.
+   *
+   * @generated from field: string branch = 2;
+   */
+  branch: string;
+
+  /**
+   * The pull request the task is about; 0 for none.
+   *
+   * @generated from field: int64 pull_request_number = 3;
+   */
+  pullRequestNumber: bigint;
+
+  /**
+   * The branch the pull request merges into; fetched beside the branch when set.
+   *
+   * @generated from field: string base_branch = 4;
+   */
+  baseBranch: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.TaskContext.
+ * Use `create(TaskContextSchema)` to create a new message.
+ */
+export declare const TaskContextSchema: GenMessage<TaskContext>;
+
+/**
+ * SessionWarning is something that went wrong without stopping the session: a setup command
+ * that failed or timed out (the rest were skipped), a provider that failed before its fallback.
+ *
+ * @generated from message agentworkspace.v1.SessionWarning
+ */
+export declare type SessionWarning = Message<"agentworkspace.v1.SessionWarning"> & {
+  /**
+   * The stage it happened in.
+   *
+   * @generated from field: agentworkspace.v1.ProvisioningStage stage = 1;
+   */
+  stage: ProvisioningStage;
+
+  /**
+   * What happened, for people.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * The setup command, for SETUP_COMMAND warnings.
+   *
+   * @generated from field: string command = 3;
+   */
+  command: string;
+
+  /**
+   * The setup command's exit code (-1 when it was killed).
+   *
+   * @generated from field: int32 exit_code = 4;
+   */
+  exitCode: number;
+
+  /**
+   * Whether the setup command ran into its timeout and was killed.
+   *
+   * @generated from field: bool timed_out = 5;
+   */
+  timedOut: boolean;
+};
+
+/**
+ * Describes the message agentworkspace.v1.SessionWarning.
+ * Use `create(SessionWarningSchema)` to create a new message.
+ */
+export declare const SessionWarningSchema: GenMessage<SessionWarning>;
+
+/**
+ * Checkout is the repository a session's workspace was cloned from.
+ *
+ * @generated from message agentworkspace.v1.Checkout
+ */
+export declare type Checkout = Message<"agentworkspace.v1.Checkout"> & {
+  /**
+   * The repository URL (never with credentials).
+   *
+   * @generated from field: string repository_url = 1;
+   */
+  repositoryUrl: string;
+
+  /**
+   * The branch checked out.
+   *
+   * @generated from field: string branch = 2;
+   */
+  branch: string;
+
+  /**
+   * The commit checked out.
+   *
+   * @generated from field: string commit = 3;
+   */
+  commit: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.Checkout.
+ * Use `create(CheckoutSchema)` to create a new message.
+ */
+export declare const CheckoutSchema: GenMessage<Checkout>;
+
+/**
+ * Session is one agent session and its workspace.
+ *
+ * @generated from message agentworkspace.v1.Session
+ */
+export declare type Session = Message<"agentworkspace.v1.Session"> & {
+  /**
+   * Server-assigned identifier ("sess-" and 16 hex digits).
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The agent type the session was started for.
+   *
+   * @generated from field: string agent_type = 2;
+   */
+  agentType: string;
+
+  /**
+   * Current lifecycle state.
+   *
+   * @generated from field: agentworkspace.v1.SessionStatus status = 3;
+   */
+  status: SessionStatus;
+
+  /**
+   * The session's workspace; empty while provisioning, when degraded, after the end, and for
+   * agent types without workspaces.
+   *
+   * @generated from field: string workspace_id = 4;
+   */
+  workspaceId: string;
+
+  /**
+   * The task the session was started with.
+   *
+   * @generated from field: agentworkspace.v1.TaskContext task = 5;
+   */
+  task?: TaskContext | undefined;
+
+  /**
+   * Warnings of provisioning (a failed or timed-out setup command, a failed first provider).
+   *
+   * @generated from field: repeated agentworkspace.v1.SessionWarning warnings = 6;
+   */
+  warnings: SessionWarning[];
+
+  /**
+   * Why the session is DEGRADED or ENDED, for people; empty otherwise.
+   *
+   * @generated from field: string status_message = 7;
+   */
+  statusMessage: string;
+
+  /**
+   * When the session was started.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 8;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * When provisioning finished (ACTIVE or DEGRADED); unset before.
+   *
+   * @generated from field: google.protobuf.Timestamp ready_at = 9;
+   */
+  readyAt?: Timestamp | undefined;
+
+  /**
+   * When the session ended; unset before.
+   *
+   * @generated from field: google.protobuf.Timestamp ended_at = 10;
+   */
+  endedAt?: Timestamp | undefined;
+
+  /**
+   * When the session's last tool call started or ended.
+   *
+   * @generated from field: google.protobuf.Timestamp last_activity_at = 11;
+   */
+  lastActivityAt?: Timestamp | undefined;
+
+  /**
+   * The provider that made the workspace (the fallback, if the first failed).
+   *
+   * @generated from field: string provider = 12;
+   */
+  provider: string;
+
+  /**
+   * Whether the workspace was taken from a warm pool.
+   *
+   * @generated from field: bool from_warm_pool = 13;
+   */
+  fromWarmPool: boolean;
+
+  /**
+   * The repository the workspace was cloned from; unset when nothing was cloned.
+   *
+   * @generated from field: agentworkspace.v1.Checkout checkout = 14;
+   */
+  checkout?: Checkout | undefined;
+
+  /**
+   * Caller-chosen key/value labels.
+   *
+   * @generated from field: map<string, string> labels = 15;
+   */
+  labels: { [key: string]: string };
+
+  /**
+   * Whether the agent type gives sessions a workspace; false means tool calls answer NOT_FOUND.
+   *
+   * @generated from field: bool workspace_enabled = 16;
+   */
+  workspaceEnabled: boolean;
+};
+
+/**
+ * Describes the message agentworkspace.v1.Session.
+ * Use `create(SessionSchema)` to create a new message.
+ */
+export declare const SessionSchema: GenMessage<Session>;
+
+/**
+ * StartSessionRequest names the agent type and the task.
+ *
+ * @generated from message agentworkspace.v1.StartSessionRequest
+ */
+export declare type StartSessionRequest = Message<"agentworkspace.v1.StartSessionRequest"> & {
+  /**
+   * The agent type (ConfigService) whose workspace configuration makes the workspace.
+   *
+   * @generated from field: string agent_type = 1;
+   */
+  agentType: string;
+
+  /**
+   * The task's repository context; optional.
+   *
+   * @generated from field: agentworkspace.v1.TaskContext task = 2;
+   */
+  task?: TaskContext | undefined;
+
+  /**
+   * Labels to attach to the session (and its workspace).
+   *
+   * @generated from field: map<string, string> labels = 3;
+   */
+  labels: { [key: string]: string };
+};
+
+/**
+ * Describes the message agentworkspace.v1.StartSessionRequest.
+ * Use `create(StartSessionRequestSchema)` to create a new message.
+ */
+export declare const StartSessionRequestSchema: GenMessage<StartSessionRequest>;
+
+/**
+ * StartSessionResponse returns the new session and its token.
+ *
+ * @generated from message agentworkspace.v1.StartSessionResponse
+ */
+export declare type StartSessionResponse = Message<"agentworkspace.v1.StartSessionResponse"> & {
+  /**
+   * The session, usually in status PROVISIONING.
+   *
+   * @generated from field: agentworkspace.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+
+  /**
+   * The session token: send it as "authorization: Bearer <token>" on tool calls, which may then
+   * leave workspace_id empty. It reaches only this session's workspace, is shown only here, and
+   * stops working when the session ends.
+   *
+   * @generated from field: string session_token = 2;
+   */
+  sessionToken: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.StartSessionResponse.
+ * Use `create(StartSessionResponseSchema)` to create a new message.
+ */
+export declare const StartSessionResponseSchema: GenMessage<StartSessionResponse>;
+
+/**
+ * GetSessionRequest names the session.
+ *
+ * @generated from message agentworkspace.v1.GetSessionRequest
+ */
+export declare type GetSessionRequest = Message<"agentworkspace.v1.GetSessionRequest"> & {
+  /**
+   * The session id; empty with a session token for the token's own session.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.GetSessionRequest.
+ * Use `create(GetSessionRequestSchema)` to create a new message.
+ */
+export declare const GetSessionRequestSchema: GenMessage<GetSessionRequest>;
+
+/**
+ * GetSessionResponse returns one session.
+ *
+ * @generated from message agentworkspace.v1.GetSessionResponse
+ */
+export declare type GetSessionResponse = Message<"agentworkspace.v1.GetSessionResponse"> & {
+  /**
+   * The session.
+   *
+   * @generated from field: agentworkspace.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message agentworkspace.v1.GetSessionResponse.
+ * Use `create(GetSessionResponseSchema)` to create a new message.
+ */
+export declare const GetSessionResponseSchema: GenMessage<GetSessionResponse>;
+
+/**
+ * ListSessionsRequest filters and pages the listing.
+ *
+ * @generated from message agentworkspace.v1.ListSessionsRequest
+ */
+export declare type ListSessionsRequest = Message<"agentworkspace.v1.ListSessionsRequest"> & {
+  /**
+   * Only sessions of this agent type; empty for all.
+   *
+   * @generated from field: string agent_type = 1;
+   */
+  agentType: string;
+
+  /**
+   * Only sessions in this status; unspecified for all.
+   *
+   * @generated from field: agentworkspace.v1.SessionStatus status = 2;
+   */
+  status: SessionStatus;
+
+  /**
+   * Maximum sessions to return; 0 means 100.
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * The next_page_token of a previous response, to continue the listing.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.ListSessionsRequest.
+ * Use `create(ListSessionsRequestSchema)` to create a new message.
+ */
+export declare const ListSessionsRequestSchema: GenMessage<ListSessionsRequest>;
+
+/**
+ * ListSessionsResponse returns one page of sessions.
+ *
+ * @generated from message agentworkspace.v1.ListSessionsResponse
+ */
+export declare type ListSessionsResponse = Message<"agentworkspace.v1.ListSessionsResponse"> & {
+  /**
+   * The sessions, newest first.
+   *
+   * @generated from field: repeated agentworkspace.v1.Session sessions = 1;
+   */
+  sessions: Session[];
+
+  /**
+   * Token for the next page; empty when this was the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.ListSessionsResponse.
+ * Use `create(ListSessionsResponseSchema)` to create a new message.
+ */
+export declare const ListSessionsResponseSchema: GenMessage<ListSessionsResponse>;
+
+/**
+ * EndSessionRequest names the session to end.
+ *
+ * @generated from message agentworkspace.v1.EndSessionRequest
+ */
+export declare type EndSessionRequest = Message<"agentworkspace.v1.EndSessionRequest"> & {
+  /**
+   * The session id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.EndSessionRequest.
+ * Use `create(EndSessionRequestSchema)` to create a new message.
+ */
+export declare const EndSessionRequestSchema: GenMessage<EndSessionRequest>;
+
+/**
+ * EndSessionResponse returns the ended session.
+ *
+ * @generated from message agentworkspace.v1.EndSessionResponse
+ */
+export declare type EndSessionResponse = Message<"agentworkspace.v1.EndSessionResponse"> & {
+  /**
+   * The session, in status ENDED.
+   *
+   * @generated from field: agentworkspace.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+};
+
+/**
+ * Describes the message agentworkspace.v1.EndSessionResponse.
+ * Use `create(EndSessionResponseSchema)` to create a new message.
+ */
+export declare const EndSessionResponseSchema: GenMessage<EndSessionResponse>;
+
+/**
+ * WatchSessionRequest names the session to watch.
+ *
+ * @generated from message agentworkspace.v1.WatchSessionRequest
+ */
+export declare type WatchSessionRequest = Message<"agentworkspace.v1.WatchSessionRequest"> & {
+  /**
+   * The session id; empty with a session token for the token's own session.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Keep streaming after provisioning, until the session ends.
+   *
+   * @generated from field: bool follow = 2;
+   */
+  follow: boolean;
+};
+
+/**
+ * Describes the message agentworkspace.v1.WatchSessionRequest.
+ * Use `create(WatchSessionRequestSchema)` to create a new message.
+ */
+export declare const WatchSessionRequestSchema: GenMessage<WatchSessionRequest>;
+
+/**
+ * StageStarted says a provisioning stage began.
+ *
+ * @generated from message agentworkspace.v1.StageStarted
+ */
+export declare type StageStarted = Message<"agentworkspace.v1.StageStarted"> & {
+  /**
+   * The stage.
+   *
+   * @generated from field: agentworkspace.v1.ProvisioningStage stage = 1;
+   */
+  stage: ProvisioningStage;
+
+  /**
+   * The provider, for SANDBOX; the repository URL, for CLONE; the command, for SETUP_COMMAND.
+   *
+   * @generated from field: string detail = 2;
+   */
+  detail: string;
+
+  /**
+   * Position of the setup command in the agent type's list, from 0.
+   *
+   * @generated from field: int32 index = 3;
+   */
+  index: number;
+};
+
+/**
+ * Describes the message agentworkspace.v1.StageStarted.
+ * Use `create(StageStartedSchema)` to create a new message.
+ */
+export declare const StageStartedSchema: GenMessage<StageStarted>;
+
+/**
+ * StageOutput carries output of a running stage: git's progress, a setup command's output.
+ *
+ * @generated from message agentworkspace.v1.StageOutput
+ */
+export declare type StageOutput = Message<"agentworkspace.v1.StageOutput"> & {
+  /**
+   * The stage.
+   *
+   * @generated from field: agentworkspace.v1.ProvisioningStage stage = 1;
+   */
+  stage: ProvisioningStage;
+
+  /**
+   * Position of the setup command, from 0.
+   *
+   * @generated from field: int32 index = 2;
+   */
+  index: number;
+
+  /**
+   * The bytes, as written.
+   *
+   * @generated from field: bytes data = 3;
+   */
+  data: Uint8Array;
+
+  /**
+   * Whether they were written to stderr (git writes its progress there).
+   *
+   * @generated from field: bool stderr = 4;
+   */
+  stderr: boolean;
+};
+
+/**
+ * Describes the message agentworkspace.v1.StageOutput.
+ * Use `create(StageOutputSchema)` to create a new message.
+ */
+export declare const StageOutputSchema: GenMessage<StageOutput>;
+
+/**
+ * StageEnded says a provisioning stage finished.
+ *
+ * @generated from message agentworkspace.v1.StageEnded
+ */
+export declare type StageEnded = Message<"agentworkspace.v1.StageEnded"> & {
+  /**
+   * The stage.
+   *
+   * @generated from field: agentworkspace.v1.ProvisioningStage stage = 1;
+   */
+  stage: ProvisioningStage;
+
+  /**
+   * Position of the setup command, from 0.
+   *
+   * @generated from field: int32 index = 2;
+   */
+  index: number;
+
+  /**
+   * Whether the stage succeeded.
+   *
+   * @generated from field: bool ok = 3;
+   */
+  ok: boolean;
+
+  /**
+   * The setup command's exit code (-1 when it was killed).
+   *
+   * @generated from field: int32 exit_code = 4;
+   */
+  exitCode: number;
+
+  /**
+   * Whether the setup command was killed at its timeout.
+   *
+   * @generated from field: bool timed_out = 5;
+   */
+  timedOut: boolean;
+
+  /**
+   * How long the stage took.
+   *
+   * @generated from field: int64 duration_ms = 6;
+   */
+  durationMs: bigint;
+
+  /**
+   * Why it failed, for people; empty on success.
+   *
+   * @generated from field: string message = 7;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.StageEnded.
+ * Use `create(StageEndedSchema)` to create a new message.
+ */
+export declare const StageEndedSchema: GenMessage<StageEnded>;
+
+/**
+ * SessionStatusChanged says the session moved to a new status.
+ *
+ * @generated from message agentworkspace.v1.SessionStatusChanged
+ */
+export declare type SessionStatusChanged = Message<"agentworkspace.v1.SessionStatusChanged"> & {
+  /**
+   * The new status.
+   *
+   * @generated from field: agentworkspace.v1.SessionStatus status = 1;
+   */
+  status: SessionStatus;
+
+  /**
+   * Why (a degraded session's failure, an ended session's reason); may be empty.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * The session's workspace, once it has one.
+   *
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.SessionStatusChanged.
+ * Use `create(SessionStatusChangedSchema)` to create a new message.
+ */
+export declare const SessionStatusChangedSchema: GenMessage<SessionStatusChanged>;
+
+/**
+ * WatchSessionResponse is one event of a session.
+ *
+ * @generated from message agentworkspace.v1.WatchSessionResponse
+ */
+export declare type WatchSessionResponse = Message<"agentworkspace.v1.WatchSessionResponse"> & {
+  /**
+   * When it happened.
+   *
+   * @generated from field: google.protobuf.Timestamp time = 1;
+   */
+  time?: Timestamp | undefined;
+
+  /**
+   * What happened.
+   *
+   * @generated from oneof agentworkspace.v1.WatchSessionResponse.event
+   */
+  event: {
+    /**
+     * The session's status changed (the first event of every stream is the current status).
+     *
+     * @generated from field: agentworkspace.v1.SessionStatusChanged status = 2;
+     */
+    value: SessionStatusChanged;
+    case: "status";
+  } | {
+    /**
+     * A provisioning stage began.
+     *
+     * @generated from field: agentworkspace.v1.StageStarted stage_started = 3;
+     */
+    value: StageStarted;
+    case: "stageStarted";
+  } | {
+    /**
+     * Output of the running stage.
+     *
+     * @generated from field: agentworkspace.v1.StageOutput output = 4;
+     */
+    value: StageOutput;
+    case: "output";
+  } | {
+    /**
+     * A provisioning stage finished.
+     *
+     * @generated from field: agentworkspace.v1.StageEnded stage_ended = 5;
+     */
+    value: StageEnded;
+    case: "stageEnded";
+  } | {
+    /**
+     * Something went wrong without stopping the session.
+     *
+     * @generated from field: agentworkspace.v1.SessionWarning warning = 6;
+     */
+    value: SessionWarning;
+    case: "warning";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message agentworkspace.v1.WatchSessionResponse.
+ * Use `create(WatchSessionResponseSchema)` to create a new message.
+ */
+export declare const WatchSessionResponseSchema: GenMessage<WatchSessionResponse>;
+
+/**
  * WorkspaceStatus is the lifecycle state of a workspace.
  *
  * @generated from enum agentworkspace.v1.WorkspaceStatus
@@ -394,6 +1139,101 @@ export enum WorkspaceStatus {
  * Describes the enum agentworkspace.v1.WorkspaceStatus.
  */
 export declare const WorkspaceStatusSchema: GenEnum<WorkspaceStatus>;
+
+/**
+ * SessionStatus is the lifecycle state of a session.
+ *
+ * @generated from enum agentworkspace.v1.SessionStatus
+ */
+export enum SessionStatus {
+  /**
+   * Never set on a returned session.
+   *
+   * @generated from enum value: SESSION_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The workspace is being made (sandbox, clone, setup commands); tool calls wait for ACTIVE.
+   *
+   * @generated from enum value: SESSION_STATUS_PROVISIONING = 1;
+   */
+  PROVISIONING = 1,
+
+  /**
+   * The session works: its workspace is ready (or its agent type has none).
+   *
+   * @generated from enum value: SESSION_STATUS_ACTIVE = 2;
+   */
+  ACTIVE = 2,
+
+  /**
+   * Provisioning failed, the fallback provider too: the session has no workspace and its tool
+   * calls fail with FAILED_PRECONDITION. status_message says why.
+   *
+   * @generated from enum value: SESSION_STATUS_DEGRADED = 3;
+   */
+  DEGRADED = 3,
+
+  /**
+   * EndSession was called, or the session was idle too long; its token no longer works.
+   *
+   * @generated from enum value: SESSION_STATUS_ENDED = 4;
+   */
+  ENDED = 4,
+}
+
+/**
+ * Describes the enum agentworkspace.v1.SessionStatus.
+ */
+export declare const SessionStatusSchema: GenEnum<SessionStatus>;
+
+/**
+ * ProvisioningStage is one step of making a session's workspace.
+ *
+ * @generated from enum agentworkspace.v1.ProvisioningStage
+ */
+export enum ProvisioningStage {
+  /**
+   * Never sent.
+   *
+   * @generated from enum value: PROVISIONING_STAGE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Starting the sandbox through a provider.
+   *
+   * @generated from enum value: PROVISIONING_STAGE_SANDBOX = 1;
+   */
+  SANDBOX = 1,
+
+  /**
+   * Cloning the repository (output: git's progress).
+   *
+   * @generated from enum value: PROVISIONING_STAGE_CLONE = 2;
+   */
+  CLONE = 2,
+
+  /**
+   * One setup command (output: its stdout and stderr).
+   *
+   * @generated from enum value: PROVISIONING_STAGE_SETUP_COMMAND = 3;
+   */
+  SETUP_COMMAND = 3,
+
+  /**
+   * Taking a ready workspace from the agent type's warm pool.
+   *
+   * @generated from enum value: PROVISIONING_STAGE_WARM_POOL = 4;
+   */
+  WARM_POOL = 4,
+}
+
+/**
+ * Describes the enum agentworkspace.v1.ProvisioningStage.
+ */
+export declare const ProvisioningStageSchema: GenEnum<ProvisioningStage>;
 
 /**
  * WorkspaceService creates and manages sandboxed workspaces. A workspace is a directory tree
@@ -442,6 +1282,64 @@ export declare const WorkspaceService: GenService<{
     methodKind: "unary";
     input: typeof DeleteWorkspaceRequestSchema;
     output: typeof DeleteWorkspaceResponseSchema;
+  },
+  /**
+   * StartSession starts an agent session of an agent type and returns at once, in status
+   * PROVISIONING (or ACTIVE when a warm-pool workspace was ready, or the agent type has no
+   * workspace), with the session token that authorises its tool calls. The workspace is made in
+   * the background from the agent type's configuration and the task: sandbox, clone, setup
+   * commands. WatchSession shows the progress.
+   *
+   * @generated from rpc agentworkspace.v1.WorkspaceService.StartSession
+   */
+  startSession: {
+    methodKind: "unary";
+    input: typeof StartSessionRequestSchema;
+    output: typeof StartSessionResponseSchema;
+  },
+  /**
+   * GetSession returns one session. A session token may read only its own session (id may then
+   * be empty).
+   *
+   * @generated from rpc agentworkspace.v1.WorkspaceService.GetSession
+   */
+  getSession: {
+    methodKind: "unary";
+    input: typeof GetSessionRequestSchema;
+    output: typeof GetSessionResponseSchema;
+  },
+  /**
+   * ListSessions returns sessions, newest first.
+   *
+   * @generated from rpc agentworkspace.v1.WorkspaceService.ListSessions
+   */
+  listSessions: {
+    methodKind: "unary";
+    input: typeof ListSessionsRequestSchema;
+    output: typeof ListSessionsResponseSchema;
+  },
+  /**
+   * EndSession ends a session: its token stops working and its workspace is removed (or, never
+   * used, returned to its warm pool). Ending an ended session returns it unchanged.
+   *
+   * @generated from rpc agentworkspace.v1.WorkspaceService.EndSession
+   */
+  endSession: {
+    methodKind: "unary";
+    input: typeof EndSessionRequestSchema;
+    output: typeof EndSessionResponseSchema;
+  },
+  /**
+   * WatchSession streams what happens to a session: the events so far, then each new one as it
+   * happens (provisioning stages with their output, warnings, status changes). The stream ends
+   * once provisioning is over (ACTIVE or DEGRADED), or, with follow, once the session has ended.
+   *
+   * @generated from rpc agentworkspace.v1.WorkspaceService.WatchSession
+   */
+  watchSession: {
+    methodKind: "server_streaming";
+    input: typeof WatchSessionRequestSchema;
+    output: typeof WatchSessionResponseSchema;
   },
 }>;
 

@@ -1,0 +1,273 @@
+/**
+ * Puts a repository into a workspace whose sandbox has no network. The server fetches on its own
+ * side, into a bare repository in a private temporary directory, then hands the history to the
+ * sandbox as a git bundle written through the workspace's executor (the same jail as every file
+ * tool), where git, running as the sandbox user, checks it out into /workspace. So:
+ *
+ * - nothing of the repository is ever checked out on the host: a hostile tree (symlinks, huge
+ *   files, `.gitattributes` filters) meets only the sandbox, as the sandbox user;
+ * - the server's fetch runs no hooks, no submodules, no `file://` or `ext::` transport, no
+ *   configuration but its own (no system or user gitconfig), verifies every object
+ *   (`transfer.fsckObjects`), and is bounded in time and in size (RLIMIT_FSIZE on git and its
+ *   index-pack child caps the pack it writes);
+ * - a credential (a token per host from the server's configuration) travels only as an HTTP
+ *   header in git's environment, scoped to that host, with redirects refused: it never reaches
+ *   the command line, a config file, the bundle, the sandbox's `.git/config` (whose origin is the
+ *   bare URL), a log line or an error message (everything git prints is redacted).
+ */
+import { spawn } from "node:child_process";
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import path from "node:path";
+import { DomainError } from "../../core/errors.ts";
+import type { WorkspaceHandle } from "../../providers/types.ts";
+
+/** A token the server presents to one git host. */
+export interface GitCredential {
+  /** The HTTP basic user name; "x-access-token" suits GitHub and most forges. */
+  username: string;
+  token: string;
+}
+
+/** What to clone. */
+export interface CloneTarget {
+  url: string;
+  /** The branch; "" for the repository's default branch. */
+  branch: string;
+  /** A second branch fetched beside it (a pull request's base); "" for none. */
+  baseBranch: string;
+}
+
+/** Limits and credentials of server-side clones. */
+export interface CloneSettings {
+  /** Credentials by URL host ("git.example.com", "127.0.0.1:8443"). */
+  credentials: ReadonlyMap<string, GitCredential>;
+  /** Where the temporary bare repositories go (a directory the server owns). */
+  tmpDir: string;
+  /** Largest pack (and bundle) a clone may produce, in bytes. */
+  maxBytes: number;
+  /** How long the whole clone may take, in milliseconds. */
+  timeoutMs: number;
+}
+
+/** What was checked out. */
+export interface Checkout {
+  repositoryUrl: string;
+  branch: string;
+  commit: string;
+  /** Something that did not stop the clone (a base branch the repository lacks). */
+  warnings: string[];
+}
+
+/** Receives git's progress and the checkout's output, already redacted. */
+export type CloneOutput = (data: Uint8Array, stderr: boolean) => void;
+
+const BUNDLE = ".git/agent-workspace-clone.bundle";
+
+const cloneFailed = (message: string, cause?: unknown) =>
+  new DomainError("WORKSPACE_NOT_READY", message, { metadata: { stage: "clone" }, cause });
+
+/** Replaces every occurrence of the secrets in `text`. */
+function redactor(secrets: string[]): (text: string) => string {
+  const live = secrets.filter((s) => s.length >= 4);
+  return (text) => live.reduce((t, s) => t.split(s).join("***"), text);
+}
+
+/** The credential for `url`'s host, if any (only http and https carry one). */
+function credentialFor(url: string, credentials: ReadonlyMap<string, GitCredential>): { origin: string; credential: GitCredential } | undefined {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return undefined;
+  }
+  if (parsed.protocol !== "https:" && parsed.protocol !== "http:") return undefined;
+  const credential = credentials.get(parsed.host) ?? credentials.get(parsed.hostname);
+  return credential ? { origin: `${parsed.protocol}//${parsed.host}`, credential } : undefined;
+}
+
+/**
+ * The environment of every server-side git: no system or user configuration, no prompts, no
+ * helpers, the hardening as GIT_CONFIG_* entries (never on the command line), and the
+ * credential's header scoped to its host.
+ */
+function gitEnv(home: string, header: { origin: string; value: string } | undefined): NodeJS.ProcessEnv {
+  const config: Array<[string, string]> = [
+    ["core.hooksPath", "/dev/null"],
+    ["protocol.allow", "never"],
+    ["protocol.https.allow", "always"],
+    ["protocol.http.allow", "always"],
+    ["protocol.ssh.allow", "always"],
+    ["protocol.git.allow", "always"],
+    ["protocol.file.allow", "never"],
+    ["protocol.ext.allow", "never"],
+    ["transfer.fsckObjects", "true"],
+    ["fetch.fsckObjects", "true"],
+    ["submodule.recurse", "false"],
+    ["credential.helper", ""],
+    ["http.followRedirects", header ? "false" : "initial"],
+    ["core.askPass", "/bin/false"],
+  ];
+  if (header) config.push([`http.${header.origin}/.extraHeader`, header.value]);
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    HOME: home,
+    LANG: "C",
+    GIT_CONFIG_NOSYSTEM: "1",
+    GIT_CONFIG_GLOBAL: "/dev/null",
+    GIT_TERMINAL_PROMPT: "0",
+    GIT_ASKPASS: "/bin/false",
+    SSH_ASKPASS: "/bin/false",
+    GIT_SSH_COMMAND: "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes",
+    GIT_ALLOW_PROTOCOL: "https:http:ssh:git",
+    GIT_CONFIG_COUNT: String(config.length),
+  };
+  config.forEach(([k, v], i) => {
+    env[`GIT_CONFIG_KEY_${i}`] = k;
+    env[`GIT_CONFIG_VALUE_${i}`] = v;
+  });
+  return env;
+}
+
+interface GitRun {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs git with `args` under RLIMIT_FSIZE (bash's `ulimit -f`, inherited by index-pack), until
+ * `signal` aborts; stderr goes to `progress` as it comes, redacted.
+ */
+function git(args: string[], options: { env: NodeJS.ProcessEnv; maxBytes: number; signal: AbortSignal; redact: (s: string) => string; progress?: CloneOutput }): Promise<GitRun> {
+  const blocks = Math.max(1, Math.ceil(options.maxBytes / 1024));
+  return new Promise((resolve, reject) => {
+    const child = spawn("bash", ["-c", `ulimit -f ${blocks} && exec git "$@"`, "git", ...args], {
+      env: options.env,
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
+    let stdout = "";
+    let stderr = "";
+    const kill = () => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    };
+    options.signal.addEventListener("abort", kill, { once: true });
+    child.stdout.setEncoding("utf8").on("data", (d: string) => {
+      if (stdout.length < 64 * 1024) stdout += d;
+    });
+    child.stderr.on("data", (d: Buffer) => {
+      const text = options.redact(d.toString("utf8"));
+      if (stderr.length < 64 * 1024) stderr += text;
+      options.progress?.(Buffer.from(text), true);
+    });
+    child.on("error", (err) => {
+      options.signal.removeEventListener("abort", kill);
+      reject(err);
+    });
+    child.on("close", (code, sig) => {
+      options.signal.removeEventListener("abort", kill);
+      resolve({ code, signal: sig, stdout, stderr });
+    });
+  });
+}
+
+/** The last meaningful line git printed, for an error message. */
+function lastLine(text: string): string {
+  const lines = text.split(/[\r\n]+/).map((l) => l.trim()).filter((l) => l !== "" && !/^(remote: )?(Counting|Compressing|Receiving|Resolving|Enumerating)/.test(l));
+  return (lines.at(-1) ?? "").slice(0, 500);
+}
+
+/**
+ * Clones `target` into the workspace behind `handle` (whose /workspace must be empty) and checks
+ * out its branch. Throws WORKSPACE_NOT_READY with git's own explanation, redacted, on failure.
+ */
+export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, settings: CloneSettings, output: CloneOutput, signal: AbortSignal): Promise<Checkout> {
+  const scoped = credentialFor(target.url, settings.credentials);
+  const basic = scoped ? Buffer.from(`${scoped.credential.username}:${scoped.credential.token}`).toString("base64") : "";
+  const redact = redactor(scoped ? [scoped.credential.token, basic] : []);
+  const header = scoped ? { origin: scoped.origin, value: `Authorization: Basic ${basic}` } : undefined;
+  const dir = await mkdtemp(path.join(settings.tmpDir, "clone-"));
+  const timeout = AbortSignal.timeout(settings.timeoutMs);
+  const stop = AbortSignal.any([signal, timeout]);
+  const env = gitEnv(dir, header);
+  const run = (args: string[], progress?: CloneOutput) => git(args, { env, maxBytes: settings.maxBytes, signal: stop, redact, progress });
+  const why = (r: GitRun, what: string) => {
+    if (timeout.aborted) return cloneFailed(`Cloning ${target.url} took longer than ${settings.timeoutMs} ms and was stopped`);
+    if (signal.aborted) return cloneFailed("The clone was cancelled");
+    // RLIMIT_FSIZE kills index-pack silently (SIGXFSZ); git then reports only that its output was invalid.
+    if (r.signal === "SIGXFSZ" || /signal 25|File too large|invalid index-pack output/i.test(r.stderr)) {
+      return cloneFailed(`${target.url} is larger than the clone size limit (${settings.maxBytes} bytes)`);
+    }
+    return cloneFailed(`${what} failed: ${lastLine(r.stderr) || `git exited with ${r.code ?? r.signal}`}`);
+  };
+  const warnings: string[] = [];
+  try {
+    const bare = path.join(dir, "repo.git");
+    const cloneArgs = ["clone", "--bare", "--no-tags", "--single-branch", "--progress"];
+    if (target.branch !== "") cloneArgs.push("--branch", target.branch);
+    const cloned = await run([...cloneArgs, "--", target.url, bare], output);
+    if (cloned.code !== 0) throw why(cloned, `Cloning ${target.url}`);
+    const branchRun = await run(["-C", bare, "symbolic-ref", "--short", "HEAD"]);
+    const branch = branchRun.stdout.trim();
+    if (branchRun.code !== 0 || branch === "") throw why(branchRun, "Finding the checked-out branch");
+    if (target.baseBranch !== "" && target.baseBranch !== branch) {
+      const base = await run(["-C", bare, "fetch", "--no-tags", "--progress", "origin", `+refs/heads/${target.baseBranch}:refs/heads/${target.baseBranch}`], output);
+      if (base.code !== 0) {
+        if (stop.aborted) throw why(base, "Fetching the base branch");
+        warnings.push(`The base branch '${target.baseBranch}' could not be fetched: ${lastLine(base.stderr)}`);
+      }
+    }
+    const commitRun = await run(["-C", bare, "rev-parse", "HEAD"]);
+    const commit = commitRun.stdout.trim();
+    if (commitRun.code !== 0) throw why(commitRun, "Reading the commit");
+    const bundle = path.join(dir, "repo.bundle");
+    const bundled = await run(["-C", bare, "bundle", "create", "--quiet", bundle, "--branches"]);
+    if (bundled.code !== 0) throw why(bundled, "Bundling the repository");
+    if ((await stat(bundle)).size > settings.maxBytes) throw cloneFailed(`${target.url} is larger than the clone size limit (${settings.maxBytes} bytes)`);
+
+    // In the sandbox, as its user: an empty repository, the bundle through the jail, a fetch from
+    // it into origin's branches, the checkout, and the bundle gone again.
+    await sandboxGit(handle, ["init", "-q", "-b", branch, "."], output, stop);
+    await handle.fs.writeFile(BUNDLE, await readFile(bundle));
+    const script = [
+      "set -e",
+      'git remote add origin "$1"',
+      `git fetch -q --no-tags ${BUNDLE} '+refs/heads/*:refs/remotes/origin/*'`,
+      'git checkout -q -B "$2" "refs/remotes/origin/$2"',
+      'git branch -q --set-upstream-to="origin/$2" "$2"',
+      `rm -f ${BUNDLE}`,
+    ].join("\n");
+    await sandboxExec(handle, ["bash", "-c", script, "bash", target.url, branch], output, stop, "Checking out the repository in the workspace");
+    return { repositoryUrl: target.url, branch, commit, warnings };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+function sandboxGit(handle: WorkspaceHandle, args: string[], output: CloneOutput, signal: AbortSignal): Promise<void> {
+  return sandboxExec(handle, ["git", ...args], output, signal, "Preparing the repository in the workspace");
+}
+
+/** Runs `argv` in the workspace; throws WORKSPACE_NOT_READY with its stderr when it fails. */
+async function sandboxExec(handle: WorkspaceHandle, argv: string[], output: CloneOutput, signal: AbortSignal, what: string): Promise<void> {
+  let stderr = "";
+  let exit: { exitCode: number; spawnError?: string } | undefined;
+  for await (const ev of handle.exec({ argv, cwd: "", timeoutMs: 10 * 60_000, signal })) {
+    if (ev.type === "stderr" || ev.type === "stdout") {
+      output(ev.data, ev.type === "stderr");
+      if (ev.type === "stderr" && stderr.length < 16 * 1024) stderr += Buffer.from(ev.data).toString("utf8");
+    } else if (ev.type === "exited") {
+      exit = ev.exit;
+    }
+  }
+  if (signal.aborted) throw cloneFailed("The clone was cancelled or took too long");
+  if (!exit || exit.exitCode !== 0) {
+    const detail = exit?.spawnError ? `${argv[0]} could not be started (${exit.spawnError}); the image needs git` : lastLine(stderr) || `exit ${exit?.exitCode}`;
+    throw cloneFailed(`${what} failed: ${detail}`);
+  }
+}

@@ -1,0 +1,216 @@
+/**
+ * Makes a ready workspace from an agent type's configuration, for a session or for a warm pool,
+ * reporting each stage as it starts and ends:
+ *
+ * 1. sandbox: the workspace manager creates the workspace through a provider;
+ * 2. clone: the repository, if any, is cloned on the server's side and checked out inside;
+ * 3. setup commands, in order, in /workspace, each bounded by the agent type's setup timeout.
+ *
+ * A failure of 1 or 2 (provider unavailable, image missing, clone failure) undoes the workspace
+ * and tries once more with the fallback provider; if that fails too, provisioning fails with the
+ * cause. A setup command that exits non-zero or times out is not a failure: the rest are skipped
+ * and the workspace is ready with a warning (the seed's "ready with a warning about partial
+ * setup").
+ */
+import { DomainError } from "../../core/errors.ts";
+import type { CheckoutInfo, PoolMembership, ProvisioningWarning, WorkspaceSession } from "../../providers/types.ts";
+import type { WorkspaceConfig } from "../../gen/agentworkspace/v1/config_pb.js";
+import { DEFAULT_SETUP_TIMEOUT_MS } from "../agent-types/validate.ts";
+import type { Logger } from "../logger.ts";
+import { TOOL_REGISTRY } from "../tools/registry.ts";
+import type { ToolLimits } from "../tools/tool-limits.ts";
+import type { WorkspaceManager } from "../workspace-manager.ts";
+import { type CloneSettings, type CloneTarget, cloneInto } from "./clone.ts";
+import type { SessionEvent } from "./session.ts";
+
+/** What to build. */
+export interface BuildSpec {
+  agentType: string;
+  /** The agent type's workspace configuration, as it was when provisioning began. */
+  config: WorkspaceConfig;
+  /** The provider to try first, then the fallback ("" for none). */
+  provider: string;
+  fallbackProvider: string;
+  /** The repository to clone; undefined for an empty /workspace. */
+  target: CloneTarget | undefined;
+  labels: Record<string, string>;
+  session?: WorkspaceSession;
+  pool?: PoolMembership;
+  /** Variables setup commands see (AGENT_TASK_*). */
+  env: Record<string, string>;
+}
+
+/** What was built. */
+export interface BuildResult {
+  workspaceId: string;
+  provider: string;
+  checkout: CheckoutInfo | undefined;
+  warnings: ProvisioningWarning[];
+}
+
+/** Provisioning failed on every provider; the message says why. */
+export class ProvisioningFailed extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "ProvisioningFailed";
+  }
+}
+
+/** Receives the stage events of a build (without their time, which the receiver adds). */
+export type StageSink = (ev: DistributiveOmit<SessionEvent, "time">) => void;
+type DistributiveOmit<T, K extends keyof T> = T extends unknown ? Omit<T, K> : never;
+
+/** Dependencies of the provisioner. */
+export interface ProvisionerOptions {
+  workspaces: WorkspaceManager;
+  clone: CloneSettings;
+  toolLimits: ToolLimits;
+  logger: Logger;
+}
+
+const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+/** Builds workspaces. */
+export class Provisioner {
+  readonly #o: ProvisionerOptions;
+
+  constructor(options: ProvisionerOptions) {
+    this.#o = options;
+  }
+
+  /** Builds a workspace for `spec`; throws ProvisioningFailed, or the abort reason. */
+  async build(spec: BuildSpec, emit: StageSink, signal: AbortSignal): Promise<BuildResult> {
+    const providers = [spec.provider];
+    if (spec.fallbackProvider !== "" && spec.fallbackProvider !== spec.provider) providers.push(spec.fallbackProvider);
+    const warnings: ProvisioningWarning[] = [];
+    let lastError: unknown;
+    for (const [i, provider] of providers.entries()) {
+      if (i > 0) {
+        const w: ProvisioningWarning = { stage: "sandbox", message: `Provider '${providers[i - 1]}' failed (${messageOf(lastError)}); using the fallback provider '${provider}'`, command: "", exitCode: 0, timedOut: false };
+        warnings.push(w);
+        emit({ type: "warning", warning: w });
+      }
+      const made = await this.#attempt(spec, provider, emit, signal).catch((err: unknown) => {
+        if (signal.aborted) throw signal.reason;
+        lastError = err;
+        this.#o.logger.warn("provisioning failed", { agent_type: spec.agentType, session_id: spec.session?.id, provider, error: messageOf(err) });
+        return undefined;
+      });
+      if (made === undefined) continue;
+      for (const w of made.checkoutWarnings) {
+        const warning: ProvisioningWarning = { stage: "clone", message: w, command: "", exitCode: 0, timedOut: false };
+        warnings.push(warning);
+        emit({ type: "warning", warning });
+      }
+      try {
+        warnings.push(...(await this.#setup(spec, made.workspaceId, emit, signal)));
+      } catch (err) {
+        await this.discard(made.workspaceId);
+        throw err;
+      }
+      return { workspaceId: made.workspaceId, provider, checkout: made.checkout, warnings };
+    }
+    throw new ProvisioningFailed(`The workspace could not be provisioned: ${messageOf(lastError)}`, { cause: lastError });
+  }
+
+  /** Removes a workspace a build made, logging (never throwing) a failure. */
+  async discard(workspaceId: string): Promise<void> {
+    await this.#o.workspaces.delete(workspaceId).catch((err: unknown) => {
+      if (err instanceof DomainError && err.reason === "WORKSPACE_NOT_FOUND") return;
+      this.#o.logger.warn("removing a workspace after failed provisioning failed", { workspace_id: workspaceId, error: messageOf(err) });
+    });
+  }
+
+  /** Sandbox and clone on one provider; the workspace is undone if the clone fails. */
+  async #attempt(spec: BuildSpec, provider: string, emit: StageSink, signal: AbortSignal) {
+    let began = Date.now();
+    emit({ type: "stage_started", stage: "sandbox", detail: provider, index: 0 });
+    let workspaceId: string;
+    try {
+      const view = await this.#o.workspaces.create({
+        provider,
+        labels: spec.labels,
+        limits: { cpu: "", memory: "", disk: "", pids: 0 },
+        image: "",
+        agentType: spec.agentType,
+        session: spec.session,
+        pool: spec.pool,
+      });
+      workspaceId = view.record.id;
+    } catch (err) {
+      emit({ type: "stage_ended", stage: "sandbox", index: 0, ok: false, exitCode: 0, timedOut: false, durationMs: Date.now() - began, message: messageOf(err) });
+      throw err;
+    }
+    emit({ type: "stage_ended", stage: "sandbox", index: 0, ok: true, exitCode: 0, timedOut: false, durationMs: Date.now() - began, message: "" });
+    if (signal.aborted) {
+      await this.discard(workspaceId);
+      throw signal.reason;
+    }
+    if (spec.target === undefined) return { workspaceId, checkout: undefined, checkoutWarnings: [] as string[] };
+    began = Date.now();
+    emit({ type: "stage_started", stage: "clone", detail: spec.target.url, index: 0 });
+    try {
+      const handle = await this.#o.workspaces.handle(workspaceId);
+      const out = await cloneInto(handle, spec.target, this.#o.clone, (data, stderr) => emit({ type: "output", stage: "clone", index: 0, data, stderr }), signal);
+      emit({ type: "stage_ended", stage: "clone", index: 0, ok: true, exitCode: 0, timedOut: false, durationMs: Date.now() - began, message: "" });
+      return { workspaceId, checkout: { repositoryUrl: out.repositoryUrl, branch: out.branch, commit: out.commit }, checkoutWarnings: out.warnings };
+    } catch (err) {
+      emit({ type: "stage_ended", stage: "clone", index: 0, ok: false, exitCode: 0, timedOut: false, durationMs: Date.now() - began, message: messageOf(err) });
+      await this.discard(workspaceId);
+      throw err;
+    }
+  }
+
+  /** Runs the setup commands in order; the first failure or timeout skips the rest, with a warning. */
+  async #setup(spec: BuildSpec, workspaceId: string, emit: StageSink, signal: AbortSignal): Promise<ProvisioningWarning[]> {
+    const commands = spec.config.setupCommands;
+    if (commands.length === 0) return [];
+    const timeoutMs = Number(spec.config.setupCommandTimeoutMs) || DEFAULT_SETUP_TIMEOUT_MS;
+    const workspace = await this.#o.workspaces.handle(workspaceId);
+    const limits = { ...this.#o.toolLimits, defaultTimeoutMs: timeoutMs, maxTimeoutMs: timeoutMs };
+    for (const [index, command] of commands.entries()) {
+      const began = Date.now();
+      emit({ type: "stage_started", stage: "setup_command", detail: command, index });
+      let exit: { exitCode: number; timedOut: boolean; signal: string } | undefined;
+      let failure = "";
+      try {
+        const events = TOOL_REGISTRY.bash.streamBash({ workspace, limits, signal, deadline: undefined, env: spec.env }, { command, workdir: "", timeoutMs, env: {}, maxOutputBytes: 0 });
+        for await (const ev of events) {
+          if (ev.type === "stdout" || ev.type === "stderr") emit({ type: "output", stage: "setup_command", index, data: ev.data, stderr: ev.type === "stderr" });
+          else if (ev.type === "exited") exit = ev.exit;
+        }
+      } catch (err) {
+        if (signal.aborted) throw signal.reason;
+        failure = messageOf(err);
+      }
+      if (signal.aborted) throw signal.reason;
+      const durationMs = Date.now() - began;
+      const ok = failure === "" && exit !== undefined && exit.exitCode === 0 && !exit.timedOut;
+      const exitCode = exit?.exitCode ?? -1;
+      const timedOut = exit?.timedOut ?? false;
+      const why = failure !== "" ? failure : timedOut ? `timed out after ${timeoutMs} ms and was killed` : `exited with ${exitCode}${exit?.signal ? ` (${exit.signal})` : ""}`;
+      emit({ type: "stage_ended", stage: "setup_command", index, ok, exitCode: timedOut ? -1 : exitCode, timedOut, durationMs, message: ok ? "" : why });
+      if (ok) continue;
+      const skipped = commands.length - index - 1;
+      const warning: ProvisioningWarning = {
+        stage: "setup_command",
+        message: `Setup command ${index + 1} of ${commands.length} '${command.slice(0, 200)}' ${why}; ${skipped === 0 ? "it was the last one" : `the remaining ${skipped} were skipped`} (partial setup)`,
+        command,
+        exitCode: timedOut ? -1 : exitCode,
+        timedOut,
+      };
+      emit({ type: "warning", warning });
+      this.#o.logger.warn(timedOut ? "setup command timed out; workspace ready with a partial setup" : "setup command failed; workspace ready with a partial setup", {
+        agent_type: spec.agentType,
+        session_id: spec.session?.id,
+        workspace_id: workspaceId,
+        command_index: index,
+        exit_code: exitCode,
+        timed_out: timedOut,
+        timeout_ms: timeoutMs,
+      });
+      return [warning];
+    }
+    return [];
+  }
+}

@@ -1,0 +1,446 @@
+/**
+ * Agent sessions. StartSession records a session (and the hash of its token) and returns at
+ * once; its workspace is then made in the background from the agent type's configuration and
+ * the task (provision.ts), or taken from the agent type's warm pool (warm-pool.ts). The session
+ * is PROVISIONING until the workspace is ready, then ACTIVE; DEGRADED when provisioning failed on
+ * the fallback provider too; ENDED after EndSession or its idle timeout.
+ *
+ * Durability: every status change is in the database before it is visible. After a restart an
+ * ACTIVE session keeps its workspace; one caught PROVISIONING is provisioned again from the start
+ * (once; a second stop in the middle leaves it DEGRADED with the reason), and every workspace
+ * that belongs to no live session (half-made, or left by an end the stop interrupted) is removed.
+ * The idle clock (last tool call) is written in batches, so a restart loses at most a few seconds
+ * of it, and the reaper resumes with the rest.
+ */
+import { randomBytes } from "node:crypto";
+import { DomainError } from "../../core/errors.ts";
+import type { TaskContext } from "../../providers/types.ts";
+import type { AgentTypes } from "../agent-types/agent-types.ts";
+import { validateBranch, validateRepoUrl } from "../agent-types/validate.ts";
+import type { SessionPrincipal } from "../auth/principal.ts";
+import { newSessionToken, type SessionTokenLookup } from "../auth/session-tokens.ts";
+import type { Logger } from "../logger.ts";
+import type { SessionStore } from "../store/store.ts";
+import type { WorkspaceManager } from "../workspace-manager.ts";
+import { type BuildSpec, ProvisioningFailed, type Provisioner, type StageSink } from "./provision.ts";
+import { type SessionEvent, SessionEvents, type SessionRecord, type SessionStatus, taskEnv } from "./session.ts";
+import { cloneTarget, type WarmPools } from "./warm-pool.ts";
+
+/** Options of the session manager. */
+export interface SessionManagerOptions {
+  store: SessionStore;
+  workspaces: WorkspaceManager;
+  agentTypes: AgentTypes;
+  provisioner: Provisioner;
+  pools: WarmPools;
+  logger: Logger;
+  defaultProvider: string;
+  /** Idle timeout of agent types that set none, in milliseconds; 0 for none. */
+  idleTimeoutMs: number;
+  /** How often the reaper looks (and pools refill), in milliseconds. */
+  tickMs: number;
+}
+
+/** What StartSession asks for. */
+export interface StartRequest {
+  agentType: string;
+  task: TaskContext;
+  labels: Record<string, string>;
+}
+
+/** A session in memory: its record, its events, and what only a running server knows. */
+interface Live {
+  record: SessionRecord;
+  events: SessionEvents;
+  /** Aborts provisioning in progress. */
+  abort?: AbortController;
+  provisioning?: Promise<void>;
+  /** Tool calls in progress; the reaper never ends a session in the middle of one. */
+  inflight: number;
+  /** Whether a tool call ever ran in the workspace (an untouched one may go back to its pool). */
+  used: boolean;
+  /** The warm pool its workspace would belong to. */
+  fingerprint: string;
+  /** lastActivityAt changed since the record was written. */
+  dirty: boolean;
+}
+
+const ID = /^sess-[0-9a-f]{16}$/;
+const LABEL_KEY = /^[A-Za-z0-9][A-Za-z0-9._\/-]{0,62}$/;
+/** Ended sessions stay listable this long. */
+const KEEP_ENDED_MS = 7 * 24 * 3_600_000;
+/** The idle clock is written at most this often. */
+const ACTIVITY_FLUSH_MS = 5_000;
+
+const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+/** Checks a task context; throws INVALID_ARGUMENT naming the field. */
+function validateTask(task: TaskContext): void {
+  if (task.repositoryUrl !== "") validateRepoUrl(task.repositoryUrl, "task.repository_url");
+  if (task.branch !== "") validateBranch(task.branch, "task.branch");
+  if (task.baseBranch !== "") validateBranch(task.baseBranch, "task.base_branch");
+  if (!Number.isSafeInteger(task.pullRequestNumber) || task.pullRequestNumber < 0) {
+    throw new DomainError("INVALID_ARGUMENT", "task.pull_request_number must not be negative", { metadata: { field: "task.pull_request_number" } });
+  }
+}
+
+export class SessionManager implements SessionTokenLookup {
+  readonly #o: SessionManagerOptions;
+  readonly #sessions = new Map<string, Live>();
+  readonly #byToken = new Map<string, string>();
+  readonly #byWorkspace = new Map<string, string>();
+  #timer: NodeJS.Timeout | undefined;
+  #lastFlush = Date.now();
+  #closed = false;
+  /** Resolves once the start-up recovery (cleanup, resumed provisioning) has been started. */
+  recovered: Promise<void> = Promise.resolve();
+
+  constructor(options: SessionManagerOptions) {
+    this.#o = options;
+  }
+
+  /** Loads sessions; call once before serving. */
+  async init(): Promise<void> {
+    const since = new Date(Date.now() - KEEP_ENDED_MS);
+    const pruned = await this.#o.store.prune(since);
+    if (pruned > 0) this.#o.logger.info("old ended sessions pruned", { sessions: pruned });
+    for (const row of await this.#o.store.load(since)) {
+      const record = JSON.parse(row.record) as SessionRecord;
+      this.#remember({ record, events: new SessionEvents(), inflight: 0, used: true, fingerprint: "", dirty: false });
+    }
+  }
+
+  #remember(live: Live): void {
+    const r = live.record;
+    this.#sessions.set(r.id, live);
+    if (r.status !== "ended") this.#byToken.set(r.tokenHash, r.id);
+    if (r.workspaceId !== "") this.#byWorkspace.set(r.workspaceId, r.id);
+  }
+
+  /**
+   * Starts the reaper and the recovery after a restart: workspaces no live session owns are
+   * removed, then sessions a stop caught provisioning are provisioned again.
+   */
+  begin(): void {
+    this.#timer = setInterval(() => this.#tick(), this.#o.tickMs);
+    this.#timer.unref();
+    this.recovered = this.#recover().catch((err: unknown) => this.#o.logger.error("session recovery failed", { error: messageOf(err) }));
+  }
+
+  async #recover(): Promise<void> {
+    await this.#o.pools.recover();
+    for (const r of this.#o.workspaces.listRecords("", {})) {
+      if (!r.session) continue;
+      const owner = this.#sessions.get(r.session.id)?.record;
+      if (owner && owner.status === "active" && owner.workspaceId === r.id) continue;
+      this.#o.logger.warn("removing a workspace no live session owns", { workspace_id: r.id, session_id: r.session.id, session_status: owner?.status ?? "unknown" });
+      await this.#o.provisioner.discard(r.id);
+    }
+    for (const live of this.#sessions.values()) {
+      if (live.record.status !== "provisioning" || this.#closed) continue;
+      if (live.record.resumes >= 1) {
+        await this.#degrade(live, "The server stopped twice while this session was provisioning; it was not tried again");
+        continue;
+      }
+      live.record.resumes++;
+      this.#emit(live, { type: "status", status: "provisioning", message: "", workspaceId: "" });
+      const warning = { stage: "sandbox", message: "The server restarted while this session was provisioning; provisioning started again", command: "", exitCode: 0, timedOut: false } as const;
+      live.record.warnings.push(warning);
+      await this.#persist(live.record);
+      this.#emit(live, { type: "warning", warning });
+      this.#launch(live);
+    }
+    this.#o.pools.tick();
+  }
+
+  /** SessionTokenLookup: the principal of a live session's token. */
+  principalOf(hash: string): SessionPrincipal | undefined {
+    const id = this.#byToken.get(hash);
+    const r = id === undefined ? undefined : this.#sessions.get(id)?.record;
+    return r && r.status !== "ended" ? { kind: "session", sessionId: r.id, agentType: r.agentType } : undefined;
+  }
+
+  #live(id: string): Live {
+    const live = ID.test(id) ? this.#sessions.get(id) : undefined;
+    if (!live) {
+      if (id === "") throw new DomainError("INVALID_ARGUMENT", "id is required", { metadata: { field: "id" } });
+      throw new DomainError("SESSION_NOT_FOUND", `Session '${id.slice(0, 64)}' not found`, { metadata: { session_id: id.slice(0, 64) } });
+    }
+    return live;
+  }
+
+  /** A session's record; SESSION_NOT_FOUND if there is none. */
+  get(id: string): SessionRecord {
+    return this.#live(id).record;
+  }
+
+  /** The session owning a workspace, if any. */
+  ofWorkspace(workspaceId: string): SessionRecord | undefined {
+    const id = this.#byWorkspace.get(workspaceId);
+    return id === undefined ? undefined : this.#sessions.get(id)?.record;
+  }
+
+  /** Sessions matching the filter, newest first. */
+  list(agentType: string, status: SessionStatus | undefined): SessionRecord[] {
+    return [...this.#sessions.values()]
+      .map((l) => l.record)
+      .filter((r) => (agentType === "" || r.agentType === agentType) && (status === undefined || r.status === status))
+      .sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : a.id < b.id ? -1 : 1));
+  }
+
+  /** Starts a session; returns it with its token (shown only here). */
+  async start(req: StartRequest): Promise<{ record: SessionRecord; token: string }> {
+    if (this.#closed) throw new DomainError("PROVIDER_UNAVAILABLE", "The server is stopping");
+    const type = this.#o.agentTypes.get(req.agentType, "agent_type");
+    validateTask(req.task);
+    for (const [k, v] of Object.entries(req.labels)) {
+      if (!LABEL_KEY.test(k) || v.length > 256) {
+        throw new DomainError("INVALID_ARGUMENT", `Invalid label '${k.slice(0, 64)}': keys are 1-63 characters [A-Za-z0-9._/-], values at most 256`, { metadata: { field: "labels" } });
+      }
+    }
+    const cfg = type.workspace;
+    const enabled = cfg?.enabled === true;
+    const now = new Date().toISOString();
+    const { token, hash } = newSessionToken();
+    const record: SessionRecord = {
+      id: `sess-${randomBytes(8).toString("hex")}`,
+      agentType: type.id,
+      status: enabled ? "provisioning" : "active",
+      tokenHash: hash,
+      workspaceId: "",
+      workspaceEnabled: enabled,
+      task: { ...req.task },
+      labels: { ...req.labels },
+      warnings: [],
+      statusMessage: enabled ? "" : `Agent type '${type.id}' has workspaces disabled; tool calls of this session answer NOT_FOUND`,
+      createdAt: now,
+      ...(enabled ? {} : { readyAt: now }),
+      lastActivityAt: now,
+      provider: "",
+      fromWarmPool: false,
+      idleTimeoutMs: Number(cfg?.sessionIdleTimeoutMs ?? 0n) || this.#o.idleTimeoutMs,
+      resumes: 0,
+    };
+    const live: Live = { record, events: new SessionEvents(), inflight: 0, used: false, fingerprint: "", dirty: false };
+    if (enabled && cfg) {
+      live.fingerprint = this.#o.pools.fingerprint(type.id, cfg, cloneTarget(cfg, record.task));
+      const pooled = this.#o.pools.claim(live.fingerprint);
+      if (pooled) {
+        try {
+          const began = Date.now();
+          await this.#o.workspaces.annotate(pooled.id, { labels: record.labels, session: { id: record.id, task: record.task } });
+          Object.assign(record, {
+            status: "active",
+            workspaceId: pooled.id,
+            provider: pooled.provider,
+            fromWarmPool: true,
+            warnings: [...(pooled.pool?.warnings ?? [])],
+            readyAt: new Date().toISOString(),
+            ...(pooled.pool?.checkout ? { checkout: pooled.pool.checkout } : {}),
+          } satisfies Partial<SessionRecord>);
+          await this.#persist(record);
+          this.#remember(live);
+          this.#emit(live, { type: "status", status: "provisioning", message: "", workspaceId: "" });
+          this.#emit(live, { type: "stage_started", stage: "warm_pool", detail: pooled.id, index: 0 });
+          this.#emit(live, { type: "stage_ended", stage: "warm_pool", index: 0, ok: true, exitCode: 0, timedOut: false, durationMs: Date.now() - began, message: "" });
+          for (const warning of record.warnings) this.#emit(live, { type: "warning", warning });
+          this.#emit(live, { type: "status", status: "active", message: "", workspaceId: pooled.id });
+          this.#o.logger.info("session started from the warm pool", { session_id: record.id, agent_type: type.id, workspace_id: pooled.id });
+          return { record, token };
+        } finally {
+          this.#o.pools.release(pooled.id);
+        }
+      }
+    }
+    await this.#persist(record);
+    this.#remember(live);
+    this.#emit(live, { type: "status", status: record.status, message: record.statusMessage, workspaceId: "" });
+    this.#o.logger.info("session started", { session_id: record.id, agent_type: type.id, workspace: enabled });
+    if (enabled) this.#launch(live);
+    return { record, token };
+  }
+
+  /** Provisions a session's workspace in the background. */
+  #launch(live: Live): void {
+    const r = live.record;
+    const type = this.#o.agentTypes.find(r.agentType);
+    const cfg = type?.workspace;
+    if (!cfg?.enabled) {
+      void this.#degrade(live, `Agent type '${r.agentType}' ${type ? "has workspaces disabled" : "no longer exists"}; no workspace was made`);
+      return;
+    }
+    live.fingerprint = this.#o.pools.fingerprint(r.agentType, cfg, cloneTarget(cfg, r.task));
+    const spec: BuildSpec = {
+      agentType: r.agentType,
+      config: cfg,
+      provider: cfg.provider !== "" ? cfg.provider : this.#o.defaultProvider,
+      fallbackProvider: cfg.fallbackProvider,
+      target: cloneTarget(cfg, r.task),
+      labels: r.labels,
+      session: { id: r.id, task: r.task },
+      env: taskEnv(r.task),
+    };
+    const abort = new AbortController();
+    live.abort = abort;
+    const sink: StageSink = (ev) => this.#emit(live, ev);
+    live.provisioning = (async () => {
+      try {
+        const built = await this.#o.provisioner.build(spec, sink, abort.signal);
+        if (abort.signal.aborted) {
+          await this.#o.provisioner.discard(built.workspaceId);
+          return;
+        }
+        r.status = "active";
+        r.workspaceId = built.workspaceId;
+        r.provider = built.provider;
+        r.warnings.push(...built.warnings);
+        if (built.checkout) r.checkout = built.checkout;
+        r.readyAt = new Date().toISOString();
+        // The idle clock starts when the session can first be used.
+        r.lastActivityAt = r.readyAt;
+        this.#byWorkspace.set(built.workspaceId, r.id);
+        await this.#persist(r);
+        this.#emit(live, { type: "status", status: "active", message: "", workspaceId: built.workspaceId });
+        this.#o.logger.info("session active", { session_id: r.id, agent_type: r.agentType, workspace_id: built.workspaceId, provider: built.provider, warnings: r.warnings.length });
+      } catch (err) {
+        if (abort.signal.aborted) return;
+        const cause = err instanceof ProvisioningFailed ? err.cause : err;
+        this.#o.logger.error("session provisioning failed; the session continues without a workspace (degraded)", {
+          session_id: r.id,
+          agent_type: r.agentType,
+          error: messageOf(err),
+          cause: messageOf(cause),
+        });
+        await this.#degrade(live, messageOf(err));
+      } finally {
+        live.abort = undefined;
+      }
+    })();
+  }
+
+  async #degrade(live: Live, message: string): Promise<void> {
+    const r = live.record;
+    if (r.status === "ended") return;
+    r.status = "degraded";
+    r.statusMessage = message;
+    r.readyAt = new Date().toISOString();
+    r.lastActivityAt = r.readyAt;
+    await this.#persist(r).catch((err: unknown) => this.#o.logger.error("cannot record a degraded session", { session_id: r.id, error: messageOf(err) }));
+    this.#emit(live, { type: "status", status: "degraded", message, workspaceId: "" });
+  }
+
+  /**
+   * Ends a session: its token stops working at once (durably), provisioning in progress is
+   * stopped, and its workspace is removed, or returned to its pool if no tool ever ran in it and
+   * the pool wants it. Ending an ended session returns it unchanged.
+   */
+  async end(id: string, reason: string): Promise<SessionRecord> {
+    const live = this.#live(id);
+    const r = live.record;
+    if (r.status === "ended") return r;
+    r.status = "ended";
+    r.statusMessage = reason;
+    r.endedAt = new Date().toISOString();
+    this.#byToken.delete(r.tokenHash);
+    await this.#persist(r);
+    this.#emit(live, { type: "status", status: "ended", message: reason, workspaceId: r.workspaceId });
+    live.abort?.abort(new Error("the session ended"));
+    await live.provisioning;
+    const workspaceId = r.workspaceId;
+    if (workspaceId !== "") {
+      this.#byWorkspace.delete(workspaceId);
+      const record = this.#o.workspaces.find(workspaceId);
+      if (record && !live.used && live.fingerprint !== "" && this.#o.pools.wants(live.fingerprint)) {
+        await this.#o.workspaces.annotate(workspaceId, { labels: {}, pool: { fingerprint: live.fingerprint, ready: true, warnings: r.warnings, ...(r.checkout ? { checkout: r.checkout } : {}) } });
+        this.#o.logger.info("unused workspace returned to the warm pool", { session_id: r.id, workspace_id: workspaceId });
+      } else if (record) {
+        await this.#o.provisioner.discard(workspaceId);
+      }
+    }
+    this.#o.logger.info("session ended", { session_id: r.id, agent_type: r.agentType, reason });
+    return r;
+  }
+
+  /** The session's events: those so far, then live ones, until provisioning is over (or, with `follow`, the end). */
+  async *watch(id: string, follow: boolean, signal: AbortSignal): AsyncGenerator<SessionEvent> {
+    const live = this.#live(id);
+    const done = (s: SessionStatus) => s === "ended" || (!follow && (s === "active" || s === "degraded"));
+    if (live.events.empty) {
+      // Nothing kept (the server restarted since): open with where the session stands.
+      const r = live.record;
+      yield { time: new Date(), type: "status", status: r.status, message: r.statusMessage, workspaceId: r.workspaceId };
+      if (done(r.status)) return;
+    }
+    for await (const ev of live.events.watch(signal)) {
+      yield ev;
+      if (ev.type === "status" && done(ev.status)) return;
+    }
+  }
+
+  /** Marks the start of a tool call in a session; the returned function marks its end. */
+  enter(sessionId: string): () => void {
+    const live = this.#sessions.get(sessionId);
+    if (!live) return () => undefined;
+    live.inflight++;
+    live.used = true;
+    this.#touch(live);
+    let once = false;
+    return () => {
+      if (once) return;
+      once = true;
+      live.inflight--;
+      this.#touch(live);
+    };
+  }
+
+  #touch(live: Live): void {
+    live.record.lastActivityAt = new Date().toISOString();
+    live.dirty = true;
+  }
+
+  #emit(live: Live, ev: Parameters<StageSink>[0]): void {
+    live.events.emit({ time: new Date(), ...ev } as SessionEvent);
+  }
+
+  async #persist(r: SessionRecord): Promise<void> {
+    await this.#o.store.put({ id: r.id, agentType: r.agentType, status: r.status, tokenHash: r.tokenHash, createdAt: new Date(r.createdAt), record: JSON.stringify(r) });
+  }
+
+  /** The reaper: ends idle sessions, writes the idle clock, lets pools refill. */
+  #tick(): void {
+    const now = Date.now();
+    for (const live of this.#sessions.values()) {
+      const r = live.record;
+      if ((r.status !== "active" && r.status !== "degraded") || r.idleTimeoutMs <= 0 || live.inflight > 0) continue;
+      const idleFor = now - Date.parse(r.lastActivityAt);
+      if (idleFor < r.idleTimeoutMs) continue;
+      void this.end(r.id, `Ended after ${r.idleTimeoutMs} ms without a tool call (idle timeout)`).catch((err: unknown) =>
+        this.#o.logger.error("ending an idle session failed", { session_id: r.id, error: messageOf(err) }),
+      );
+    }
+    if (now - this.#lastFlush >= ACTIVITY_FLUSH_MS) void this.#flush();
+    this.#o.pools.tick();
+  }
+
+  async #flush(): Promise<void> {
+    this.#lastFlush = Date.now();
+    for (const live of this.#sessions.values()) {
+      if (!live.dirty || live.record.status === "ended") continue;
+      live.dirty = false;
+      await this.#persist(live.record).catch((err: unknown) => this.#o.logger.warn("cannot record session activity", { session_id: live.record.id, error: messageOf(err) }));
+    }
+  }
+
+  /**
+   * Stops the reaper and provisioning in progress (a stopped provisioning starts again at the
+   * next start) and writes the idle clock; sessions and their workspaces survive.
+   */
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#timer) clearInterval(this.#timer);
+    for (const live of this.#sessions.values()) live.abort?.abort(new Error("the server is stopping"));
+    await Promise.allSettled([...this.#sessions.values()].map((l) => l.provisioning));
+    await this.#o.pools.close();
+    await this.#flush();
+  }
+}
