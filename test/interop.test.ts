@@ -99,7 +99,7 @@ if (commandGate(test, ["/usr/bin/python3", "-c", "import grpc"], "Python grpcio 
     const method = "/agentworkspace.v1.ToolService/StreamBash";
     const [bulk, deadline, cancelled, after] = await python(url, [
       { method, stream: true, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "head -c 3000000 /dev/urandom | tee out.bin; sha256sum out.bin >&2" }) },
-      { method, stream: true, timeout: 1, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "echo begun; sleep 30" }) },
+      { method, stream: true, timeout: 3, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "echo begun; sleep 30" }) },
       { method, stream: true, cancel_after: 2, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "echo $$ > cancelled.pid; echo begun; sleep 30" }) },
       { method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { workspaceId: id, command: "sleep 0.5; kill -0 $(cat cancelled.pid) 2>/dev/null && echo alive || echo gone" }) },
     ]);

@@ -51,6 +51,10 @@ test.before(async (t) => {
       execFileSync("git", ["-C", tree, "update-index", "--add", "--cacheinfo", `160000,${"1".repeat(40)},sub`]);
     },
   });
+  // A default branch whose name git in the sandbox would read as an option.
+  await git.createRepo("dash", { branches: { main: { "a.txt": "a\n" } } });
+  execFileSync("git", ["-C", git.repoPath("dash"), "update-ref", "refs/heads/-evil", "main"]);
+  execFileSync("git", ["-C", git.repoPath("dash"), "symbolic-ref", "HEAD", "refs/heads/-evil"]);
   const hosts = { [new URL(git.url).host]: TOKEN, [new URL(slow.url).host]: TOKEN, [new URL(locked.url).host]: WRONG };
   const logs: string[] = [];
   const server = await startServer({
@@ -116,4 +120,10 @@ test("a hostile repository: its submodule is not followed and its escaping symli
   t.is(await run("readlink escape"), `${path.join(t.context.dir, "server-secret")}\n`);
   await expectError(t, agent.tools.readFile({ path: "escape" }), Code.PermissionDenied, ErrorReason.PATH_OUTSIDE_WORKSPACE);
   t.is(await run("cat README.md"), "hostile\n");
+});
+
+test("a default branch that would read as an option is refused before anything runs in the sandbox", async (t) => {
+  const { session } = await sessionFor(t, t.context.git.repoUrl("dash"));
+  t.is(session.status, SessionStatus.DEGRADED);
+  t.regex(session.statusMessage, /has a default branch name this server does not check out: '-evil'/);
 });

@@ -215,6 +215,11 @@ export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, se
     const branchRun = await run(["-C", bare, "symbolic-ref", "--short", "HEAD"]);
     const branch = branchRun.stdout.trim();
     if (branchRun.code !== 0 || branch === "") throw why(branchRun, "Finding the checked-out branch");
+    // The repository names its default branch; it reaches git in the sandbox as an argument, so
+    // one that could read as an option (or is otherwise odd) is refused.
+    if (!/^[A-Za-z0-9_][A-Za-z0-9._\/-]{0,254}$/.test(branch) || branch.includes("..")) {
+      throw cloneFailed(`${target.url} has a default branch name this server does not check out: '${branch.slice(0, 100)}'`);
+    }
     if (target.baseBranch !== "" && target.baseBranch !== branch) {
       const base = await run(["-C", bare, "fetch", "--no-tags", "--progress", "origin", `+refs/heads/${target.baseBranch}:refs/heads/${target.baseBranch}`], output);
       if (base.code !== 0) {

@@ -64,6 +64,8 @@ export interface GitServer {
   url: string;
   /** URL of a repository: `${url}/${name}.git` */
   repoUrl(name: string): string;
+  /** The bare repository behind repoUrl(name) on disk, for tests that tamper with it. */
+  repoPath(name: string): string;
   /** Creates a bare repository served at repoUrl(name); returns the commit sha of every branch tip. */
   createRepo(name: string, spec: RepoSpec): Promise<{ commits: Record<string, string> }>;
   /** Every request served so far, in the order their answers started. */
@@ -342,6 +344,7 @@ export async function startGitServer(options: GitServerOptions): Promise<GitServ
   const gitServer: GitServer = {
     url,
     repoUrl: (name) => `${url}/${name}.git`,
+    repoPath: (name) => path.join(root, `${name}.git`),
     createRepo,
     get requests() {
       return log;
