@@ -35,6 +35,17 @@ export interface WorkspaceView {
 const ID = /^ws-[0-9a-f]{16}$/;
 const LABEL_KEY = /^[A-Za-z0-9][A-Za-z0-9._\/-]{0,62}$/;
 
+/** Checks labels of a workspace or a session; throws INVALID_ARGUMENT naming the bad key. */
+export function validateLabels(labels: Record<string, string>): void {
+  for (const [k, v] of Object.entries(labels)) {
+    if (!LABEL_KEY.test(k) || v.length > 256) {
+      throw new DomainError("INVALID_ARGUMENT", `Invalid label '${k.slice(0, 64)}': keys are 1-63 characters [A-Za-z0-9._/-], values at most 256`, {
+        metadata: { field: "labels" },
+      });
+    }
+  }
+}
+
 /** Options of the manager. */
 export interface WorkspaceManagerOptions {
   providers: Provider[];
@@ -134,13 +145,7 @@ export class WorkspaceManager {
     const plan = this.#plan(req);
     // An unknown provider is refused before anything is made, unless a fallback may stand in.
     if (plan.providers.length === 1) this.#provider(plan.providers[0]);
-    for (const [k, v] of Object.entries(req.labels)) {
-      if (!LABEL_KEY.test(k) || v.length > 256) {
-        throw new DomainError("INVALID_ARGUMENT", `Invalid label '${k.slice(0, 64)}': keys are 1-63 characters [A-Za-z0-9._/-], values at most 256`, {
-          metadata: { field: "labels" },
-        });
-      }
-    }
+    validateLabels(req.labels);
     const limits = resolveLimits(plan.limits, this.#options.defaultLimits);
     const id = `ws-${randomBytes(8).toString("hex")}`;
     this.#creating.add(id);

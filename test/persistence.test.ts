@@ -63,7 +63,8 @@ test("a server killed with SIGKILL between updates restarts with every agent typ
         stopped = true;
       });
       while (confirmed < 25 && !stopped) await new Promise((r) => setTimeout(r, 5));
-      t.is(confirmed, 25, "updates were being confirmed when the kill came");
+      // At least 25: a fast server confirms another one or two before this loop looks again.
+      t.true(confirmed >= 25 && !stopped, `updates were being confirmed when the kill came (${confirmed})`);
       await kill9(first);
       await updates;
     } finally {

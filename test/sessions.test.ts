@@ -89,6 +89,7 @@ test("PR-based task context: the repository is cloned at the task's branch, the 
   const { events, session: ready } = await watchUntilReady(op, session.id);
   t.deepEqual(outline(events), ["status PROVISIONING", "started SANDBOX", "ended SANDBOX ok", "started CLONE", "ended CLONE ok", "status ACTIVE"]);
   t.true(events.some((e) => e.kind === "output" && e.stage === "CLONE"), "git's progress is streamed");
+  t.false(events.some((e) => e.text?.includes(server.dataDir)), "no event shows the server's own paths");
   t.is(ready.status, SessionStatus.ACTIVE);
   t.not(ready.workspaceId, "");
   t.is(ready.checkout?.branch, "feature/auth");

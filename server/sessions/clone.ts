@@ -189,9 +189,10 @@ function lastLine(text: string): string {
 export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, settings: CloneSettings, output: CloneOutput, signal: AbortSignal): Promise<Checkout> {
   const scoped = credentialFor(target.url, settings.credentials);
   const basic = scoped ? Buffer.from(`${scoped.credential.username}:${scoped.credential.token}`).toString("base64") : "";
-  const redact = redactor(scoped ? [scoped.credential.token, basic] : []);
   const header = scoped ? { origin: scoped.origin, value: `Authorization: Basic ${basic}` } : undefined;
   const dir = await mkdtemp(path.join(settings.tmpDir, "clone-"));
+  // The server's own paths are nobody's business either (git names its target directory).
+  const redact = redactor(scoped ? [scoped.credential.token, basic, dir] : [dir]);
   const timeout = AbortSignal.timeout(settings.timeoutMs);
   const stop = AbortSignal.any([signal, timeout]);
   const env = gitEnv(dir, header);

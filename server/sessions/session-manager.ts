@@ -21,7 +21,7 @@ import type { SessionPrincipal } from "../auth/principal.ts";
 import { newSessionToken, type SessionTokenLookup } from "../auth/session-tokens.ts";
 import type { Logger } from "../logger.ts";
 import type { SessionStore } from "../store/store.ts";
-import type { WorkspaceManager } from "../workspace-manager.ts";
+import { validateLabels, type WorkspaceManager } from "../workspace-manager.ts";
 import { type BuildSpec, ProvisioningFailed, type Provisioner, type StageSink } from "./provision.ts";
 import { type SessionEvent, SessionEvents, type SessionRecord, type SessionStatus, taskEnv } from "./session.ts";
 import { cloneTarget, type WarmPools } from "./warm-pool.ts";
@@ -66,7 +66,6 @@ interface Live {
 }
 
 const ID = /^sess-[0-9a-f]{16}$/;
-const LABEL_KEY = /^[A-Za-z0-9][A-Za-z0-9._\/-]{0,62}$/;
 /** Ended sessions stay listable this long. */
 const KEEP_ENDED_MS = 7 * 24 * 3_600_000;
 /** The idle clock is written at most this often. */
@@ -193,11 +192,7 @@ export class SessionManager implements SessionTokenLookup {
     if (this.#closed) throw new DomainError("PROVIDER_UNAVAILABLE", "The server is stopping");
     const type = this.#o.agentTypes.get(req.agentType, "agent_type");
     validateTask(req.task);
-    for (const [k, v] of Object.entries(req.labels)) {
-      if (!LABEL_KEY.test(k) || v.length > 256) {
-        throw new DomainError("INVALID_ARGUMENT", `Invalid label '${k.slice(0, 64)}': keys are 1-63 characters [A-Za-z0-9._/-], values at most 256`, { metadata: { field: "labels" } });
-      }
-    }
+    validateLabels(req.labels);
     const cfg = type.workspace;
     const enabled = cfg?.enabled === true;
     const now = new Date().toISOString();
