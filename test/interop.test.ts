@@ -5,7 +5,8 @@
  * way clients in other languages use it: plain calls, typed errors with their ErrorDetail in the
  * trailers, a client deadline, a message larger than HTTP/2's default window, an unknown method,
  * and concurrent calls on one channel; and the direct server-streaming path (server/direct/
- * streaming.ts) with StreamBash: megabytes of output byte for byte, a deadline, a cancel.
+ * streaming.ts) with StreamBash: megabytes of output byte for byte, a deadline, a cancel; and a
+ * session end to end with its token in the call metadata.
  */
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -13,8 +14,17 @@ import { create, type DescMessage, fromBinary, type MessageInitShape, toBinary }
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { createHash } from "node:crypto";
 import { BashRequestSchema, BashResponseSchema, StreamBashRequestSchema, StreamBashResponseSchema, ReadFileRequestSchema, ReadFileResponseSchema, WriteFileRequestSchema, WriteFileResponseSchema } from "../gen/agentworkspace/v1/tool_pb.js";
-import { CreateAgentTypeRequestSchema, CreateAgentTypeResponseSchema } from "../gen/agentworkspace/v1/config_pb.js";
-import { CreateWorkspaceRequestSchema, CreateWorkspaceResponseSchema } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { CreateAgentTypeRequestSchema, CreateAgentTypeResponseSchema, ListAgentTypesRequestSchema } from "../gen/agentworkspace/v1/config_pb.js";
+import {
+  CreateWorkspaceRequestSchema,
+  CreateWorkspaceResponseSchema,
+  EndSessionRequestSchema,
+  SessionStatus,
+  StartSessionRequestSchema,
+  StartSessionResponseSchema,
+  WatchSessionRequestSchema,
+  WatchSessionResponseSchema,
+} from "../gen/agentworkspace/v1/workspace_pb.js";
 import { HealthCheckRequestSchema, HealthCheckResponse_ServingStatus, HealthCheckResponseSchema } from "../gen/grpc/health/v1/health_pb.js";
 import { commandGate } from "./helpers/engines.ts";
 import { LOCAL_ONLY, newWorkspace, serverTest, startServer } from "./helpers/server.ts";
@@ -155,6 +165,42 @@ if (commandGate(test, ["/usr/bin/python3", "-c", "import grpc"], "Python grpcio 
         t.is(reasonOf(r), "TOOL_NOT_ENABLED");
       }
       t.deepEqual(streamed.responses, [], "a refused stream sends no message");
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("Python grpcio: a session end to end — StartSession, WatchSession to ACTIVE, tool calls with the session token and no workspace id, nothing else, revoked at EndSession", async (t) => {
+    const key = "interop-key-sessions-0123456789";
+    const server = await startServer({ env: LOCAL_ONLY, apiKeys: [key] });
+    try {
+      const auth: Array<[string, string]> = [["authorization", `Bearer ${key}`]];
+      const [created] = await python(server.url, [
+        { method: "/agentworkspace.v1.ConfigService/CreateAgentType", request: encode(CreateAgentTypeRequestSchema, { agentType: { id: "py-sessions", workspace: { enabled: true, tools: ["bash"], setupCommands: ["echo set > up.txt"] } } }), metadata: auth },
+      ]);
+      t.is(created.code, "OK");
+      const [started] = await python(server.url, [{ method: "/agentworkspace.v1.WorkspaceService/StartSession", request: encode(StartSessionRequestSchema, { agentType: "py-sessions", task: { pullRequestNumber: 7n } }), metadata: auth }]);
+      const res = decode(StartSessionResponseSchema, started.response);
+      const id = res.session?.id ?? "";
+      const token: Array<[string, string]> = [["authorization", `Bearer ${res.sessionToken}`]];
+      // The session token may watch its own session.
+      const [watched] = await python(server.url, [{ method: "/agentworkspace.v1.WorkspaceService/WatchSession", request: encode(WatchSessionRequestSchema, { id }), metadata: token, stream: true }]);
+      t.is(watched.code, "OK");
+      const statuses = (watched.responses ?? []).map((hex) => decode(WatchSessionResponseSchema, hex).event).flatMap((e) => (e.case === "status" ? [SessionStatus[e.value.status]] : []));
+      t.deepEqual(statuses, ["PROVISIONING", "ACTIVE"]);
+      const [bash, config, ended] = await python(server.url, [
+        { method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { command: "cat up.txt; echo $AGENT_TASK_PULL_REQUEST_NUMBER" }), metadata: token },
+        { method: "/agentworkspace.v1.ConfigService/ListAgentTypes", request: encode(ListAgentTypesRequestSchema, {}), metadata: token },
+        { method: "/agentworkspace.v1.WorkspaceService/EndSession", request: encode(EndSessionRequestSchema, { id }), metadata: auth },
+      ]);
+      t.is(bash.code, "OK");
+      t.is(decode(BashResponseSchema, bash.response).stdout, "set\n7\n");
+      t.is(config.code, "PERMISSION_DENIED");
+      t.is(reasonOf(config), "CALLER_NOT_PERMITTED");
+      t.is(ended.code, "OK");
+      const [after] = await python(server.url, [{ method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { command: "true" }), metadata: token }]);
+      t.is(after.code, "UNAUTHENTICATED");
+      t.false(after.message.includes(res.sessionToken));
     } finally {
       await server.close();
     }

@@ -294,8 +294,9 @@ test("a session token reaches its own workspace and session only, and stops work
   ]) {
     await expectError(t, call(), Code.PermissionDenied, ErrorReason.CALLER_NOT_PERMITTED);
   }
-  const rest = await post(server.url, "/api/v1/agent-types", "", "application/json", { authorization: `Bearer ${a.token}` }).catch(() => undefined);
-  t.not(rest?.status, 200);
+  const rest = await fetch(`${server.url}/api/v1/agent-types`, { headers: { authorization: `Bearer ${a.token}` } });
+  t.is(rest.status, 403, "nor through the REST paths");
+  t.is(((await rest.json()) as { reason: string }).reason, "ERROR_REASON_CALLER_NOT_PERMITTED");
 
   const ended = await op.workspaces.endSession({ id: a.session.id });
   t.is(ended.session?.status, SessionStatus.ENDED);
@@ -455,5 +456,68 @@ test("examples/session.ts shows a session's live progress end to end", async (t)
     const i = out.indexOf(marker, at);
     t.true(i >= 0, `'${marker}' after position ${at} in:\n${out}`);
     at = Math.max(at, i);
+  }
+});
+
+test("WatchSession with follow: a client deadline ends it DEADLINE_EXCEEDED, a cancel ends it, EndSession ends it with ENDED; an unknown JSON field is refused", async (t) => {
+  const { server } = t.context;
+  const op = server.clients.connect;
+  const type = await agentType(op, { enabled: true });
+  const { session } = await startSession(op, type);
+  await watchUntilReady(op, session.id);
+  const seen: string[] = [];
+  const deadline = (async () => {
+    for await (const ev of server.clients.grpc.workspaces.watchSession({ id: session.id, follow: true }, { timeoutMs: 300 })) seen.push(ev.event.case ?? "");
+  })();
+  await t.throwsAsync(deadline, { code: Code.DeadlineExceeded } as never);
+  t.deepEqual(seen, ["status", "stageStarted", "stageEnded", "status"], "the kept events, then nothing until the deadline");
+
+  const abort = new AbortController();
+  const cancelled = (async () => {
+    for await (const ev of server.clients.grpcWeb.workspaces.watchSession({ id: session.id, follow: true }, { signal: abort.signal })) if (ev.event.case === "status") abort.abort();
+  })();
+  await t.throwsAsync(cancelled, { code: Code.Canceled } as never);
+
+  const statuses: string[] = [];
+  const following = (async () => {
+    for await (const ev of server.clients.grpc.workspaces.watchSession({ id: session.id, follow: true }, { timeoutMs: 30_000 })) {
+      if (ev.event.case === "status") statuses.push(SessionStatus[ev.event.value.status]);
+    }
+  })();
+  await eventually(() => (statuses.length >= 2 ? true : undefined), 10_000, "the watcher to catch up");
+  await op.workspaces.endSession({ id: session.id });
+  await following;
+  t.deepEqual(statuses, ["PROVISIONING", "ACTIVE", "ENDED"], "the follower sees the end, and its stream closes");
+
+  const res = await post(server.url, "/agentworkspace.v1.WorkspaceService/StartSession", JSON.stringify({ agentType: type, tsk: {} }), "application/json");
+  t.is(res.status, 400);
+  t.regex(res.body, /tsk/);
+});
+
+test("a server stopping while a session is watched and provisioning ends the stream and leaves nothing running", async (t) => {
+  const own = await startServer({ env: { ...LOCAL_ONLY, AGENT_WORKSPACE_SESSION_TICK_MS: "100" } });
+  const pidFile = path.join(t.context.dir, "stopping.pid");
+  let closed = false;
+  try {
+    const op = own.clients.grpc;
+    // On the local provider a command can write outside the workspace: the pid goes to the test's directory.
+    await op.config.createAgentType({ agentType: { id: "stopping", workspace: { enabled: true, tools: ["bash"], setupCommands: [`echo $$ > ${pidFile}; exec sleep 30`] } } });
+    const { session } = await startSession(op, "stopping");
+    const events: string[] = [];
+    const watching = (async () => {
+      for await (const ev of op.workspaces.watchSession({ id: session!.id, follow: true })) events.push(ev.event.case ?? "");
+    })();
+    await eventually(() => (events.filter((e) => e === "stageStarted").length >= 2 ? true : undefined), 20_000, "the setup command to start");
+    const started = Date.now();
+    await own.close();
+    closed = true;
+    await t.throwsAsync(watching);
+    t.true(Date.now() - started < 15_000, "the stop did not wait for the 30 s setup command");
+    t.false(own.app.workspaces.listRecords("", {}).some((r) => r.session?.id === session!.id), "the half-made workspace was undone");
+    const pid = Number(await readFile(pidFile, "utf8"));
+    const state = await readFile(`/proc/${pid}/stat`, "utf8").then((s) => s.split(" ")[2], () => "gone");
+    t.true(state === "gone" || state === "Z", `the setup command is not running (state ${state})`);
+  } finally {
+    if (!closed) await own.close();
   }
 });

@@ -238,7 +238,7 @@ export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, se
 
     // In the sandbox, as its user: an empty repository, the bundle through the jail, a fetch from
     // it into origin's branches, the checkout, and the bundle gone again.
-    await sandboxGit(handle, ["init", "-q", "-b", branch, "."], output, stop);
+    await sandboxGit(handle, ["init", "-q", "-b", branch, "."], output, stop, settings.timeoutMs);
     await handle.fs.writeFile(BUNDLE, await readFile(bundle));
     const script = [
       "set -e",
@@ -248,22 +248,22 @@ export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, se
       'git branch -q --set-upstream-to="origin/$2" "$2"',
       `rm -f ${BUNDLE}`,
     ].join("\n");
-    await sandboxExec(handle, ["bash", "-c", script, "bash", target.url, branch], output, stop, "Checking out the repository in the workspace");
+    await sandboxExec(handle, ["bash", "-c", script, "bash", target.url, branch], output, stop, settings.timeoutMs, "Checking out the repository in the workspace");
     return { repositoryUrl: target.url, branch, commit, warnings };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
 }
 
-function sandboxGit(handle: WorkspaceHandle, args: string[], output: CloneOutput, signal: AbortSignal): Promise<void> {
-  return sandboxExec(handle, ["git", ...args], output, signal, "Preparing the repository in the workspace");
+function sandboxGit(handle: WorkspaceHandle, args: string[], output: CloneOutput, signal: AbortSignal, timeoutMs: number): Promise<void> {
+  return sandboxExec(handle, ["git", ...args], output, signal, timeoutMs, "Preparing the repository in the workspace");
 }
 
 /** Runs `argv` in the workspace; throws WORKSPACE_NOT_READY with its stderr when it fails. */
-async function sandboxExec(handle: WorkspaceHandle, argv: string[], output: CloneOutput, signal: AbortSignal, what: string): Promise<void> {
+async function sandboxExec(handle: WorkspaceHandle, argv: string[], output: CloneOutput, signal: AbortSignal, timeoutMs: number, what: string): Promise<void> {
   let stderr = "";
   let exit: { exitCode: number; spawnError?: string } | undefined;
-  for await (const ev of handle.exec({ argv, cwd: "", timeoutMs: 10 * 60_000, signal })) {
+  for await (const ev of handle.exec({ argv, cwd: "", timeoutMs, signal })) {
     if (ev.type === "stderr" || ev.type === "stdout") {
       output(ev.data, ev.type === "stderr");
       if (ev.type === "stderr" && stderr.length < 16 * 1024) stderr += Buffer.from(ev.data).toString("utf8");

@@ -127,8 +127,11 @@ export class SessionManager implements SessionTokenLookup {
   }
 
   async #recover(): Promise<void> {
+    // The records from before the start, taken before the first await: a session started while
+    // recovery runs has a workspace of its own that must never be taken for a leftover.
+    const before = this.#o.workspaces.listRecords("", {});
     await this.#o.pools.recover();
-    for (const r of this.#o.workspaces.listRecords("", {})) {
+    for (const r of before) {
       if (!r.session) continue;
       const owner = this.#sessions.get(r.session.id)?.record;
       if (owner && owner.status === "active" && owner.workspaceId === r.id) continue;

@@ -58,11 +58,14 @@ export type SessionEvent = { time: Date } & (
 /** Events kept for late watchers, per session; output beyond this is streamed live only. */
 const MAX_KEPT_EVENTS = 2000;
 const MAX_KEPT_OUTPUT_BYTES = 1024 * 1024;
+/** Output bytes one watcher may have waiting; more is dropped for that watcher. */
+export const MAX_QUEUED_OUTPUT_BYTES = 4 * 1024 * 1024;
 
 /**
  * The events of one session: kept (bounded) for watchers that arrive late, and pushed to every
- * live watcher. A watcher never blocks the session: each has its own unbounded queue, fed only
- * while it is subscribed.
+ * live watcher. A watcher never blocks the session, and a watcher that reads slowly (or not at
+ * all) never grows the server's memory past a bound: each has its own queue, where output beyond
+ * MAX_QUEUED_OUTPUT_BYTES is dropped (counted in `dropped`) while every other event is kept.
  */
 export class SessionEvents {
   readonly #kept: SessionEvent[] = [];
@@ -85,10 +88,18 @@ export class SessionEvents {
   }
 
   /** The events so far, then every new one, until `signal` aborts or the consumer stops. */
-  async *watch(signal: AbortSignal): AsyncGenerator<SessionEvent> {
+  async *watch(signal: AbortSignal, stats: { dropped: number } = { dropped: 0 }): AsyncGenerator<SessionEvent> {
     const queue: SessionEvent[] = [...this.#kept];
+    let queuedOutput = this.#keptOutput;
     let wake: (() => void) | undefined;
     const push = (ev: SessionEvent) => {
+      if (ev.type === "output") {
+        if (queuedOutput + ev.data.byteLength > MAX_QUEUED_OUTPUT_BYTES) {
+          stats.dropped += ev.data.byteLength;
+          return;
+        }
+        queuedOutput += ev.data.byteLength;
+      }
       queue.push(ev);
       wake?.();
     };
@@ -99,6 +110,7 @@ export class SessionEvents {
       while (!signal.aborted) {
         const ev = queue.shift();
         if (ev !== undefined) {
+          if (ev.type === "output") queuedOutput -= ev.data.byteLength;
           yield ev;
           continue;
         }
