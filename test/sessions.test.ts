@@ -467,7 +467,7 @@ test("WatchSession with follow: a client deadline ends it DEADLINE_EXCEEDED, a c
   await watchUntilReady(op, session.id);
   const seen: string[] = [];
   const deadline = (async () => {
-    for await (const ev of server.clients.grpc.workspaces.watchSession({ id: session.id, follow: true }, { timeoutMs: 300 })) seen.push(ev.event.case ?? "");
+    for await (const ev of server.clients.grpc.workspaces.watchSession({ id: session.id, follow: true }, { timeoutMs: 2000 })) seen.push(ev.event.case ?? "");
   })();
   await t.throwsAsync(deadline, { code: Code.DeadlineExceeded } as never);
   t.deepEqual(seen, ["status", "stageStarted", "stageEnded", "status"], "the kept events, then nothing until the deadline");
