@@ -92,6 +92,7 @@ for (const [how, command, args] of [
         process.kill(target === "the process" ? pid : -pid, "SIGTERM");
         t.true(await waitDead([pid, s.serverPid], STOP_WITHIN_MS), `still running after SIGTERM:\n${s.stderr()}`);
         t.false(await portOpen(s.url), "the port is released");
+        await Promise.race([s.stderrClosed, new Promise((r) => setTimeout(r, 5000))]);
         t.regex(s.stderr(), /"msg":"stopped"/);
         // The command the server was running did not outlive it.
         t.true(await waitDead([commandPid], 5000), "the running command outlived the server");
@@ -134,12 +135,14 @@ test("a server on a non-loopback address without an API key does not start; with
     const keyed = await startServerProcess({ dataDir, env: { HOST: "0.0.0.0", AGENT_WORKSPACE_API_KEYS: key } });
     process.kill(keyed.serverPid, "SIGTERM");
     t.true(await waitDead([keyed.serverPid], STOP_WITHIN_MS));
+    await keyed.stderrClosed;
     t.regex(keyed.stderr(), /"auth":"1 API key\(s\)"/);
     t.false(keyed.stderr().includes(key), "the key is not logged");
     t.notRegex(keyed.stderr(), /running open/);
     const open = await startServerProcess({ dataDir });
     process.kill(open.serverPid, "SIGTERM");
     t.true(await waitDead([open.serverPid], STOP_WITHIN_MS));
+    await open.stderrClosed;
     t.regex(open.stderr(), /"auth":"open"/);
     t.regex(open.stderr(), /"msg":"running open: no API key is configured/);
   } finally {

@@ -15,6 +15,8 @@ export interface ServerProcess {
   /** The server process's pid, from its "listening" log line (npm start runs it under npm). */
   serverPid: number;
   stderr: () => string;
+  /** Resolves once the server's stderr has closed: everything it wrote has been read. */
+  stderrClosed: Promise<void>;
 }
 
 /**
@@ -30,12 +32,13 @@ export async function startServerProcess(options: { dataDir: string; env?: Recor
   });
   let err = "";
   child.stderr?.setEncoding("utf8").on("data", (d: string) => (err += d));
+  const stderrClosed = new Promise<void>((resolve) => child.stderr?.on("close", () => resolve()));
   const deadline = Date.now() + 30_000;
   for (;;) {
     const line = err.split("\n").find((l) => l.includes('"agent-workspace listening"'));
     if (line) {
       const { url, pid } = JSON.parse(line) as { url: string; pid: number };
-      return { child, url, serverPid: pid, stderr: () => err };
+      return { child, url, serverPid: pid, stderr: () => err, stderrClosed };
     }
     if (child.exitCode !== null || Date.now() > deadline) throw new Error(`server did not start:\n${err}`);
     await new Promise((r) => setTimeout(r, 50));
@@ -52,7 +55,8 @@ export async function refusedStart(args: string[], env: Record<string, string> =
   let stderr = "";
   child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
   const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-  const code = await new Promise<number | null>((resolve) => child.on("exit", resolve));
+  // "close", not "exit": the process can be gone before its last lines have been read.
+  const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
   clearTimeout(timer);
   return { code, stderr };
 }
