@@ -40,7 +40,9 @@ export type Reason =
   | "SESSION_NOT_FOUND"
   | "SESSION_NOT_READY"
   | "WORKSPACE_NOT_PROVISIONED"
-  | "OUTSIDE_SESSION";
+  | "OUTSIDE_SESSION"
+  | "COMMAND_NOT_ALLOWED"
+  | "SENSITIVE_FILE";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

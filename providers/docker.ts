@@ -26,7 +26,7 @@ import { ExecutorFs } from "./executor-fs.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
-import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
+import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** Label keys the server puts on its containers. */
 export const LABELS = {
@@ -185,7 +185,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       };
     },
 
-    async open(record: WorkspaceRecord): Promise<WorkspaceHandle> {
+    async open(record: WorkspaceRecord, openOptions?: OpenOptions): Promise<WorkspaceHandle> {
       const container = docker.getContainer(record.state.containerId);
       let connecting: Promise<SandboxConnection> | undefined;
       let conn: SandboxConnection | undefined;
@@ -231,7 +231,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         return connecting;
       };
       await connect();
-      const fs = new ExecutorFs(connect, WORKSPACE_ROOT);
+      const fs = new ExecutorFs(connect, WORKSPACE_ROOT, openOptions?.fileRules);
       return {
         id: record.id,
         fs,

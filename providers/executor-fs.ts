@@ -5,6 +5,7 @@
  * a provider without a host directory at all (a remote engine, a pod, a microVM) needs nothing
  * but a connection to its executor.
  */
+import type { FileRules } from "./executor/sensitive-files.ts";
 import type { SandboxConnection } from "./sandbox-connection.ts";
 import type { DirEntry, FileStat, FoundFile, ReadOutcome, WorkspaceFs } from "./types.ts";
 
@@ -12,23 +13,26 @@ import type { DirEntry, FileStat, FoundFile, ReadOutcome, WorkspaceFs } from "./
 export class ExecutorFs implements WorkspaceFs {
   readonly #connect: () => Promise<SandboxConnection>;
   readonly #root: string;
+  /** Added sensitive-file rules, sent with each operation (the executor compiles them once). */
+  readonly #rules: { rules: FileRules } | undefined;
 
-  constructor(connect: () => Promise<SandboxConnection>, root: string) {
+  constructor(connect: () => Promise<SandboxConnection>, root: string, rules?: FileRules) {
     this.#connect = connect;
     this.#root = root;
+    this.#rules = rules && (rules.deny.length > 0 || rules.writeProtected.length > 0) ? { rules } : undefined;
   }
 
   async resolve(rel: string): Promise<string> {
-    const r = await (await this.#connect()).op<{ rel: string }>({ root: this.#root, op: "resolve", rel });
+    const r = await (await this.#connect()).op<{ rel: string }>({ root: this.#root, ...this.#rules, op: "resolve", rel });
     return String(r.rel);
   }
 
   async stat(rel: string): Promise<FileStat> {
-    return (await this.#connect()).op<FileStat>({ root: this.#root, op: "stat", rel });
+    return (await this.#connect()).op<FileStat>({ root: this.#root, ...this.#rules, op: "stat", rel });
   }
 
   async readFile(rel: string, maxBytes: number): Promise<Uint8Array> {
-    const { bytes } = await (await this.#connect()).opCollect<{ size: number }>({ root: this.#root, op: "readFile", rel, maxBytes });
+    const { bytes } = await (await this.#connect()).opCollect<{ size: number }>({ root: this.#root, ...this.#rules, op: "readFile", rel, maxBytes });
     return bytes;
   }
 
@@ -44,25 +48,25 @@ export class ExecutorFs implements WorkspaceFs {
   }
 
   async writeFile(rel: string, data: Uint8Array): Promise<{ created: boolean }> {
-    const r = await (await this.#connect()).op<{ created: boolean }>({ root: this.#root, op: "write", rel }, data);
+    const r = await (await this.#connect()).op<{ created: boolean }>({ root: this.#root, ...this.#rules, op: "write", rel }, data);
     return { created: r.created === true };
   }
 
   async list(rel: string): Promise<{ rel: string; entries: DirEntry[] }> {
-    const { entries, result } = await (await this.#connect()).opCollect<{ rel: string }>({ root: this.#root, op: "list", rel });
+    const { entries, result } = await (await this.#connect()).opCollect<{ rel: string }>({ root: this.#root, ...this.#rules, op: "list", rel });
     return { rel: String(result.rel), entries: entries as DirEntry[] };
   }
 
   async remove(rel: string): Promise<void> {
-    await (await this.#connect()).op({ root: this.#root, op: "remove", rel });
+    await (await this.#connect()).op({ root: this.#root, ...this.#rules, op: "remove", rel });
   }
 
   async *walk(base: string): AsyncGenerator<FoundFile> {
-    for await (const batch of (await this.#connect()).opEntries<FoundFile>({ root: this.#root, op: "walk", rel: base })) yield* batch;
+    for await (const batch of (await this.#connect()).opEntries<FoundFile>({ root: this.#root, ...this.#rules, op: "walk", rel: base })) yield* batch;
   }
 
   async readRanges(rel: string, ranges: Array<[number, number]>): Promise<Uint8Array[]> {
-    const { bytes, result } = await (await this.#connect()).opCollect<{ lengths: number[] }>({ root: this.#root, op: "readRanges", rel, ranges });
+    const { bytes, result } = await (await this.#connect()).opCollect<{ lengths: number[] }>({ root: this.#root, ...this.#rules, op: "readRanges", rel, ranges });
     const out: Uint8Array[] = [];
     let at = 0;
     for (const len of result.lengths) {

@@ -7,6 +7,7 @@
 import { setImmediate as yieldToLoop } from "node:timers/promises";
 import { Jail } from "./executor/jail.ts";
 import { JailedFs } from "./executor/jailed-fs.ts";
+import { type FileRules, guardFor } from "./executor/sensitive-files.ts";
 import { domain, toDomainError } from "./faults.ts";
 import type { DirEntry, FileStat, FoundFile, ReadOutcome, WorkspaceFs } from "./types.ts";
 
@@ -17,9 +18,9 @@ const WALK_SLICE = 512;
 export class LocalFs implements WorkspaceFs {
   readonly #fs: JailedFs;
 
-  /** Opens `root`; the descriptor stays open until `close`. */
-  constructor(root: string) {
-    this.#fs = new JailedFs(new Jail(root));
+  /** Opens `root`; the descriptor stays open until `close`. Sensitive files: the server's and `rules`. */
+  constructor(root: string, rules?: FileRules) {
+    this.#fs = new JailedFs(new Jail(root), guardFor(rules));
   }
 
   close(): void {

@@ -27,7 +27,8 @@ import { withDirectStdout } from "./direct-stdout.ts";
 import type { ExecRequest } from "./executor/protocol.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild, SOURCE_EXECUTOR } from "./executor-build.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
-import type { CreateOptions, ExecEvent, ExecSpec, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
+import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
+import type { FileRules } from "./executor/sensitive-files.ts";
 
 /** Options of the local provider. */
 export interface LocalProviderOptions {
@@ -152,10 +153,10 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
         state: { dir },
       };
     },
-    async open(record: WorkspaceRecord): Promise<WorkspaceHandle> {
+    async open(record: WorkspaceRecord, openOptions?: OpenOptions): Promise<WorkspaceHandle> {
       const dir = record.state.dir ?? path.join(baseDir, record.id);
       const root = await realpath(dir);
-      return openLocalWorkspace(record.id, root, rg, executorFor(root));
+      return openLocalWorkspace(record.id, root, rg, executorFor(root), openOptions?.fileRules);
     },
     async destroy(record: WorkspaceRecord): Promise<void> {
       const dir = record.state.dir ?? path.join(baseDir, record.id);
@@ -169,11 +170,11 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
   };
 }
 
-function openLocalWorkspace(id: string, root: string, rg: string, executor: LocalExecutor): WorkspaceHandle {
+function openLocalWorkspace(id: string, root: string, rg: string, executor: LocalExecutor, fileRules?: FileRules): WorkspaceHandle {
   // Commands still running when the handle closes (the workspace is being deleted) are killed,
   // so nothing keeps running in a directory that is about to disappear.
   const running = new Set<AbortController>();
-  const fs = new LocalFs(root);
+  const fs = new LocalFs(root, fileRules);
   return {
     id,
     fs,

@@ -8,6 +8,7 @@
 
 export type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome } from "./executor/types.ts";
 import type { DirEntry, FileStat, FoundFile, ReadOutcome } from "./executor/types.ts";
+import type { FileRules } from "./executor/sensitive-files.ts";
 
 /**
  * Filesystem primitives of one workspace. Paths are workspace-relative and have passed the
@@ -159,6 +160,10 @@ export interface AgentTypeBinding {
   /** Command timeouts of the agent type; 0 takes the server's. */
   defaultTimeoutMs: number;
   maxTimeoutMs: number;
+  /** The agent type's command policy then (absent in records made before policies existed: the server's alone). */
+  commandPolicy?: { defaultAction: string; allow: string[]; deny: string[] };
+  /** Sensitive-file patterns the agent type added then. */
+  sensitiveFiles?: FileRules;
 }
 
 /** A live workspace: the primitives tools run on. */
@@ -196,14 +201,23 @@ export interface ProviderLog {
   warn(msg: string, fields?: Record<string, unknown>): void;
 }
 
+/** How the server opens a workspace. */
+export interface OpenOptions {
+  /** Sensitive-file patterns added to the server's lists, enforced by the jail. */
+  fileRules?: FileRules;
+}
+
 /** A way of providing workspaces. */
 export interface Provider {
   /** "local", "docker", "gvisor", … */
   readonly name: string;
   /** Provisions a new workspace; the returned record is persisted by the server. */
   create(options: CreateOptions): Promise<WorkspaceRecord>;
-  /** Attaches to an existing workspace (after create, or after a server restart). */
-  open(record: WorkspaceRecord): Promise<WorkspaceHandle>;
+  /**
+   * Attaches to an existing workspace (after create, or after a server restart). The file
+   * operations of the handle refuse the server's sensitive files and `options.fileRules`.
+   */
+  open(record: WorkspaceRecord, options?: OpenOptions): Promise<WorkspaceHandle>;
   /** Stops everything in the workspace and deletes it with its storage. Idempotent. */
   destroy(record: WorkspaceRecord): Promise<void>;
   /** Releases the provider's own resources at server shutdown; workspaces survive. */

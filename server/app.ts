@@ -3,6 +3,7 @@
  * reflection into one Connect router, and the Node request handler that serves it for gRPC,
  * gRPC-Web and Connect alike.
  */
+import { loadShellParser } from "./security/shell-parser.ts";
 import { mkdir, rm } from "node:fs/promises";
 import path from "node:path";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
@@ -69,6 +70,8 @@ export interface AppOverrides {
 export async function createApp(settings: Settings, overrides: AppOverrides = {}): Promise<App> {
   // Before anything else: a proto method without its tool, or a tool without its method, is a build fault.
   checkToolRegistry(ToolService);
+  // The command policy's parser (WebAssembly) loads once, now, so no call waits for it.
+  await loadShellParser();
   const logger = overrides.logger ?? createLogger({ level: settings.logLevel });
   const store = openSqliteStore(settings.providers.dataDir, logger);
   // Workspaces of container providers already on record keep their providers registered even

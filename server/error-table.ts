@@ -48,4 +48,6 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   SESSION_NOT_READY: { code: Code.FailedPrecondition, reason: ErrorReason.SESSION_NOT_READY },
   WORKSPACE_NOT_PROVISIONED: { code: Code.FailedPrecondition, reason: ErrorReason.WORKSPACE_NOT_PROVISIONED },
   OUTSIDE_SESSION: { code: Code.PermissionDenied, reason: ErrorReason.OUTSIDE_SESSION },
+  COMMAND_NOT_ALLOWED: { code: Code.PermissionDenied, reason: ErrorReason.COMMAND_NOT_ALLOWED },
+  SENSITIVE_FILE: { code: Code.PermissionDenied, reason: ErrorReason.SENSITIVE_FILE },
 };

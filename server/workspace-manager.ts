@@ -120,7 +120,14 @@ export class WorkspaceManager {
       },
       image: pick(req.image, cfg.baseImage),
       network: cfg.network?.mode === "egress" ? "egress" : "none",
-      binding: { id: name, tools: [...cfg.tools], defaultTimeoutMs: Number(cfg.defaultCommandTimeoutMs), maxTimeoutMs: Number(cfg.maxCommandTimeoutMs) },
+      binding: {
+        id: name,
+        tools: [...cfg.tools],
+        defaultTimeoutMs: Number(cfg.defaultCommandTimeoutMs),
+        maxTimeoutMs: Number(cfg.maxCommandTimeoutMs),
+        commandPolicy: { defaultAction: cfg.commandPolicy?.defaultAction ?? "", allow: [...(cfg.commandPolicy?.allow ?? [])], deny: [...(cfg.commandPolicy?.deny ?? [])] },
+        sensitiveFiles: { deny: [...(cfg.sensitiveFiles?.deny ?? [])], writeProtected: [...(cfg.sensitiveFiles?.writeProtected ?? [])] },
+      },
     };
   }
 
@@ -210,7 +217,7 @@ export class WorkspaceManager {
     if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
     let h = this.#handles.get(id);
     if (!h) {
-      h = this.#provider(record.provider).open(record);
+      h = this.#provider(record.provider).open(record, { fileRules: record.agentType?.sensitiveFiles });
       this.#handles.set(id, h);
       h.catch(() => this.#handles.delete(id));
     }

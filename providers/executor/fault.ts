@@ -18,6 +18,7 @@ export type FaultReason =
   | "ACCESS_DENIED"
   | "RESOURCE_EXHAUSTED"
   | "WORKSPACE_NOT_READY"
+  | "SENSITIVE_FILE"
   | "INTERNAL";
 
 /** The wire form of a fault. */

@@ -8,6 +8,11 @@
  * by its parent's descriptor: a create, write-then-rename, mkdir or unlink cannot be redirected by
  * a link swapped in after the check, and files are opened with O_NOFOLLOW | O_NONBLOCK, so neither
  * a late symlink nor a FIFO can take over or block an open. FIFOs, sockets and devices are refused.
+ *
+ * Sensitive files (sensitive-files.ts) are refused here too, in the same step: the path asked for
+ * and the canonical path it resolved to are both checked before anything is opened, so neither a
+ * link to `.env` nor one swapped in mid-call reaches its bytes. Directories are never refused
+ * (names may appear in listings; a virtualenv called `.env/` stays usable).
  */
 import { randomBytes } from "node:crypto";
 import {
@@ -27,6 +32,7 @@ import {
 } from "node:fs";
 import { Fault } from "./fault.ts";
 import { at, DIR_OPEN, displayPath, errnoOf, faultOf, Jail, type Location, MAX_NAME_BYTES, notFound } from "./jail.ts";
+import { type FileAccess, type FileGuard, guardFor } from "./sensitive-files.ts";
 import type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome } from "./types.ts";
 
 /** Flags for opening a file to read: never through a symlink, never blocking on a FIFO. */
@@ -76,12 +82,36 @@ export interface PendingWrite {
   abort(): void;
 }
 
+/** SENSITIVE_FILE for `rel`: names the path and the rule, never the file's content or size. */
+export function sensitive(rel: string, list: "deny" | "write_protected", pattern: string): Fault {
+  const what = list === "deny" ? "is a sensitive file: the tools never read or change it" : "is write-protected: the tools may read it but never change it";
+  return new Fault("SENSITIVE_FILE", `'${displayPath(rel)}' ${what} (rule '${pattern}')`, { path: rel, rule: pattern, list });
+}
+
 /** The file operations of one workspace root. */
 export class JailedFs {
   readonly jail: Jail;
+  /**
+   * The sensitive-file rules in force; the executor sets the rules of each request before running
+   * it (synchronously, so no other request runs in between).
+   */
+  guard: FileGuard;
 
-  constructor(jail: Jail) {
+  constructor(jail: Jail, guard: FileGuard = guardFor()) {
     this.jail = jail;
+    this.guard = guard;
+  }
+
+  /** Refuses `path` (as asked, or as resolved) when the rules forbid `access` to it. */
+  #check(path: string, access: FileAccess): void {
+    const hit = this.guard.check(path, access);
+    if (hit !== undefined) throw sensitive(path, hit.list, hit.pattern);
+  }
+
+  /** Refuses a located entry that is not a directory, by its canonical path. */
+  #checkFound(loc: Location, access: FileAccess): void {
+    if (loc.stat?.isDirectory()) return;
+    this.#check(loc.rel, access);
   }
 
   /** Runs `fn` on the location of `rel`, releasing it afterwards and translating system errors. */
@@ -144,6 +174,10 @@ export class JailedFs {
   stat(rel: string): FileStat {
     return this.#at(rel, { followFinal: true }, false, (loc) => {
       if (loc.stat === undefined) throw notFound(rel);
+      if (!loc.stat.isDirectory()) {
+        this.#check(rel, "read");
+        this.#checkFound(loc, "read");
+      }
       return info(loc.stat);
     });
   }
@@ -153,7 +187,11 @@ export class JailedFs {
    * sockets and devices (never opened in a way that could block), FILE_TOO_LARGE past maxBytes.
    */
   readFile(rel: string, maxBytes: number): Buffer {
-    return this.#at(rel, { followFinal: true }, false, (loc) => this.#readBody(loc, rel, maxBytes));
+    this.#check(rel, "read");
+    return this.#at(rel, { followFinal: true }, false, (loc) => {
+      this.#checkFound(loc, "read");
+      return this.#readBody(loc, rel, maxBytes);
+    });
   }
 
   /**
@@ -165,6 +203,8 @@ export class JailedFs {
     return this.#at(rel, { followFinal: true }, false, (loc): ReadOutcome => {
       if (loc.stat === undefined) throw notFound(loc.rel);
       if (!loc.stat.isDirectory()) {
+        this.#check(rel, "read");
+        this.#checkFound(loc, "read");
         const bytes = this.#readBody(loc, loc.rel, maxBytes);
         return { kind: "file", rel: loc.rel, size: bytes.length, bytes };
       }
@@ -222,11 +262,13 @@ export class JailedFs {
    */
   beginWrite(rel: string): PendingWrite {
     if (rel === "") throw isDirectory(rel, "'.' is a directory");
+    this.#check(rel, "write");
     let loc: Location | undefined;
     let fd: number | undefined;
     let tmp = "";
     try {
       loc = this.jail.locate(rel, { followFinal: true, createParents: true });
+      this.#checkFound(loc, "write");
       let mode = 0o644;
       let created = true;
       if (loc.stat !== undefined) {
@@ -325,8 +367,10 @@ export class JailedFs {
   /** Removes a file or symlink (never its target, never a directory: IS_DIRECTORY). */
   remove(rel: string): void {
     if (rel === "") throw isDirectory(rel, "'.' is a directory");
+    this.#check(rel, "write");
     this.#at(rel, { followFinal: false }, true, (loc) => {
       if (loc.stat === undefined) throw notFound(rel);
+      this.#checkFound(loc, "write");
       if (loc.stat.isDirectory()) throw isDirectory(rel, `'${displayPath(rel)}' is a directory; DeleteFile deletes files only`);
       unlinkSync(at(loc.dirFd, loc.name));
     });
@@ -393,7 +437,9 @@ export class JailedFs {
     if (total > MAX_RANGES_BYTES || ranges.some(([off, len]) => !Number.isSafeInteger(off) || !Number.isSafeInteger(len) || off < 0 || len < 0)) {
       throw new Fault("INVALID_ARGUMENT", `Byte ranges of '${displayPath(rel)}' are invalid or exceed ${MAX_RANGES_BYTES} bytes`, { path: rel });
     }
+    this.#check(rel, "read");
     return this.#at(rel, { followFinal: true }, false, (loc) => {
+      this.#checkFound(loc, "read");
       const { fd } = this.#openFile(loc, rel);
       try {
         return ranges.map(([off, len]) => {

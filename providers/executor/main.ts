@@ -27,6 +27,7 @@ import { checkExecRequest, checkOpRequest } from "./check.ts";
 import { Fault } from "./fault.ts";
 import { Jail, WORKSPACE_ROOT } from "./jail.ts";
 import { JailedFs, type PendingWrite } from "./jailed-fs.ts";
+import { type FileRules, guardFor } from "./sensitive-files.ts";
 import { type LaunchSpec, runProcess } from "./process-runner.ts";
 import { type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, WINDOW, writeFrame } from "./protocol.ts";
 import type { ExecEvent } from "./types.ts";
@@ -77,8 +78,13 @@ const identity = (() => {
 
 /** Jailed file operations per workspace root (one, /workspace, in a sandbox). */
 const roots = new Map<string, JailedFs>();
-function fsFor(root: string): JailedFs {
+function fsFor(root: string, rules: unknown): JailedFs {
   if (SANDBOX && root !== WORKSPACE_ROOT) throw new Fault("INVALID_ARGUMENT", "this sandbox serves /workspace only");
+  const strings = (v: unknown): v is string[] => Array.isArray(v) && v.every((x) => typeof x === "string");
+  const r = rules as { deny?: unknown; writeProtected?: unknown } | undefined;
+  if (r !== undefined && (typeof r !== "object" || r === null || !strings(r.deny) || !strings(r.writeProtected))) {
+    throw new Fault("INVALID_ARGUMENT", "malformed sensitive-file rules");
+  }
   let fs = roots.get(root);
   if (!fs) {
     try {
@@ -88,6 +94,8 @@ function fsFor(root: string): JailedFs {
     }
     roots.set(root, fs);
   }
+  // Operations run synchronously from here on: no other request changes the guard meanwhile.
+  fs.guard = guardFor(r as FileRules | undefined);
   return fs;
 }
 
@@ -189,7 +197,7 @@ function isZombie(pid: string): boolean {
  * spawn (the child holds its own), or by `release` if nothing was spawned.
  */
 function launchSpec(root: string, cwd: string, env: Record<string, string>): LaunchSpec & { release(): void } {
-  const dirFd = fsFor(root).openDirectory(cwd);
+  const dirFd = fsFor(root, undefined).openDirectory(cwd);
   let open = true;
   let marker: { fd: number; link: string } | undefined;
   try {
@@ -320,7 +328,7 @@ async function operate(id: number, req: OpRequest): Promise<void> {
   const call: Call = { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: false };
   calls.set(id, call);
   try {
-    const fs = req.op === "release" ? (undefined as unknown as JailedFs) : fsFor(req.root);
+    const fs = req.op === "release" ? (undefined as unknown as JailedFs) : fsFor(req.root, req.rules);
     switch (req.op) {
       case "resolve":
         return finish(id, F.RESULT, json({ rel: fs.resolve(req.rel) }));

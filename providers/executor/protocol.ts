@@ -16,6 +16,8 @@
  * Imports only node: modules: it runs inside sandboxes too.
  */
 
+import type { FileRules } from "./sensitive-files.ts";
+
 /** Frame types. */
 export const F = {
   /** server → executor: start an execution; JSON ExecRequest. */
@@ -89,8 +91,11 @@ export interface ExecRequest {
   stdoutToken?: string;
 }
 
-/** What OP carries: a file operation on the workspace at `root`. */
-export type OpRequest = { root: string } & (
+/**
+ * What OP carries: a file operation on the workspace at `root`, refusing the server's sensitive
+ * files and the `rules` added to them.
+ */
+export type OpRequest = { root: string; rules?: FileRules } & (
   | { op: "resolve"; rel: string }
   | { op: "stat"; rel: string }
   | { op: "read"; rel: string; maxBytes: number }

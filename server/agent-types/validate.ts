@@ -6,8 +6,16 @@
  * its metadata under "field".
  */
 import { create } from "@bufbuild/protobuf";
-import { type WorkspaceConfig, WorkspaceConfigSchema } from "../../gen/agentworkspace/v1/config_pb.js";
+import {
+  type CommandPolicy,
+  CommandPolicySchema,
+  type SensitiveFiles,
+  SensitiveFilesSchema,
+  type WorkspaceConfig,
+  WorkspaceConfigSchema,
+} from "../../gen/agentworkspace/v1/config_pb.js";
 import { DomainError } from "../../core/errors.ts";
+import { ruleProblem } from "../security/command-policy.ts";
 import { parseCpu, parseSize } from "../workspace-limits.ts";
 
 /** What validation needs to know about this server. */
@@ -146,6 +154,9 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     }
   });
 
+  const policy = normalizeCommandPolicy(cfg.commandPolicy, f);
+  const files = normalizeSensitiveFiles(cfg.sensitiveFiles, f);
+
   for (const [name, value] of [["provider", cfg.provider], ["fallback_provider", cfg.fallbackProvider]] as const) {
     if (value !== "" && !ctx.providers.includes(value)) {
       throw new DomainError("UNKNOWN_PROVIDER", `Provider ${shown(value)} is not configured on this server; available: ${ctx.providers.join(", ")}`, {
@@ -189,5 +200,44 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     maxCommandTimeoutMs: cfg.maxCommandTimeoutMs,
     setupCommandTimeoutMs: cfg.setupCommandTimeoutMs,
     sessionIdleTimeoutMs: cfg.sessionIdleTimeoutMs,
+    commandPolicy: policy,
+    sensitiveFiles: files,
   });
+}
+
+/** Most rules or patterns one list may hold. */
+const MAX_POLICY_ENTRIES = 200;
+
+/** Checks a command policy's default and rules; returns it with rules trimmed and de-duplicated. */
+function normalizeCommandPolicy(input: CommandPolicy | undefined, f: (name: string) => string): CommandPolicy {
+  const action = input?.defaultAction ?? "";
+  if (action !== "" && action !== "allow" && action !== "deny") {
+    throw invalid(f("command_policy.default_action"), `command_policy.default_action must be "allow", "deny" or empty; got ${shown(action)}`, { valid: "allow,deny" });
+  }
+  const lists = { allow: input?.allow ?? [], deny: input?.deny ?? [] };
+  for (const [name, rules] of Object.entries(lists)) {
+    if (rules.length > MAX_POLICY_ENTRIES) throw invalid(f(`command_policy.${name}`), `command_policy.${name} may hold at most ${MAX_POLICY_ENTRIES} rules`);
+    rules.forEach((rule, i) => {
+      const problem = ruleProblem(rule);
+      if (problem !== undefined) throw invalid(f(`command_policy.${name}[${i}]`), `command_policy.${name}[${i}] ${shown(rule)} ${problem}`);
+    });
+  }
+  const tidy = (rules: string[]) => [...new Set(rules.map((r) => r.trim().split(/\s+/).join(" ")))];
+  return create(CommandPolicySchema, { defaultAction: action, allow: tidy(lists.allow), deny: tidy(lists.deny) });
+}
+
+/** Checks sensitive-file patterns: relative, no "..", no control characters. */
+function normalizeSensitiveFiles(input: SensitiveFiles | undefined, f: (name: string) => string): SensitiveFiles {
+  const lists = { deny: input?.deny ?? [], write_protected: input?.writeProtected ?? [] };
+  for (const [name, patterns] of Object.entries(lists)) {
+    if (patterns.length > MAX_POLICY_ENTRIES) throw invalid(f(`sensitive_files.${name}`), `sensitive_files.${name} may hold at most ${MAX_POLICY_ENTRIES} patterns`);
+    patterns.forEach((p, i) => {
+      const field = f(`sensitive_files.${name}[${i}]`);
+      const t = p.trim();
+      if (t === "" || t.length > 200 || /[\u0000-\u001f]/.test(t)) throw invalid(field, `sensitive_files.${name}[${i}] must be 1-200 characters without control characters`);
+      if (t.startsWith("/") || t.split("/").includes("..")) throw invalid(field, `sensitive_files.${name}[${i}] ${shown(t)} must be relative to the workspace, without ".."`);
+    });
+  }
+  const tidy = (patterns: string[]) => [...new Set(patterns.map((p) => p.trim()))];
+  return create(SensitiveFilesSchema, { deny: tidy(lists.deny), writeProtected: tidy(lists.write_protected) });
 }

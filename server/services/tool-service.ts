@@ -27,6 +27,7 @@ import { TOOL_REGISTRY } from "../tools/registry.ts";
 import type { ToolLimits } from "../tools/tool-limits.ts";
 import type { WorkspaceManager } from "../workspace-manager.ts";
 import { taskEnv } from "../sessions/session.ts";
+import { commandPolicyOf } from "../security/command-policy.ts";
 
 const FILE_TYPES: Record<EntryType, FileType> = {
   file: FileType.FILE,
@@ -117,10 +118,12 @@ export function createToolService({ workspaces, limits }: ToolServiceDeps): Serv
   const context = async (workspaceId: string, hctx: HandlerContext): Promise<ToolContext> => {
     const workspace = await workspaces.handle(workspaceId);
     const left = hctx.timeoutMs();
-    const task = workspaces.find(workspaceId)?.session?.task;
+    const record = workspaces.find(workspaceId);
+    const task = record?.session?.task;
     return {
       workspace,
       limits: limitsOf(workspaceId),
+      commands: commandPolicyOf(record?.agentType),
       signal: cancelOnly(hctx.signal),
       deadline: left === undefined ? undefined : Date.now() + left,
       ...(task ? { env: taskEnv(task) } : {}),

@@ -17,6 +17,7 @@ import type { CheckoutInfo, PoolMembership, ProvisioningWarning, WorkspaceSessio
 import type { WorkspaceConfig } from "../../gen/agentworkspace/v1/config_pb.js";
 import { DEFAULT_SETUP_TIMEOUT_MS } from "../agent-types/validate.ts";
 import type { Logger } from "../logger.ts";
+import { commandPolicyOf } from "../security/command-policy.ts";
 import { TOOL_REGISTRY } from "../tools/registry.ts";
 import type { ToolLimits } from "../tools/tool-limits.ts";
 import type { WorkspaceManager } from "../workspace-manager.ts";
@@ -168,13 +169,15 @@ export class Provisioner {
     const timeoutMs = Number(spec.config.setupCommandTimeoutMs) || DEFAULT_SETUP_TIMEOUT_MS;
     const workspace = await this.#o.workspaces.handle(workspaceId);
     const limits = { ...this.#o.toolLimits, defaultTimeoutMs: timeoutMs, maxTimeoutMs: timeoutMs };
+    // Setup commands pass the same command policy as the agent's own.
+    const policy = commandPolicyOf(this.#o.workspaces.find(workspaceId)?.agentType);
     for (const [index, command] of commands.entries()) {
       const began = Date.now();
       emit({ type: "stage_started", stage: "setup_command", detail: command, index });
       let exit: { exitCode: number; timedOut: boolean; signal: string } | undefined;
       let failure = "";
       try {
-        const events = TOOL_REGISTRY.bash.streamBash({ workspace, limits, signal, deadline: undefined, env: spec.env }, { command, workdir: "", timeoutMs, env: {}, maxOutputBytes: 0 });
+        const events = TOOL_REGISTRY.bash.streamBash({ workspace, limits, commands: policy, signal, deadline: undefined, env: spec.env }, { command, workdir: "", timeoutMs, env: {}, maxOutputBytes: 0 });
         for await (const ev of events) {
           if (ev.type === "stdout" || ev.type === "stderr") emit({ type: "output", stage: "setup_command", index, data: ev.data, stderr: ev.type === "stderr" });
           else if (ev.type === "exited") exit = ev.exit;

@@ -4,6 +4,7 @@
  * builds the context once per call. Later steps add the caller (principal) and the session here.
  */
 import type { WorkspaceHandle } from "../../providers/types.ts";
+import type { CommandPolicy } from "../security/command-policy.ts";
 import type { ToolLimits } from "./tool-limits.ts";
 
 /** The context of one tool call. */
@@ -11,6 +12,8 @@ export interface ToolContext {
   /** The workspace the call runs in, already resolved. */
   workspace: WorkspaceHandle;
   limits: ToolLimits;
+  /** The workspace's command policy: bash checks every script against it before anything runs. */
+  commands: CommandPolicy;
   /**
    * Aborted when the caller cancels, goes away, or the server shuts down: stop at once (a command
    * gets SIGKILL). Not aborted by the protocol deadline, which `deadline` carries instead.

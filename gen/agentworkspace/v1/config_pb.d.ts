@@ -184,6 +184,21 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
    * @generated from field: int64 session_idle_timeout_ms = 17;
    */
   sessionIdleTimeoutMs: bigint;
+
+  /**
+   * Which commands bash, StreamBash and the setup commands may run. Unset: every command the
+   * server's own deny list does not refuse.
+   *
+   * @generated from field: agentworkspace.v1.CommandPolicy command_policy = 15;
+   */
+  commandPolicy?: CommandPolicy | undefined;
+
+  /**
+   * Files the tools must never read or change, added to the server's lists.
+   *
+   * @generated from field: agentworkspace.v1.SensitiveFiles sensitive_files = 16;
+   */
+  sensitiveFiles?: SensitiveFiles | undefined;
 };
 
 /**
@@ -191,6 +206,81 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
  * Use `create(WorkspaceConfigSchema)` to create a new message.
  */
 export declare const WorkspaceConfigSchema: GenMessage<WorkspaceConfig>;
+
+/**
+ * CommandPolicy decides which commands of a script may run. A script is parsed as bash (a real
+ * parser, tree-sitter's bash grammar) and every simple command in it is checked: those in lists,
+ * pipelines, subshells, command and process substitutions, heredocs fed to a shell, function
+ * bodies, eval and alias strings, and those run by wrappers (bash -c, sh -c, env, timeout, nice,
+ * nohup, xargs, find -exec, busybox, command, exec, stdbuf, setsid, flock, watch, ...). A rule is
+ * a program name followed by argument patterns ("git", "git push", "npm test", "rm -rf"): `*` and
+ * `?` are wildcards, `\*` a literal star. A denied rule matches when the program matches and its
+ * patterns appear, in order, among the arguments; an allowed rule when they are the first
+ * arguments. Denials win over allowances; the server's deny list is always applied.
+ *
+ * @generated from message agentworkspace.v1.CommandPolicy
+ */
+export declare type CommandPolicy = Message<"agentworkspace.v1.CommandPolicy"> & {
+  /**
+   * "allow" or "deny": what a command that no rule names gets. Empty: "deny" when `allow` lists
+   * rules (an allowlist), otherwise "allow". Under "deny", variable command names ($x), eval of
+   * computed text, and assignments of PATH, LD_PRELOAD, BASH_ENV, GIT_* and similar are refused.
+   *
+   * @generated from field: string default_action = 1;
+   */
+  defaultAction: string;
+
+  /**
+   * Rules of commands that may run ("git", "npm test", "ls").
+   *
+   * @generated from field: repeated string allow = 2;
+   */
+  allow: string[];
+
+  /**
+   * Rules of commands that never run ("git push", "curl"), on top of the server's deny list.
+   *
+   * @generated from field: repeated string deny = 3;
+   */
+  deny: string[];
+};
+
+/**
+ * Describes the message agentworkspace.v1.CommandPolicy.
+ * Use `create(CommandPolicySchema)` to create a new message.
+ */
+export declare const CommandPolicySchema: GenMessage<CommandPolicy>;
+
+/**
+ * SensitiveFiles adds patterns to the server's lists of sensitive files. Patterns are matched
+ * case-insensitively on the canonical workspace path: `*` and `?` within one component, `**` for
+ * any number; a pattern without "/" names the file at any depth (".env"), one with "/" a run of
+ * trailing components (".aws/credentials", "secrets/**").
+ *
+ * @generated from message agentworkspace.v1.SensitiveFiles
+ */
+export declare type SensitiveFiles = Message<"agentworkspace.v1.SensitiveFiles"> & {
+  /**
+   * Files the tools never read, write, edit, patch or delete, and whose content never appears in
+   * grep results (names may appear in listings).
+   *
+   * @generated from field: repeated string deny = 1;
+   */
+  deny: string[];
+
+  /**
+   * Files the tools may read but never write, edit, patch or delete.
+   *
+   * @generated from field: repeated string write_protected = 2;
+   */
+  writeProtected: string[];
+};
+
+/**
+ * Describes the message agentworkspace.v1.SensitiveFiles.
+ * Use `create(SensitiveFilesSchema)` to create a new message.
+ */
+export declare const SensitiveFilesSchema: GenMessage<SensitiveFiles>;
 
 /**
  * AgentType is a named kind of agent and its workspace configuration.

@@ -419,6 +419,22 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_OUTSIDE_SESSION = 34;
    */
   OUTSIDE_SESSION = 34,
+
+  /**
+   * The command policy refused a command of a bash call, a StreamBash or a setup command before
+   * anything ran (PERMISSION_DENIED); the metadata names the command, the rule and why.
+   *
+   * @generated from enum value: ERROR_REASON_COMMAND_NOT_ALLOWED = 35;
+   */
+  COMMAND_NOT_ALLOWED = 35,
+
+  /**
+   * The path is a sensitive file the tools never read or change, or a write-protected one they
+   * never change (PERMISSION_DENIED); neither its content nor its size is revealed.
+   *
+   * @generated from enum value: ERROR_REASON_SENSITIVE_FILE = 36;
+   */
+  SENSITIVE_FILE = 36,
 }
 
 /**

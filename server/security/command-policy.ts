@@ -1,0 +1,813 @@
+/**
+ * The command policy: which commands a script given to bash, StreamBash or a setup command may
+ * run, decided on the syntax tree of a real bash parser (shell-parser.ts) before anything runs.
+ *
+ * Every simple command in the script is checked, wherever it sits: lists (`;`, `&&`, `||`, `&`,
+ * newlines), pipelines, subshells and groups, `$(…)` and backticks, process substitution,
+ * conditionals and loops, function bodies, heredocs fed to a shell, `eval`, `trap` and `alias`
+ * strings, and the commands that wrappers run (`bash -c`, `sh -c`, `env`, `timeout`, `nice`,
+ * `nohup`, `xargs`, `find -exec`, `busybox`, `command`, `exec`, `stdbuf`, `setsid`, `flock`,
+ * `watch`, …), whose inner command is checked in their place. Command names are taken after quote
+ * removal (`r''m`, `"rm"`, `\rm`, `$'\x72m'` are `rm`) and path normalisation (`/bin/./rm`).
+ *
+ * Rules are a program and argument patterns. A deny rule matches when its patterns occur, in
+ * order, among the arguments (so `git push` catches `git -C . push`); an allow rule when they are
+ * the first arguments (`npm test` allows `npm test -- --watch`, not `npm install test`). A
+ * short-option bundle in a pattern (`-rf`) matches the arguments' short options in any spelling
+ * (`-r -f`, `-fr`). Denials win; the server's deny list cannot be removed.
+ *
+ * Under an allowlist (default "deny") what cannot be known before the run is refused: a command
+ * name computed at run time, `eval` or `bash -c` of computed text, a shell reading a script from a
+ * pipe, and assignments of variables that change what runs (PATH, LD_PRELOAD, BASH_ENV, GIT_*…).
+ * Unparseable input is refused under every policy, and there is no size above which checks stop.
+ *
+ * The policy is a convenience layer that stops an agent's mistakes and the obvious attacks; a
+ * shell always has another way (an interpreter, a script file). The sandbox is the boundary.
+ */
+import { posix } from "node:path";
+import { DomainError } from "../../core/errors.ts";
+import { type FileGuard, guardFor } from "../../providers/executor/sensitive-files.ts";
+import type { AgentTypeBinding } from "../../providers/types.ts";
+import { literal, type Node, parseShell } from "./shell-parser.ts";
+
+/** An agent type's command policy, as configured. */
+export interface CommandPolicyConfig {
+  /** "allow", "deny", or "" (deny when `allow` has rules, else allow). */
+  defaultAction: string;
+  allow: string[];
+  deny: string[];
+}
+
+/**
+ * The server's deny list: commands that destroy the machine or leave the sandbox. Always
+ * applied; an agent type adds to it and can never remove from it.
+ */
+export const DEFAULT_DENY_RULES: readonly string[] = [
+  // Privilege.
+  "sudo",
+  "su",
+  "doas",
+  "pkexec",
+  // Mounts, namespaces, kernel.
+  "mount",
+  "umount",
+  "chroot",
+  "pivot_root",
+  "unshare",
+  "nsenter",
+  "capsh",
+  "setcap",
+  "insmod",
+  "rmmod",
+  "modprobe",
+  "kexec",
+  "sysctl -w",
+  // Disks and filesystems.
+  "mkfs",
+  "mkfs.*",
+  "mke2fs",
+  "mkswap",
+  "swapon",
+  "swapoff",
+  "fdisk",
+  "sfdisk",
+  "parted",
+  "wipefs",
+  "dd of=/dev/*",
+  // Power.
+  "shutdown",
+  "reboot",
+  "halt",
+  "poweroff",
+  "telinit",
+  "init",
+  "systemctl poweroff",
+  "systemctl reboot",
+  "systemctl halt",
+  // Deleting or opening up everything.
+  "rm --no-preserve-root",
+  "rm /",
+  "rm /\\*",
+  "rm ~",
+  "rm ~/",
+  "rm ~/\\*",
+  "chmod /",
+  "chown /",
+  "chgrp /",
+  "find / -delete",
+  // Signalling every process.
+  "kill -1",
+  "killall5",
+];
+
+/** Names that change what later commands run; refused as assignments under an allowlist. */
+const RESTRICTED_VARIABLES = [
+  /^PATH$/,
+  /^LD_/,
+  /^DYLD_/,
+  /^BASH_ENV$/,
+  /^ENV$/,
+  /^BASH_FUNC_/,
+  /^SHELLOPTS$/,
+  /^BASHOPTS$/,
+  /^PS4$/,
+  /^PROMPT_COMMAND$/,
+  /^IFS$/,
+  /^CDPATH$/,
+  /^GLOBIGNORE$/,
+  /^GIT_/,
+  /^GCONV_PATH$/,
+  /^HOME$/,
+  /^XDG_CONFIG_HOME$/,
+  /^NODE_OPTIONS$/,
+  /^PYTHONPATH$/,
+  /^PYTHONSTARTUP$/,
+  /^PYTHONHOME$/,
+  /^PERL5OPT$/,
+  /^PERL5LIB$/,
+  /^PERLLIB$/,
+  /^RUBYOPT$/,
+  /^RUBYLIB$/,
+  /^JAVA_TOOL_OPTIONS$/,
+  /^_JAVA_OPTIONS$/,
+  /^NPM_CONFIG_/i,
+  /^EDITOR$/,
+  /^VISUAL$/,
+  /^PAGER$/,
+  /^MANPAGER$/,
+  /^LESSOPEN$/,
+  /^LESSCLOSE$/,
+  /^SSH_ASKPASS$/,
+];
+
+/** True when assigning `name` can change what runs. */
+export function isRestrictedVariable(name: string): boolean {
+  return RESTRICTED_VARIABLES.some((re) => re.test(name));
+}
+
+/** Builtins that run nothing by themselves; allowed under every allowlist (their arguments are still checked). */
+const SAFE_BUILTINS = new Set([
+  "cd", "echo", "printf", "true", "false", "test", "[", "pwd", "export", "set", "unset", "shift", "local", "declare", "typeset",
+  "readonly", "read", "return", "exit", "wait", ":", "break", "continue", "let", "type", "hash", "umask", "ulimit", "shopt", "alias",
+  "unalias", "trap", "getopts", "mapfile", "readarray", "dirs", "pushd", "popd", "jobs", "times",
+]);
+
+/** Programs whose arguments are text or names, not files they open: exempt from the sensitive-file check. */
+const NON_READERS = new Set(["echo", "printf", "test", "[", "ls", "type", "which", "basename", "dirname", "mkdir", "touch", "command", "hash", "alias", "export", "declare", "local", "typeset", "readonly", "unset", "read"]);
+
+/** Programs that only read their file arguments: may name write-protected files. */
+const READERS = new Set(["cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "diff", "cmp", "wc", "file", "stat", "md5sum", "sha1sum", "sha256sum", "od", "xxd", "hexdump", "strings", "nl", "sort", "uniq", "git"]);
+
+/** Shells whose `-c` string (or literal stdin) is a script to check. */
+const SHELLS = new Set(["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "rbash"]);
+
+/** Directories a program named by path may come from under an allowlist without a rule naming that path. */
+const SYSTEM_DIRS = new Set(["/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin", "/usr/local/sbin"]);
+
+/** Deepest nesting of wrappers and shell strings checked; deeper is refused, never skipped. */
+const MAX_DEPTH = 24;
+
+/** Why a command was refused (the `why` of the error metadata). */
+export type RefusalKind =
+  | "denied_by_server"
+  | "denied_by_agent_type"
+  | "not_in_allowlist"
+  | "computed_at_run_time"
+  | "restricted_variable"
+  | "sensitive_file"
+  | "unparseable"
+  | "fork_bomb"
+  | "too_deep";
+
+/** A refusal: the offending command, the rule, and why. */
+export interface Refusal {
+  command: string;
+  rule: string;
+  why: RefusalKind;
+  message: string;
+}
+
+/** One argument pattern of a rule. */
+type ArgPattern = { kind: "glob"; re: RegExp } | { kind: "bundle"; letters: string };
+
+/** A compiled rule. */
+interface Rule {
+  text: string;
+  program: RegExp;
+  /** True when the program pattern names a path (compared with the whole normalised name). */
+  byPath: boolean;
+  args: ArgPattern[];
+}
+
+/** A glob (`*`, `?`, `\*` for a literal star) as an anchored regular expression. */
+function globRe(glob: string): RegExp {
+  let re = "";
+  for (let i = 0; i < glob.length; i++) {
+    const c = glob[i];
+    if (c === "\\" && i + 1 < glob.length) re += glob[++i].replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+    else if (c === "*") re += ".*";
+    else if (c === "?") re += ".";
+    else re += c.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+  }
+  return new RegExp(`^${re}$`, "su");
+}
+
+/** Splits a rule into words and checks its shape; returns a message for a bad rule. */
+export function ruleProblem(rule: string): string | undefined {
+  const words = rule.trim().split(/\s+/);
+  if (rule.trim() === "") return "is empty";
+  if (rule.length > 200) return "is longer than 200 characters";
+  if (/[\u0000-\u001f]/.test(rule)) return "holds a control character";
+  if (words[0].startsWith("-")) return "must start with a program name, not an option";
+  return undefined;
+}
+
+function compileRule(text: string): Rule {
+  const [program, ...args] = text.trim().split(/\s+/);
+  return {
+    text: text.trim(),
+    program: globRe(program),
+    byPath: program.includes("/"),
+    args: args.map((a): ArgPattern => (/^-[A-Za-z]{2,}$/.test(a) ? { kind: "bundle", letters: a.slice(1) } : { kind: "glob", re: globRe(a) })),
+  };
+}
+
+/** A simple command as the policy sees it: its name and arguments after quote removal. */
+interface SimpleCommand {
+  /** undefined: computed at run time. */
+  name: string | undefined;
+  /** Each argument's value; undefined where computed at run time. */
+  args: Array<string | undefined>;
+  /** The source text, for messages. */
+  text: string;
+  /** What the command reads on stdin when the script says so literally (a heredoc, a here-string); "pipe" when it is computed or fed by a pipe. */
+  stdin?: { text: string } | "pipe";
+}
+
+/** The normalised form of an argument for matching: paths from the root lose `.`, `..` and doubled slashes. */
+function normaliseArg(arg: string): string {
+  if (!arg.startsWith("/")) return arg;
+  const n = posix.normalize(arg);
+  return n.length > 1 && n.endsWith("/") ? n.slice(0, -1) : n;
+}
+
+/** Short options of the arguments before `--` (`-rf` and `-r -f` both give r and f). */
+function shortOptions(args: Array<string | undefined>): Set<string> {
+  const letters = new Set<string>();
+  for (const a of args) {
+    if (a === "--") break;
+    if (a !== undefined && /^-[A-Za-z]+$/.test(a)) for (const l of a.slice(1)) letters.add(l);
+  }
+  return letters;
+}
+
+function argMatches(p: ArgPattern, arg: string | undefined): boolean {
+  if (arg === undefined) return false;
+  if (p.kind === "glob") return p.re.test(arg) || p.re.test(normaliseArg(arg));
+  return arg === `-${p.letters}`;
+}
+
+/** Whether a deny rule matches: program, then its patterns in order anywhere among the arguments. */
+function denyMatches(rule: Rule, name: string, base: string, args: Array<string | undefined>): boolean {
+  if (!rule.program.test(rule.byPath ? name : base)) return false;
+  let at = 0;
+  const letters = shortOptions(args);
+  for (const p of rule.args) {
+    if (p.kind === "bundle" && [...p.letters].every((l) => letters.has(l))) continue;
+    while (at < args.length && !argMatches(p, args[at])) at++;
+    if (at >= args.length) return false;
+    at++;
+  }
+  return true;
+}
+
+/** Whether an allow rule matches: program, then its patterns as the first arguments. */
+function allowMatches(rule: Rule, name: string, base: string, args: Array<string | undefined>): boolean {
+  if (!rule.program.test(rule.byPath ? name : base)) return false;
+  return rule.args.every((p, i) => argMatches(p, args[i]));
+}
+
+/** Skips a wrapper's options: returns the index of its first operand. */
+function skipOptions(args: Array<string | undefined>, start: number, withValue: Set<string>, numeric = false): number {
+  let i = start;
+  while (i < args.length) {
+    const a = args[i];
+    if (a === undefined) return i;
+    if (a === "--") return i + 1;
+    if (!a.startsWith("-") || a === "-") return i;
+    if (numeric && /^-\d+$/.test(a)) {
+      i++;
+      continue;
+    }
+    const eq = a.indexOf("=");
+    const flag = eq >= 0 ? a.slice(0, eq) : a;
+    if (eq < 0 && withValue.has(flag)) i += 2;
+    else if (!a.startsWith("--") && a.length > 2 && withValue.has(a.slice(0, 2))) i += 1; // -n5
+    else i++;
+  }
+  return i;
+}
+
+const set = (...xs: string[]) => new Set(xs);
+const ENV_VALUE = set("-u", "--unset", "-C", "--chdir", "-S", "--split-string");
+const TIMEOUT_VALUE = set("-s", "--signal", "-k", "--kill-after");
+const NICE_VALUE = set("-n", "--adjustment");
+const STDBUF_VALUE = set("-i", "-o", "-e", "--input", "--output", "--error");
+const IONICE_VALUE = set("-c", "-n", "--class", "--classdata");
+const XARGS_VALUE = set("-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--eof", "--replace", "--max-lines", "--max-args", "--max-procs", "--max-chars", "--process-slot-var");
+const EXEC_VALUE = set("-a");
+const TIME_VALUE = set("-o", "-f", "--output", "--format");
+const FLOCK_VALUE = set("-w", "--timeout", "-E", "--conflict-exit-code");
+const WATCH_VALUE = set("-n", "--interval", "-q", "--equexit");
+const SHELL_VALUE = set("-o", "+o", "-O", "+O", "--rcfile", "--init-file");
+
+/** A compiled policy: the server's deny list, an agent type's rules, the sensitive-file rules. */
+export class CommandPolicy {
+  readonly #serverDeny: Rule[];
+  readonly #deny: Rule[];
+  readonly #allow: Rule[];
+  readonly #allowlist: boolean;
+  readonly #files: FileGuard;
+
+  constructor(config: CommandPolicyConfig = { defaultAction: "", allow: [], deny: [] }, files: FileGuard = guardFor()) {
+    this.#serverDeny = DEFAULT_DENY_RULES.map(compileRule);
+    this.#deny = config.deny.map(compileRule);
+    this.#allow = config.allow.map(compileRule);
+    this.#allowlist = config.defaultAction === "deny" || (config.defaultAction === "" && config.allow.length > 0);
+    this.#files = files;
+  }
+
+  /** True when commands no rule names are refused. */
+  get allowlist(): boolean {
+    return this.#allowlist;
+  }
+
+  /**
+   * Checks `script` (and the variables a request sets for it); resolves to the first refusal, or
+   * undefined when everything in it may run.
+   */
+  async check(script: string, env: Record<string, string> = {}): Promise<Refusal | undefined> {
+    if (this.#allowlist) {
+      for (const name of Object.keys(env)) {
+        if (isRestrictedVariable(name)) return this.#refuse(`env ${name}=…`, name, "restricted_variable", `setting ${name} is not allowed under an allowlist: it changes what runs`);
+      }
+    }
+    const refusal = await this.#checkScript(script, 0);
+    // bash reads a carriage return as part of a word, but a script written for another reader (or
+    // pasted from Windows) may mean it as a line break: it must pass both ways.
+    if (refusal === undefined && script.includes("\r")) return this.#checkScript(script.replace(/\r\n?/g, "\n"), 0);
+    return refusal;
+  }
+
+  /** As `check`, throwing COMMAND_NOT_ALLOWED (PERMISSION_DENIED) on a refusal. */
+  async enforce(script: string, env: Record<string, string> = {}): Promise<void> {
+    const refusal = await this.check(script, env);
+    if (refusal !== undefined) throw commandNotAllowed(refusal);
+  }
+
+  #refuse(command: string, rule: string, why: RefusalKind, reason: string): Refusal {
+    const shown = command.length > 200 ? `${command.slice(0, 200)}…` : command;
+    return { command: shown, rule, why, message: `Command '${shown.replace(/[\u0000-\u001f]/g, " ")}' is not allowed: ${reason}` };
+  }
+
+  async #checkScript(script: string, depth: number): Promise<Refusal | undefined> {
+    if (depth > MAX_DEPTH) return this.#refuse(script, "", "too_deep", `wrappers and shell strings are nested more than ${MAX_DEPTH} deep`);
+    const tree = await parseShell(script);
+    if (tree === undefined) return this.#refuse(script, "", "unparseable", "it could not be parsed as bash");
+    try {
+      const root = tree.rootNode;
+      if (root.hasError) {
+        const bad = firstError(root);
+        const where = bad ? ` (line ${bad.startPosition.row + 1}: '${bad.text.slice(0, 40)}')` : "";
+        return this.#refuse(script, "", "unparseable", `it could not be parsed as bash${where}; nothing runs that cannot be checked`);
+      }
+      const functions = new Set<string>();
+      for (const fn of root.descendantsOfType("function_definition")) {
+        const name = fn?.childForFieldName("name")?.text;
+        if (name !== undefined) functions.add(name);
+      }
+      return await this.#walk(root, depth, functions);
+    } finally {
+      tree.delete();
+    }
+  }
+
+  /** Checks every node below `node`, depth first, in source order. */
+  async #walk(node: Node, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
+    const r = await this.#visit(node, depth, functions);
+    if (r !== undefined) return r;
+    for (const child of node.namedChildren) {
+      if (child === null) continue;
+      const rc = await this.#walk(child, depth, functions);
+      if (rc !== undefined) return rc;
+    }
+    return undefined;
+  }
+
+  async #visit(node: Node, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
+    switch (node.type) {
+      case "command":
+        return this.#command(node, depth, functions);
+      case "variable_assignment":
+        return this.#assignment(node);
+      case "declaration_command":
+        return this.#declaration(node);
+      case "expansion":
+        // ${PATH:=…} and ${PATH=…} assign.
+        if (this.#allowlist) {
+          const name = node.namedChildren.find((c) => c?.type === "variable_name")?.text;
+          if (name !== undefined && isRestrictedVariable(name) && /^\$\{[A-Za-z_][A-Za-z0-9_]*:?=/.test(node.text)) {
+            return this.#refuse(node.text, name, "restricted_variable", `assigning ${name} is not allowed under an allowlist: it changes what runs`);
+          }
+        }
+        return undefined;
+      case "function_definition": {
+        const name = node.childForFieldName("name")?.text;
+        const body = node.childForFieldName("body");
+        if (name !== undefined && body !== null && body.descendantsOfType("command_name").some((c) => c !== null && literal(c) === name)) {
+          return this.#refuse(node.text, name, "fork_bomb", `function '${name}' calls itself, the shape of a fork bomb`);
+        }
+        return undefined;
+      }
+      case "file_redirect":
+        return this.#redirect(node);
+      default:
+        return undefined;
+    }
+  }
+
+  #assignment(node: Node): Refusal | undefined {
+    if (!this.#allowlist) return undefined;
+    const name = node.childForFieldName("name")?.text ?? node.text.split(/[+]?=/)[0];
+    if (isRestrictedVariable(name)) return this.#refuse(node.text, name, "restricted_variable", `assigning ${name} is not allowed under an allowlist: it changes what runs`);
+    return undefined;
+  }
+
+  #declaration(node: Node): Refusal | undefined {
+    if (!this.#allowlist) return undefined;
+    const words = node.namedChildren.filter((c): c is Node => c !== null);
+    const nameref = words.some((w) => w.type === "word" && /^-[a-zA-Z]*n/.test(w.text));
+    for (const w of words) {
+      const name = w.type === "variable_assignment" ? (w.childForFieldName("name")?.text ?? "") : w.type === "variable_name" || w.type === "word" ? w.text : "";
+      // `declare -n ref=PATH` makes every later `ref=…` an assignment of PATH.
+      const target = nameref && w.type === "variable_assignment" ? (w.childForFieldName("value")?.text ?? "") : "";
+      for (const n of [name, target]) {
+        if (n !== "" && isRestrictedVariable(n) && (w.type === "variable_assignment" || nameref)) {
+          return this.#refuse(node.text, n, "restricted_variable", `assigning ${n} is not allowed under an allowlist: it changes what runs`);
+        }
+      }
+    }
+    return undefined;
+  }
+
+  /** A redirection: writing to a sensitive or write-protected file, or reading a sensitive one. */
+  #redirect(node: Node): Refusal | undefined {
+    const dest = node.childForFieldName("destination") ?? node.namedChildren.find((c) => c?.type !== "file_descriptor") ?? null;
+    if (dest === null) return undefined;
+    const value = literal(dest);
+    if (value === undefined || /^\d+$|^-$/.test(value)) return undefined;
+    const op = node.children.find((c) => c !== null && !c.isNamed)?.text ?? ">";
+    const writing = op !== "<" && op !== "<&";
+    const hit = this.#files.check(value, writing ? "write" : "read");
+    if (hit === undefined) return undefined;
+    return this.#refuse(node.parent?.text ?? node.text, hit.pattern, "sensitive_file", `it ${writing ? "writes" : "reads"} '${value}', a ${hit.list === "deny" ? "sensitive" : "write-protected"} file (rule '${hit.pattern}')`);
+  }
+
+  /** A command node of the tree: its words, its literal stdin, then the shared check. */
+  async #command(node: Node, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
+    const nameNode = node.childForFieldName("name");
+    if (nameNode === null) return undefined; // assignments or redirections alone
+    const args: Array<string | undefined> = [];
+    let afterName = false;
+    for (const child of node.namedChildren) {
+      if (child === null) continue;
+      if (child.id === nameNode.id) {
+        afterName = true;
+        continue;
+      }
+      if (!afterName || child.type === "file_redirect" || child.type === "herestring_redirect" || child.type === "heredoc_redirect") continue;
+      args.push(literal(child));
+    }
+    const cmd: SimpleCommand = { name: literal(nameNode), args, text: node.text, stdin: stdinOf(node) };
+    return this.#simple(cmd, depth, functions);
+  }
+
+  /** The check of one simple command, from the tree or from a wrapper's arguments. */
+  async #simple(cmd: SimpleCommand, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
+    if (depth > MAX_DEPTH) return this.#refuse(cmd.text, "", "too_deep", `wrappers and shell strings are nested more than ${MAX_DEPTH} deep`);
+    if (cmd.name === undefined) {
+      if (!this.#allowlist) return undefined;
+      return this.#refuse(cmd.text, "", "computed_at_run_time", "its program is computed at run time, which an allowlist cannot check");
+    }
+    const name = cmd.name.includes("/") ? posix.normalize(cmd.name) : cmd.name;
+    const base = posix.basename(name);
+    const args = cmd.args;
+
+    for (const [rules, why, whose] of [[this.#serverDeny, "denied_by_server", "the server's"], [this.#deny, "denied_by_agent_type", "the agent type's"]] as const) {
+      const rule = rules.find((r) => denyMatches(r, name, base, args));
+      if (rule !== undefined) return this.#refuse(cmd.text, rule.text, why, `it matches ${whose} deny rule '${rule.text}'`);
+    }
+
+    const files = this.#sensitiveArgs(cmd, base);
+    if (files !== undefined) return files;
+
+    // Commands that run other commands: check what they run.
+    const inner = await this.#wrapped(cmd, base, depth, functions);
+    if (inner !== "not a wrapper") return inner;
+
+    if (!this.#allowlist) return undefined;
+    // A program named by path is what an allow rule names only when it comes from the system's
+    // directories (a "git" the agent wrote elsewhere is not git) or the rule names that path.
+    if (name !== base && !SYSTEM_DIRS.has(posix.dirname(name))) {
+      if (this.#allow.some((r) => r.byPath && allowMatches(r, name, base, args))) return undefined;
+      return this.#refuse(cmd.text, "", "not_in_allowlist", `'${name}' is run by path from outside the system directories, and no allow rule names that path`);
+    }
+    if (this.#allow.some((r) => allowMatches(r, name, base, args))) return undefined;
+    if (name === base && (SAFE_BUILTINS.has(base) || functions.has(base))) {
+      if (base === "hash" && args.some((a) => a === undefined || /^-[a-zA-Z]*p/.test(a))) {
+        return this.#refuse(cmd.text, "", "not_in_allowlist", "'hash -p' makes a name run another program");
+      }
+      if (base === "read" || base === "mapfile" || base === "readarray" || base === "printf") {
+        const target = args.find((a) => a !== undefined && isRestrictedVariable(a));
+        if (target !== undefined) return this.#refuse(cmd.text, target, "restricted_variable", `setting ${target} is not allowed under an allowlist: it changes what runs`);
+      }
+      return undefined;
+    }
+    return this.#refuse(cmd.text, "", "not_in_allowlist", `'${base}' is not in the agent type's allowlist`);
+  }
+
+  /** Arguments naming sensitive files (as `cat .env`, `cp .env x`), where the parser can see them. */
+  #sensitiveArgs(cmd: SimpleCommand, base: string): Refusal | undefined {
+    if (NON_READERS.has(base)) return undefined;
+    for (const arg of cmd.args) {
+      if (arg === undefined || arg === "") continue;
+      const values = [arg];
+      const eq = arg.indexOf("=");
+      if (eq > 0) values.push(arg.slice(eq + 1));
+      for (const v of values) {
+        const hit = this.#files.check(v, READERS.has(base) ? "read" : "write");
+        if (hit !== undefined) {
+          const kind = hit.list === "deny" ? "a sensitive file" : "a write-protected file";
+          return this.#refuse(cmd.text, hit.pattern, "sensitive_file", `it names '${v}', ${kind} (rule '${hit.pattern}')`);
+        }
+      }
+    }
+    return undefined;
+  }
+
+  /** Checks a script held in a word (bash -c, eval, trap, watch): computed text is refused under an allowlist. */
+  async #script(text: string | undefined, cmd: SimpleCommand, depth: number, what: string): Promise<Refusal | undefined> {
+    if (text === undefined) {
+      if (!this.#allowlist) return undefined;
+      return this.#refuse(cmd.text, "", "computed_at_run_time", `${what} is computed at run time, which an allowlist cannot check`);
+    }
+    return this.#checkScript(text, depth + 1);
+  }
+
+  /** Checks the command a wrapper runs at `i` (its name and the rest of the arguments). */
+  #runs(cmd: SimpleCommand, i: number, depth: number, functions: Set<string>, extraArgs = false): Promise<Refusal | undefined> {
+    if (i >= cmd.args.length) return Promise.resolve(undefined);
+    const rest = cmd.args.slice(i + 1);
+    if (extraArgs) rest.push(undefined);
+    return this.#simple({ name: cmd.args[i], args: rest, text: cmd.text }, depth + 1, functions);
+  }
+
+  /**
+   * The commands a wrapper runs, checked in its place: a result (undefined = allowed) for a
+   * wrapper, "not a wrapper" otherwise. A wrapper is transparent: `timeout 60 npm test` needs
+   * only `npm test` allowed.
+   */
+  async #wrapped(cmd: SimpleCommand, base: string, depth: number, functions: Set<string>): Promise<Refusal | undefined | "not a wrapper"> {
+    const a = cmd.args;
+    switch (base) {
+      case "env": {
+        let i = 0;
+        for (;;) {
+          i = skipOptions(a, i, ENV_VALUE);
+          const at = a.slice(0, i);
+          // -S / --split-string: the value is a command line.
+          for (let k = 0; k < at.length; k++) {
+            const v = at[k];
+            if (v === "-S" || v === "--split-string") {
+              const r = await this.#script(a[k + 1], cmd, depth, "env -S's command");
+              if (r) return r;
+            } else if (v?.startsWith("--split-string=") || (v?.startsWith("-S") && v.length > 2)) {
+              const r = await this.#script(v.startsWith("-S") ? v.slice(2) : v.slice(15), cmd, depth, "env -S's command");
+              if (r) return r;
+            }
+          }
+          const v = a[i];
+          if (v !== undefined && /^[A-Za-z_][A-Za-z0-9_]*=/.test(v)) {
+            const name = v.slice(0, v.indexOf("="));
+            if (this.#allowlist && isRestrictedVariable(name)) return this.#refuse(cmd.text, name, "restricted_variable", `setting ${name} is not allowed under an allowlist: it changes what runs`);
+            i++;
+            continue;
+          }
+          if (v === undefined && i < a.length && this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", "its program is computed at run time, which an allowlist cannot check");
+          return this.#runs(cmd, i, depth, functions);
+        }
+      }
+      case "timeout": {
+        const i = skipOptions(a, 0, TIMEOUT_VALUE);
+        return this.#runs(cmd, i + 1, depth, functions);
+      }
+      case "nice":
+        return this.#runs(cmd, skipOptions(a, 0, NICE_VALUE, true), depth, functions);
+      case "nohup":
+      case "builtin":
+      case "setsid":
+        return this.#runs(cmd, skipOptions(a, 0, set()), depth, functions);
+      case "command": {
+        const i = skipOptions(a, 0, set());
+        // `command -v x` only looks x up.
+        if (a.slice(0, i).some((o) => o === "-v" || o === "-V")) return undefined;
+        return this.#runs(cmd, i, depth, functions);
+      }
+      case "exec":
+        return this.#runs(cmd, skipOptions(a, 0, EXEC_VALUE), depth, functions);
+      case "time":
+        return this.#runs(cmd, skipOptions(a, 0, TIME_VALUE), depth, functions);
+      case "stdbuf":
+        return this.#runs(cmd, skipOptions(a, 0, STDBUF_VALUE), depth, functions);
+      case "ionice": {
+        const i = skipOptions(a, 0, IONICE_VALUE);
+        return this.#runs(cmd, i, depth, functions);
+      }
+      case "taskset": {
+        const i = skipOptions(a, 0, set());
+        if (a.slice(0, i).some((o) => o === "-p" || o === "--pid")) return "not a wrapper";
+        return this.#runs(cmd, i + 1, depth, functions);
+      }
+      case "flock": {
+        const i = skipOptions(a, 0, FLOCK_VALUE);
+        const opts = a.slice(0, i);
+        const c = opts.findIndex((o) => o === "-c" || o === "--command");
+        if (c >= 0) return this.#script(a[c + 1], cmd, depth, "flock -c's command");
+        // flock FILE -c CMD | flock FILE CMD…
+        if (a[i + 1] === "-c" || a[i + 1] === "--command") return this.#script(a[i + 2], cmd, depth, "flock -c's command");
+        return this.#runs(cmd, i + 1, depth, functions);
+      }
+      case "watch": {
+        const i = skipOptions(a, 0, WATCH_VALUE);
+        if (a.slice(0, i).some((o) => o === "-x" || o === "--exec")) return this.#runs(cmd, i, depth, functions);
+        const rest = a.slice(i);
+        return this.#script(rest.includes(undefined) ? undefined : rest.join(" "), cmd, depth, "watch's command");
+      }
+      case "xargs": {
+        const i = skipOptions(a, 0, XARGS_VALUE);
+        if (i >= a.length) return undefined; // echo
+        return this.#runs(cmd, i, depth, functions, true);
+      }
+      case "find": {
+        let r: Refusal | undefined;
+        for (let i = 0; i < a.length; i++) {
+          if (a[i] === "-exec" || a[i] === "-execdir" || a[i] === "-ok" || a[i] === "-okdir") {
+            let end = i + 1;
+            while (end < a.length && a[end] !== ";" && a[end] !== "+") end++;
+            r = await this.#simple({ name: a[i + 1], args: a.slice(i + 2, end), text: cmd.text }, depth + 1, functions);
+            if (r) return r;
+            i = end;
+          }
+        }
+        return "not a wrapper";
+      }
+      case "busybox":
+      case "toybox": {
+        const i = skipOptions(a, 0, set());
+        return this.#runs(cmd, i, depth, functions);
+      }
+      case "eval": {
+        return this.#script(a.includes(undefined) ? undefined : a.join(" "), cmd, depth, "eval's text");
+      }
+      case "trap": {
+        const i = skipOptions(a, 0, set());
+        if (i >= a.length || a.slice(0, i).some((o) => o === "-p" || o === "-l")) return undefined;
+        return this.#script(a[i], cmd, depth, "trap's command");
+      }
+      case "alias": {
+        for (const v of a) {
+          if (v === undefined) {
+            if (this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", "an alias computed at run time cannot be checked");
+            continue;
+          }
+          const eq = v.indexOf("=");
+          if (eq > 0) {
+            const r = await this.#checkScript(v.slice(eq + 1), depth + 1);
+            if (r) return r;
+          }
+        }
+        return "not a wrapper";
+      }
+      case "enable":
+        if (this.#allowlist) return this.#refuse(cmd.text, "", "not_in_allowlist", "'enable' loads or replaces shell builtins");
+        return "not a wrapper";
+      default:
+        break;
+    }
+    if (SHELLS.has(base)) return this.#shell(cmd, depth);
+    return "not a wrapper";
+  }
+
+  /** A shell: its -c string, or the script it reads from a literal heredoc; a pipe is computed. */
+  async #shell(cmd: SimpleCommand, depth: number): Promise<Refusal | undefined | "not a wrapper"> {
+    const a = cmd.args;
+    let i = 0;
+    let dashC = false;
+    while (i < a.length) {
+      const v = a[i];
+      if (v === undefined || v === "--" || v === "-") break;
+      if (!(v.startsWith("-") || v.startsWith("+"))) break;
+      if (SHELL_VALUE.has(v)) {
+        i += 2;
+        continue;
+      }
+      if (!v.startsWith("--") && v.slice(1).includes("c")) dashC = true;
+      i++;
+    }
+    if (a[i] === "--") i++;
+    if (dashC) return this.#script(a[i], cmd, depth, `${cmd.name}'s -c string`);
+    if (i < a.length) return "not a wrapper"; // runs a script file: checked as the program itself
+    if (cmd.stdin === undefined) return "not a wrapper";
+    if (cmd.stdin === "pipe") {
+      if (!this.#allowlist) return undefined;
+      return this.#refuse(cmd.text, "", "computed_at_run_time", "a shell reading its script from a pipe runs text an allowlist cannot check");
+    }
+    const r = await this.#checkScript(cmd.stdin.text, depth + 1);
+    return r ?? "not a wrapper";
+  }
+}
+
+/** COMMAND_NOT_ALLOWED for a refusal. */
+export function commandNotAllowed(r: Refusal): DomainError {
+  return new DomainError("COMMAND_NOT_ALLOWED", r.message, { metadata: { command: r.command, rule: r.rule, why: r.why } });
+}
+
+/** The first ERROR or MISSING node below `node`. */
+function firstError(node: Node): Node | undefined {
+  if (node.isError || node.isMissing) return node;
+  for (const c of node.children) {
+    if (c === null || !c.hasError && !c.isMissing) continue;
+    const e = firstError(c);
+    if (e) return e;
+  }
+  return undefined;
+}
+
+/**
+ * What a command reads on stdin, as far as the script says: the text of a heredoc or here-string
+ * given to it (or to the statement it ends), "pipe" when a pipe feeds it, else undefined.
+ */
+function stdinOf(node: Node): { text: string } | "pipe" | undefined {
+  const literalIn = (redirect: Node): { text: string } | "pipe" | undefined => {
+    if (redirect.type === "heredoc_redirect") return { text: redirect.namedChildren.find((c) => c?.type === "heredoc_body")?.text ?? "" };
+    if (redirect.type === "herestring_redirect") {
+      const w = redirect.namedChildren.find((c) => c !== null);
+      const text = w ? literal(w) : undefined;
+      return text === undefined ? "pipe" : { text };
+    }
+    return undefined;
+  };
+  for (const c of node.namedChildren) {
+    if (c === null) continue;
+    const t = literalIn(c);
+    if (t !== undefined) return t;
+  }
+  // Walk up while the command is the last part of what a redirection applies to.
+  let at: Node = node;
+  for (let parent = node.parent; parent !== null; at = parent, parent = parent.parent) {
+    if (parent.type === "pipeline") {
+      const parts = parent.namedChildren.filter((c): c is Node => c !== null);
+      if (parts[0]?.id !== at.id) return "pipe";
+      continue;
+    }
+    if (parent.type === "redirected_statement") {
+      for (const c of parent.namedChildren) {
+        if (c === null || c.id === at.id) continue;
+        const t = literalIn(c);
+        if (t !== undefined) return t;
+      }
+    }
+    break;
+  }
+  return undefined;
+}
+
+/** Compiled policies by their configuration, so that each is compiled once. */
+const compiled = new Map<string, CommandPolicy>();
+
+/**
+ * The command policy of a workspace: the server's deny list, plus the rules and sensitive-file
+ * patterns its agent type had when it was made (none for a workspace made without one).
+ */
+export function commandPolicyOf(binding: AgentTypeBinding | undefined): CommandPolicy {
+  const cfg = binding?.commandPolicy ?? { defaultAction: "", allow: [], deny: [] };
+  const files = binding?.sensitiveFiles ?? { deny: [], writeProtected: [] };
+  const key = JSON.stringify([cfg.defaultAction, cfg.allow, cfg.deny, files.deny, files.writeProtected]);
+  let policy = compiled.get(key);
+  if (policy === undefined) {
+    if (compiled.size > 512) compiled.clear();
+    policy = new CommandPolicy(cfg, guardFor(files));
+    compiled.set(key, policy);
+  }
+  return policy;
+}
