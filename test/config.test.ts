@@ -313,6 +313,11 @@ test("every malformed field is a 400 with a typed reason and the field in the me
     [{ base_image: "--privileged" }, "base_image", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ tools: ["read"], shell: "bash" }, "shell", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ tools: "read" }, "tools", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ command_policy: { default_action: "maybe" } }, "command_policy.default_action", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ command_policy: { allow: ["git", "  "] } }, "command_policy.allow[1]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ command_policy: { deny: ["--force"] } }, "command_policy.deny[0]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ sensitive_files: { deny: ["/etc/shadow"] } }, "sensitive_files.deny[0]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ sensitive_files: { write_protected: ["a/../../b"] } }, "sensitive_files.write_protected[0]", "ERROR_REASON_INVALID_ARGUMENT"],
   ];
   for (const [body, field, reason] of cases) {
     const res = await rest(url, "PUT", `/api/v1/agent-types/${id}/workspace-config`, body);
@@ -419,4 +424,44 @@ test("a provider that is unavailable, or no longer configured, falls back to the
   } finally {
     await rm(dataDir, { recursive: true, force: true });
   }
+});
+
+test("a command policy and sensitive files are stored through REST, shown by GET, and govern the agent type's workspaces", async (t) => {
+  const { clients, url } = t.context.server;
+  const id = newId("policy");
+  await createType(clients.connect, id, { enabled: true, tools: ["bash", "read", "write"] });
+  const put = await rest(url, "PUT", `/api/v1/agent-types/${id}/workspace-config`, {
+    enabled: true,
+    tools: ["bash", "read", "write"],
+    command_policy: { allow: ["echo", "cat", " git   status "], deny: ["git push"] },
+    sensitive_files: { deny: ["secrets/**"], write_protected: ["Makefile"] },
+  });
+  t.is(put.status, 200, JSON.stringify(put.json));
+  const got = await rest(url, "GET", `/api/v1/agent-types/${id}/workspace-config`);
+  t.deepEqual(got.json.command_policy, { default_action: "", allow: ["echo", "cat", "git status"], deny: ["git push"] });
+  t.deepEqual(got.json.sensitive_files, { deny: ["secrets/**"], write_protected: ["Makefile"] });
+
+  const ws = await workspaceFor(clients.grpc, id);
+  const tools = clients.grpc.tools;
+  // An allowlist: echo runs, curl does not, and nothing of a refused script runs.
+  t.is((await tools.bash({ workspaceId: ws.id, command: "echo ok" })).stdout, "ok\n");
+  const { detail } = await expectError(t, tools.bash({ workspaceId: ws.id, command: "echo start > marker; curl http://example.invalid" }), Code.PermissionDenied, ErrorReason.COMMAND_NOT_ALLOWED);
+  t.is(detail.metadata.why, "not_in_allowlist");
+  t.regex(detail.message, /'curl' is not in the agent type's allowlist/);
+  await expectError(t, tools.readFile({ workspaceId: ws.id, path: "marker" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
+  // The agent type's own sensitive files, next to the server's.
+  await tools.writeFile({ workspaceId: ws.id, path: "Makefile", content: "all:\n" }).then(
+    () => t.fail("a write-protected file was written"),
+    (e) => t.regex(String(e), /write-protected/),
+  );
+  const denied = await expectError(t, tools.writeFile({ workspaceId: ws.id, path: "secrets/token.txt", content: "x" }), Code.PermissionDenied, ErrorReason.SENSITIVE_FILE);
+  t.is(denied.detail.metadata.rule, "secrets/**");
+  await expectError(t, tools.readFile({ workspaceId: ws.id, path: ".env" }), Code.PermissionDenied, ErrorReason.SENSITIVE_FILE);
+
+  // A workspace made before an update keeps the policy it was made with; a new one gets the new one.
+  await clients.grpc.config.updateWorkspaceConfig({ agentTypeId: id, workspaceConfig: { enabled: true, tools: ["bash", "read", "write"] } });
+  await expectError(t, tools.bash({ workspaceId: ws.id, command: "curl http://example.invalid" }), Code.PermissionDenied, ErrorReason.COMMAND_NOT_ALLOWED);
+  const after = await workspaceFor(clients.grpc, id);
+  t.is((await tools.bash({ workspaceId: after.id, command: "command -v curl >/dev/null; echo $?" })).exitCode, 0);
+  await expectError(t, tools.bash({ workspaceId: after.id, command: "sudo true" }), Code.PermissionDenied, ErrorReason.COMMAND_NOT_ALLOWED);
 });

@@ -521,3 +521,23 @@ test("a server stopping while a session is watched and provisioning ends the str
     if (!closed) await own.close();
   }
 });
+
+test("setup commands pass the agent type's command policy: a refused one runs nothing and leaves a warning naming the rule", async (t) => {
+  const { server } = t.context;
+  const op = server.clients.connect;
+  const type = await agentType(op, {
+    enabled: true,
+    commandPolicy: { allow: ["echo", "cat"], deny: [] },
+    setupCommands: ["echo one >> log.txt", "echo two >> log.txt; curl -o tool http://example.invalid/tool", "echo three >> log.txt"],
+  });
+  const { session, token } = await startSession(op, type);
+  const { session: ready } = await watchUntilReady(op, session.id);
+  t.is(ready.status, SessionStatus.ACTIVE);
+  t.is(ready.warnings.length, 1);
+  t.regex(ready.warnings[0].message, /Setup command 2 of 3 .*'curl' is not in the agent type's allowlist/);
+  const agent = clientsWithToken(server.url, token);
+  // The refused command's script ran nothing, not even its allowed first half; the rest was skipped.
+  t.is(await bash(agent, "cat log.txt"), "one\n");
+  const { detail } = await expectError(t, agent.tools.bash({ command: "curl http://example.invalid" }), Code.PermissionDenied, ErrorReason.COMMAND_NOT_ALLOWED);
+  t.is(detail.metadata.why, "not_in_allowlist");
+});

@@ -173,7 +173,10 @@ export class JailedFs {
   /** Stats a path, following symlinks that stay inside. FILE_NOT_FOUND if absent. */
   stat(rel: string): FileStat {
     return this.#at(rel, { followFinal: true }, false, (loc) => {
-      if (loc.stat === undefined) throw notFound(rel);
+      if (loc.stat === undefined) {
+        this.#check(rel, "read");
+        throw notFound(rel);
+      }
       if (!loc.stat.isDirectory()) {
         this.#check(rel, "read");
         this.#checkFound(loc, "read");
@@ -201,7 +204,11 @@ export class JailedFs {
    */
   read(rel: string, maxBytes: number): ReadOutcome {
     return this.#at(rel, { followFinal: true }, false, (loc): ReadOutcome => {
-      if (loc.stat === undefined) throw notFound(loc.rel);
+      if (loc.stat === undefined) {
+        // A sensitive name is refused whether or not it exists: the answer reveals nothing.
+        this.#check(rel, "read");
+        throw notFound(loc.rel);
+      }
       if (!loc.stat.isDirectory()) {
         this.#check(rel, "read");
         this.#checkFound(loc, "read");
