@@ -180,6 +180,64 @@ export class FileGuard {
     }
     return undefined;
   }
+
+  /**
+   * Whether a shell glob (`.e*`, `*.pem`, `~/.ssh/id_*`) could name a file of the lists: its last
+   * component is tried against a sample of each pattern, in the directories the pattern needs. A
+   * component of wildcards alone (`*`) is not judged: it names everything, and bash's `*` skips
+   * dot files.
+   */
+  checkGlob(glob: string, access: FileAccess): SensitiveMatch | undefined {
+    const slash = glob.lastIndexOf("/");
+    const last = glob.slice(slash + 1);
+    if (/^[*?]*$/.test(last)) return undefined;
+    const dir = canonicalForMatch(slash < 0 ? "" : glob.slice(0, slash));
+    const re = globComponentRe(last);
+    const lists: Array<[SensitiveMatch["list"], readonly string[]]> = [["deny", this.#deny.patterns]];
+    if (access === "write") lists.push(["write_protected", this.#protected.patterns]);
+    for (const [list, patterns] of lists) {
+      for (const pattern of patterns) {
+        const sample = sampleOf(pattern);
+        const cut = sample.lastIndexOf("/");
+        const needDir = cut < 0 ? "" : sample.slice(0, cut);
+        if (needDir !== "" && !(dir === needDir || dir.endsWith(`/${needDir}`) || /[*?[]/.test(dir))) continue;
+        // A pattern ending in "/**" takes any name in its directory.
+        if (!canonicalForMatch(pattern).endsWith("/**") && !re.test(sample.slice(cut + 1))) continue;
+        if (list === "deny" && this.#exempt.match(sample) !== undefined) continue;
+        return { list, pattern };
+      }
+    }
+    return undefined;
+  }
+}
+
+/** A concrete path a pattern matches, for testing globs against it (`*.pem` → `x.pem`). */
+function sampleOf(pattern: string): string {
+  return canonicalForMatch(pattern)
+    .replace(/^\*\*\//, "")
+    .replace(/\/\*\*\//g, "/")
+    .replace(/\/\*\*$/, "/x")
+    .replace(/[*?]/g, "x");
+}
+
+/** A shell glob's last component as a regular expression (case-insensitive, as the lists are). */
+function globComponentRe(glob: string): RegExp {
+  let re = "";
+  for (let i = 0; i < glob.length; i++) {
+    const c = glob[i];
+    if (c === "*") re += "[^/]*";
+    else if (c === "?") re += "[^/]";
+    else if (c === "[") {
+      const end = glob.indexOf("]", i + 2);
+      if (end < 0) re += "\\[";
+      else {
+        const body = glob.slice(i + 1, end).replace(/^!/, "^").replace(/\\/g, "\\\\");
+        re += `[${body}]`;
+        i = end;
+      }
+    } else re += c.replace(/[.+^${}()|[\]\\]/g, "\\$&");
+  }
+  return new RegExp(`^${re}$`, "iu");
 }
 
 /** Guards by their rules, so that a request's rules are compiled once per executor. */

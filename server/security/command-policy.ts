@@ -153,7 +153,7 @@ const SAFE_BUILTINS = new Set([
 ]);
 
 /** Programs whose arguments are text or names, not files they open: exempt from the sensitive-file check. */
-const NON_READERS = new Set(["echo", "printf", "test", "[", "ls", "type", "which", "basename", "dirname", "mkdir", "touch", "command", "hash", "alias", "export", "declare", "local", "typeset", "readonly", "unset", "read"]);
+const NON_READERS = new Set(["echo", "printf", "test", "[", "ls", "find", "type", "which", "basename", "dirname", "mkdir", "touch", "command", "hash", "alias", "export", "declare", "local", "typeset", "readonly", "unset", "read"]);
 
 /** Programs that only read their file arguments: may name write-protected files. */
 const READERS = new Set(["cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "diff", "cmp", "wc", "file", "stat", "md5sum", "sha1sum", "sha256sum", "od", "xxd", "hexdump", "strings", "nl", "sort", "uniq", "git"]);
@@ -352,11 +352,7 @@ export class CommandPolicy {
         if (isRestrictedVariable(name)) return this.#refuse(`env ${name}=…`, name, "restricted_variable", `setting ${name} is not allowed under an allowlist: it changes what runs`);
       }
     }
-    const refusal = await this.#checkScript(script, 0);
-    // bash reads a carriage return as part of a word, but a script written for another reader (or
-    // pasted from Windows) may mean it as a line break: it must pass both ways.
-    if (refusal === undefined && script.includes("\r")) return this.#checkScript(script.replace(/\r\n?/g, "\n"), 0);
-    return refusal;
+    return this.#checkScript(script, 0);
   }
 
   /** As `check`, throwing COMMAND_NOT_ALLOWED (PERMISSION_DENIED) on a refusal. */
@@ -370,7 +366,24 @@ export class CommandPolicy {
     return { command: shown, rule, why, message: `Command '${shown.replace(/[\u0000-\u001f]/g, " ")}' is not allowed: ${reason}` };
   }
 
+  /**
+   * Checks a script in every reading that could differ from the parser's: bash joins a word
+   * across a backslash-newline (`r\<newline>m` is `rm`, where the grammar sees two words), and a
+   * carriage return is part of a word to bash but a line break to a script written elsewhere.
+   * Each reading must pass.
+   */
   async #checkScript(script: string, depth: number): Promise<Refusal | undefined> {
+    const readings = new Set([script]);
+    if (script.includes("\\\n")) readings.add(script.replace(/\\\n/g, ""));
+    if (script.includes("\r")) for (const r of [...readings]) readings.add(r.replace(/\r\n?/g, "\n"));
+    for (const r of readings) {
+      const refusal = await this.#checkReading(r, depth);
+      if (refusal !== undefined) return refusal;
+    }
+    return undefined;
+  }
+
+  async #checkReading(script: string, depth: number): Promise<Refusal | undefined> {
     if (depth > MAX_DEPTH) return this.#refuse(script, "", "too_deep", `wrappers and shell strings are nested more than ${MAX_DEPTH} deep`);
     const tree = await parseShell(script);
     if (tree === undefined) return this.#refuse(script, "", "unparseable", "it could not be parsed as bash");
@@ -545,7 +558,8 @@ export class CommandPolicy {
       const eq = arg.indexOf("=");
       if (eq > 0) values.push(arg.slice(eq + 1));
       for (const v of values) {
-        const hit = this.#files.check(v, READERS.has(base) ? "read" : "write");
+        const access = READERS.has(base) ? "read" : "write";
+        const hit = /[*?[]/.test(v) ? this.#files.checkGlob(v, access) : this.#files.check(v, access);
         if (hit !== undefined) {
           const kind = hit.list === "deny" ? "a sensitive file" : "a write-protected file";
           return this.#refuse(cmd.text, hit.pattern, "sensitive_file", `it names '${v}', ${kind} (rule '${hit.pattern}')`);
@@ -659,7 +673,9 @@ export class CommandPolicy {
         return this.#runs(cmd, i, depth, functions, true);
       }
       case "find": {
-        let r: Refusal | undefined;
+        // find lists names freely; once it runs a command on what it finds, its tests name files that are read.
+        let r: Refusal | undefined = a.some((v) => v === "-exec" || v === "-execdir" || v === "-ok" || v === "-okdir") ? this.#sensitiveArgs(cmd, "cat") : undefined;
+        if (r) return r;
         for (let i = 0; i < a.length; i++) {
           if (a[i] === "-exec" || a[i] === "-execdir" || a[i] === "-ok" || a[i] === "-okdir") {
             let end = i + 1;
@@ -671,6 +687,7 @@ export class CommandPolicy {
         }
         return "not a wrapper";
       }
+      case "coproc":
       case "busybox":
       case "toybox": {
         const i = skipOptions(a, 0, set());
