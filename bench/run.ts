@@ -15,7 +15,8 @@
  * (h) `memory` — memory per idle workspace (server RSS; containers vs raw `sleep` containers);
  * (i) `kill` — how fast a timed-out command tree dies; (j) `create` — cold CreateWorkspace vs
  * mkdir / raw docker create+start; (k) `sessions` — StartSession to ACTIVE, cold and from a warm
- * pool, vs the same raw baseline. `--providers` applies to (a), (d), (g), (h), (i), (j) and (k).
+ * pool, vs the same raw baseline; (l) `policy` — the command policy's parse-and-check vs spawning
+ * `bash -c true`. `--providers` applies to (a), (d), (g), (h), (i), (j) and (k).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -37,6 +38,7 @@ import { benchMemory } from "./memory.ts";
 import { benchMixed } from "./mixed.ts";
 import { benchPeer } from "./peer.ts";
 import { benchReads } from "./reads.ts";
+import { benchPolicy } from "./policy.ts";
 import { benchSessions } from "./sessions.ts";
 import { formatTable, type Row } from "./report.ts";
 import { type Clients, type ServerProcess, createClients, startServerProcess } from "./server-process.ts";
@@ -47,7 +49,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -68,7 +70,7 @@ function parseOptions() {
   });
   if (values.help) {
     process.stdout.write(
-      "usage: npm run bench -- [--quick] [--only=a,b,…,k] [--providers=local,docker,gvisor] [--profile]\n" +
+      "usage: npm run bench -- [--quick] [--only=a,b,…,l] [--providers=local,docker,gvisor] [--profile]\n" +
         "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
         "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
         "  c|stream    StreamBash throughput and server RSS under a slow reader\n" +
@@ -138,6 +140,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     i: { providers, runs: quick ? 3 : 10 },
     j: { providers, iterations: quick ? 3 : 8 },
     k: { providers, iterations: quick ? { local: 5, docker: 3, gvisor: 2 } : { local: 20, docker: 10, gvisor: 6 }, poolSize: 3 },
+    l: { iterations: quick ? 200 : 2000, warmup: quick ? 20 : 200 },
   };
 }
 
@@ -206,6 +209,8 @@ async function main(): Promise<void> {
     if (opts.only.has("j")) results.create = await withServer("create", containers, (ctx) => benchCreate(ctx, settings.j));
     // Pools refill every tick: 50 ms (the minimum) rather than 1 s, so a new pool fills at once.
     if (opts.only.has("k")) results.sessions = await withServer("sessions", containers, (ctx) => benchSessions(ctx, settings.k), { AGENT_WORKSPACE_SESSION_TICK_MS: "50" });
+
+    if (opts.only.has("l")) results.policy = await benchPolicy(settings.l);
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];
