@@ -39,6 +39,7 @@ export class ExecutorFs implements WorkspaceFs {
   async read(rel: string, maxBytes: number): Promise<ReadOutcome> {
     const { bytes, entries, result } = await (await this.#connect()).opCollect<{ kind: "file" | "directory"; rel: string; size: number }>({
       root: this.#root,
+      ...this.#rules,
       op: "read",
       rel,
       maxBytes,

@@ -11,8 +11,8 @@
  * the jail (local provider), generated scripts against the policy (the module itself, hundreds of
  * runs). One server serves the whole file; the last hook checks that it survived.
  *
- * Bypasses found while writing this suite are kept as `test.failing` at the end, each naming the
- * input, what it should get and what it gets; they flip to failures once fixed.
+ * Bypasses found while writing this suite stay at the end as tests of their own ("closed bypass"),
+ * each naming the input and what it must get, so none can come back unnoticed.
  */
 import { randomBytes } from "node:crypto";
 import { readdir, rm } from "node:fs/promises";
@@ -921,7 +921,7 @@ process.stdout.write("flips " + flips + "\\n");
     // ExecutorFs.read (providers/executor-fs.ts) sends no `rules` with its "read" operation, unlike
     // every other operation, so in a container ReadFile applies the server's lists only: a file the
     // agent type declared sensitive is returned in full.
-    test.failing(`${provider}: known bug: ReadFile ignores the agent type's sensitive patterns in a container: secrets/token.txt under deny ["secrets/**"] is returned (expected SENSITIVE_FILE, rule secrets/**)`, async (t) => {
+    test(`${provider}: closed bug: ReadFile in a container applies the agent type's sensitive patterns: secrets/token.txt under deny ["secrets/**"] is SENSITIVE_FILE, rule secrets/**`, async (t) => {
       await lane(provider, async () => {
         const a = await arenaOf(t, provider);
         const c = t.context.server.clients.grpc;
@@ -1179,11 +1179,11 @@ test("parser property: a script built around a denied command (separators, subst
   t.pass();
 });
 
-// ── Known bypasses (found by this suite; each flips to a failure once fixed) ──────────────────
+// ── Bypasses this suite found, each closed since; the comments say what the bypass was ───────
 
 /** A known bypass, run on local (the policy decides in the server, before any provider is involved). */
 const bypass = (title: string, fn: (t: ExecutionContext<Ctx>, a: Arena, c: ClientSet) => Promise<void>) =>
-  test.failing(`known bypass: ${title}`, async (t) => {
+  test(`closed bypass: ${title}`, async (t) => {
     await lane("local", async () => fn(t, await arenaOf(t, "local"), t.context.server.clients.grpc));
   });
 
@@ -1232,9 +1232,12 @@ bypass("a list after a three-command pipeline and a line break is invisible: ech
 
 // The parser property over bare line breaks and backslash-spelled names, with a fixed seed so it
 // fails the same way every run until both misreadings above are fixed.
-test.failing("known bypass (found by the parser property): generated scripts with bare line breaks, or a denied command spelled \\name, are not always refused", async (t) => {
+test("closed bypass (found by the parser property): generated scripts with bare line breaks, or a denied command spelled \\name, are always refused", async (t) => {
   t.timeout(180_000);
   await deniedAlwaysRefused(t, ["plain", "quotes", "double", "ansiC", "backslash"], 2000, [...SEPARATORS, ...BARE_LINE_BREAKS], 1212);
+  // And unseeded, so each run tries new scripts.
+  await deniedAlwaysRefused(t, ["plain", "quotes", "double", "ansiC", "backslash"], 500, [...SEPARATORS, ...BARE_LINE_BREAKS]);
+  t.pass();
 });
 
 // xargs -I{} replaces "{}" with each input line, so `sh -c {}` runs text read from stdin. The policy
@@ -1321,5 +1324,5 @@ bypass("git -c alias.p=push p pushes despite the agent type's deny rule 'git pus
 // Which `why` fits is the owner's call; this asserts the refusal and that nothing ran.
 bypass("git -c core.fsmonitor='touch P' status runs a command the allowlist never named (expected COMMAND_NOT_ALLOWED)", async (t, a, c) => {
   const [m, p] = [marker("bp-fsmon"), marker("bp-fsmon-p")];
-  await mustRefuse(t, c, a.agent, `${guard(m)}git -c core.fsmonitor='touch ${p}' status`, {}, [m, p]);
+  await mustRefuse(t, c, a.agent, `${guard(m)}git -c core.fsmonitor='touch ${p}' status`, { rule: "core.fsmonitor", why: "computed_at_run_time" }, [m, p]);
 });

@@ -508,6 +508,8 @@ test("a server stopping while a session is watched and provisioning ends the str
       for await (const ev of op.workspaces.watchSession({ id: session!.id, follow: true })) events.push(ev.event.case ?? "");
     })();
     await eventually(() => (events.filter((e) => e === "stageStarted").length >= 2 ? true : undefined), 20_000, "the setup command to start");
+    // The stage starts before its command does (the policy check, the spawn): wait for the command itself.
+    await eventually(() => readFile(pidFile, "utf8").then((s) => (s.trim() !== "" ? true : undefined), () => undefined), 20_000, "the setup command to run");
     const started = Date.now();
     await own.close();
     closed = true;

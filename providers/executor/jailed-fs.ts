@@ -114,14 +114,20 @@ export class JailedFs {
     this.#check(loc.rel, access);
   }
 
-  /** Runs `fn` on the location of `rel`, releasing it afterwards and translating system errors. */
+  /**
+   * Runs `fn` on the location of `rel`, releasing it afterwards and translating system errors. A
+   * path that does not exist (or whose parent does not) is refused as sensitive when its name is:
+   * whether a sensitive file exists is not for the caller to learn either.
+   */
   #at<T>(rel: string, options: { followFinal: boolean; createParents?: boolean }, writing: boolean, fn: (loc: Location) => T): T {
     let loc: Location | undefined;
     try {
       loc = this.jail.locate(rel, options);
       return fn(loc);
     } catch (err) {
-      throw faultOf(err, rel, writing);
+      const fault = faultOf(err, rel, writing);
+      if (fault.reason === "FILE_NOT_FOUND" || fault.reason === "NOT_A_DIRECTORY") this.#check(rel, writing ? "write" : "read");
+      throw fault;
     } finally {
       loc?.release();
     }

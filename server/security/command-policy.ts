@@ -246,9 +246,11 @@ interface SimpleCommand {
 
 /** The normalised form of an argument for matching: paths from the root lose `.`, `..` and doubled slashes. */
 function normaliseArg(arg: string): string {
-  if (!arg.startsWith("/")) return arg;
-  const n = posix.normalize(arg);
-  return n.length > 1 && n.endsWith("/") ? n.slice(0, -1) : n;
+  const eq = /^-{0,2}[A-Za-z0-9_.-]+=\//.test(arg) ? arg.indexOf("=") + 1 : 0;
+  const path = arg.slice(eq);
+  if (!path.startsWith("/")) return arg;
+  const n = posix.normalize(path);
+  return arg.slice(0, eq) + (n.length > 1 && n.endsWith("/") ? n.slice(0, -1) : n);
 }
 
 /** Short options of the arguments before `--` (`-rf` and `-r -f` both give r and f). */
@@ -383,7 +385,7 @@ export class CommandPolicy {
     return undefined;
   }
 
-  async #checkReading(script: string, depth: number): Promise<Refusal | undefined> {
+  async #checkReading(script: string, depth: number, known: ReadonlySet<string> = new Set()): Promise<Refusal | undefined> {
     if (depth > MAX_DEPTH) return this.#refuse(script, "", "too_deep", `wrappers and shell strings are nested more than ${MAX_DEPTH} deep`);
     const tree = await parseShell(script);
     if (tree === undefined) return this.#refuse(script, "", "unparseable", "it could not be parsed as bash");
@@ -394,15 +396,74 @@ export class CommandPolicy {
         const where = bad ? ` (line ${bad.startPosition.row + 1}: '${bad.text.slice(0, 40)}')` : "";
         return this.#refuse(script, "", "unparseable", `it could not be parsed as bash${where}; nothing runs that cannot be checked`);
       }
-      const functions = new Set<string>();
+      const functions = new Set<string>(known);
+      const calls = new Map<string, Set<string>>();
+      const definitions = new Map<string, string>();
       for (const fn of root.descendantsOfType("function_definition")) {
         const name = fn?.childForFieldName("name")?.text;
-        if (name !== undefined) functions.add(name);
+        if (name === undefined || fn === null) continue;
+        functions.add(name);
+        if (!definitions.has(name)) definitions.set(name, fn.text);
+        const body = fn.childForFieldName("body");
+        const called = new Set<string>();
+        for (const c of body?.descendantsOfType("command_name") ?? []) {
+          const n = c === null ? undefined : literal(c);
+          if (n !== undefined) called.add(n);
+        }
+        calls.set(name, new Set([...(calls.get(name) ?? []), ...called]));
       }
-      return await this.#walk(root, depth, functions);
+      const cycle = recursion(calls);
+      if (cycle !== undefined) {
+        return this.#refuse(definitions.get(cycle[0]) ?? script, cycle[0], "fork_bomb", `function${cycle.length > 1 ? "s" : ""} ${cycle.map((c) => `'${c}'`).join(" → ")} call${cycle.length > 1 ? "" : "s"} ${cycle.length > 1 ? "each other" : "itself"}, the shape of a fork bomb`);
+      }
+      const refusal = await this.#walk(root, depth, functions);
+      if (refusal !== undefined || !script.includes("\n")) return refusal;
+      return await this.#lineByLine(script, root, depth, functions);
     } finally {
       tree.delete();
     }
+  }
+
+  /**
+   * A second look at a multi-line script, one line at a time: the grammar and bash disagree on
+   * some line starts (a line beginning with a backslash, a list after a long pipeline), so each
+   * line outside strings, heredocs and comments must also pass on its own. Lines that mean nothing
+   * alone (`then`, `done`, `}`) are unparseable alone and pass here; the whole script was parsed.
+   */
+  async #lineByLine(script: string, root: Node, depth: number, functions: ReadonlySet<string>): Promise<Refusal | undefined> {
+    const quoted: Array<[number, number, boolean]> = [];
+    const collect = (n: Node) => {
+      if (["heredoc_body", "heredoc_end", "string", "raw_string", "ansi_c_string", "translated_string", "comment", "heredoc_content"].includes(n.type)) {
+        quoted.push([n.startIndex, n.endIndex, n.type.startsWith("heredoc")]);
+        return;
+      }
+      for (const c of n.namedChildren) if (c !== null) collect(c);
+    };
+    collect(root);
+    // Offsets are in UTF-16 units in web-tree-sitter's JavaScript API, as string indices are. A
+    // heredoc's body starts at a line start; a string or comment that starts one is not inside.
+    const inside = (at: number) => quoted.some(([a, b, heredoc]) => (heredoc ? at >= a : at > a) && at < b);
+    const lines = script.split("\n");
+    let start = 0;
+    for (let i = 0; i < lines.length; i++) {
+      const at = start;
+      let line = lines[i];
+      start += line.length + 1;
+      // A line continued by a backslash-newline is one line to bash.
+      while (/(^|[^\\])(\\\\)*\\$/.test(line) && i + 1 < lines.length) {
+        line = `${line.slice(0, -1)}${lines[++i]}`;
+        start += lines[i].length + 1;
+      }
+      if (inside(at)) continue;
+      // Words that only close or continue a compound command (`fi`, `done`, `then`, `}`) mean
+      // nothing alone; what follows them on the line is what must pass.
+      const rest = line.replace(LEADING_KEYWORDS, "");
+      if (rest.trim() === "") continue;
+      const skipped = line.length - rest.length;
+      const refusal = await this.#checkLine(rest, depth, functions, (i) => inside(at + skipped + i));
+      if (refusal !== undefined) return refusal;
+    }
+    return undefined;
   }
 
   /** Checks every node below `node`, depth first, in source order. */
@@ -434,11 +495,24 @@ export class CommandPolicy {
           }
         }
         return undefined;
-      case "function_definition": {
-        const name = node.childForFieldName("name")?.text;
-        const body = node.childForFieldName("body");
-        if (name !== undefined && body !== null && body.descendantsOfType("command_name").some((c) => c !== null && literal(c) === name)) {
-          return this.#refuse(node.text, name, "fork_bomb", `function '${name}' calls itself, the shape of a fork bomb`);
+      case "for_statement":
+      case "select_statement": {
+        // `for PATH in …` assigns PATH.
+        const v = node.childForFieldName("variable")?.text;
+        if (this.#allowlist && v !== undefined && isRestrictedVariable(v)) {
+          return this.#refuse(node.text, v, "restricted_variable", `assigning ${v} is not allowed under an allowlist: it changes what runs`);
+        }
+        return undefined;
+      }
+      case "raw_string":
+      case "string":
+      case "word":
+      case "concatenation": {
+        // bash evaluates an array subscript's $(…) wherever a name is taken from text: $((x)),
+        // printf -v, test -v, read. Text of that shape is code, computed at run time.
+        const v = node.type === "concatenation" ? undefined : literal(node);
+        if (this.#allowlist && v !== undefined && /\[[^\]]*(\$\(|`)/.test(v)) {
+          return this.#refuse(node.parent?.text ?? node.text, "", "computed_at_run_time", "it holds an array subscript with a command substitution, which bash runs wherever the text is used as a name");
         }
         return undefined;
       }
@@ -463,7 +537,8 @@ export class CommandPolicy {
     for (const w of words) {
       const name = w.type === "variable_assignment" ? (w.childForFieldName("name")?.text ?? "") : w.type === "variable_name" || w.type === "word" ? w.text : "";
       // `declare -n ref=PATH` makes every later `ref=…` an assignment of PATH.
-      const target = nameref && w.type === "variable_assignment" ? (w.childForFieldName("value")?.text ?? "") : "";
+      const valueNode = nameref && w.type === "variable_assignment" ? w.childForFieldName("value") : null;
+      const target = valueNode === null ? "" : (literal(valueNode) ?? valueNode.text);
       for (const n of [name, target]) {
         if (n !== "" && isRestrictedVariable(n) && (w.type === "variable_assignment" || nameref)) {
           return this.#refuse(node.text, n, "restricted_variable", `assigning ${n} is not allowed under an allowlist: it changes what runs`);
@@ -490,6 +565,8 @@ export class CommandPolicy {
   async #command(node: Node, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
     const nameNode = node.childForFieldName("name");
     if (nameNode === null) return undefined; // assignments or redirections alone
+    // A bare `fi`, `done`, `}` seen as a command (a line read alone) is a keyword to bash, never a program.
+    if (RESERVED_WORDS.has(nameNode.text) && nameNode.text !== "time" && nameNode.text !== "coproc") return undefined;
     const args: Array<string | undefined> = [];
     let afterName = false;
     for (const child of node.namedChildren) {
@@ -512,7 +589,11 @@ export class CommandPolicy {
       if (!this.#allowlist) return undefined;
       return this.#refuse(cmd.text, "", "computed_at_run_time", "its program is computed at run time, which an allowlist cannot check");
     }
-    const name = cmd.name.includes("/") ? posix.normalize(cmd.name) : cmd.name;
+    // A carriage return ending a name (a CRLF script) only makes bash look for a program that no
+    // PATH directory the sandbox user cannot write holds; it is judged without it.
+    const bare = cmd.name.replace(/\r+$/, "");
+    if (bare === "") return undefined;
+    const name = bare.includes("/") ? posix.normalize(bare) : bare;
     const base = posix.basename(name);
     const args = cmd.args;
 
@@ -540,8 +621,8 @@ export class CommandPolicy {
       if (base === "hash" && args.some((a) => a === undefined || /^-[a-zA-Z]*p/.test(a))) {
         return this.#refuse(cmd.text, "", "not_in_allowlist", "'hash -p' makes a name run another program");
       }
-      if (base === "read" || base === "mapfile" || base === "readarray" || base === "printf") {
-        const target = args.find((a) => a !== undefined && isRestrictedVariable(a));
+      if (base === "read" || base === "mapfile" || base === "readarray" || base === "printf" || base === "getopts" || base === "let") {
+        const target = args.map((a) => (base === "let" ? a?.split(/[-+*/%&|^]?=/)[0] : a)).find((a) => a !== undefined && isRestrictedVariable(a));
         if (target !== undefined) return this.#refuse(cmd.text, target, "restricted_variable", `setting ${target} is not allowed under an allowlist: it changes what runs`);
       }
       return undefined;
@@ -557,7 +638,7 @@ export class CommandPolicy {
       const values = [arg];
       const eq = arg.indexOf("=");
       if (eq > 0) values.push(arg.slice(eq + 1));
-      for (const v of values) {
+      for (const v of values.flatMap(braceExpand)) {
         const access = READERS.has(base) ? "read" : "write";
         const hit = /[*?[]/.test(v) ? this.#files.checkGlob(v, access) : this.#files.check(v, access);
         if (hit !== undefined) {
@@ -670,7 +751,19 @@ export class CommandPolicy {
       case "xargs": {
         const i = skipOptions(a, 0, XARGS_VALUE);
         if (i >= a.length) return undefined; // echo
-        return this.#runs(cmd, i, depth, functions, true);
+        // With -I/-i/--replace, the replacement string stands for input: whatever holds it is computed.
+        const opts = a.slice(0, i);
+        let token: string | undefined;
+        opts.forEach((o, k) => {
+          if (o === "-I" || o === "--replace") token = a[k + 1] ?? "{}";
+          else if (o?.startsWith("-I")) token = o.slice(2);
+          else if (o === "-i") token = "{}";
+          else if (o?.startsWith("-i")) token = o.slice(2);
+          else if (o?.startsWith("--replace=")) token = o.slice(10);
+        });
+        const t = token;
+        const inner = t === undefined || t === "" ? cmd.args : cmd.args.map((v, k) => (k >= i && v !== undefined && v.includes(t) ? undefined : v));
+        return this.#runs({ ...cmd, args: inner }, i, depth, functions, true);
       }
       case "find": {
         // find lists names freely; once it runs a command on what it finds, its tests name files that are read.
@@ -680,7 +773,9 @@ export class CommandPolicy {
           if (a[i] === "-exec" || a[i] === "-execdir" || a[i] === "-ok" || a[i] === "-okdir") {
             let end = i + 1;
             while (end < a.length && a[end] !== ";" && a[end] !== "+") end++;
-            r = await this.#simple({ name: a[i + 1], args: a.slice(i + 2, end), text: cmd.text }, depth + 1, functions);
+            // "{}" is the file found: computed at run time.
+            const found = (v: string | undefined) => (v !== undefined && v.includes("{}") ? undefined : v);
+            r = await this.#simple({ name: found(a[i + 1]), args: a.slice(i + 2, end).map(found), text: cmd.text }, depth + 1, functions);
             if (r) return r;
             i = end;
           }
@@ -715,6 +810,11 @@ export class CommandPolicy {
         }
         return "not a wrapper";
       }
+      case "git": {
+        const r = this.#gitConfig(cmd);
+        if (r !== undefined) return r;
+        return "not a wrapper";
+      }
       case "enable":
         if (this.#allowlist) return this.#refuse(cmd.text, "", "not_in_allowlist", "'enable' loads or replaces shell builtins");
         return "not a wrapper";
@@ -723,6 +823,64 @@ export class CommandPolicy {
     }
     if (SHELLS.has(base)) return this.#shell(cmd, depth);
     return "not a wrapper";
+  }
+
+  /**
+   * One line alone; a line that closes what an earlier one opened (`… )`, `… }`, `…; done`,
+   * `… ); ls`) is unparseable alone, so it is also checked in the pieces around each `)` and `}`.
+   * Only a refusal for what a piece runs counts, never one for being unparseable.
+   */
+  async #checkLine(line: string, depth: number, functions: ReadonlySet<string>, quoted: (i: number) => boolean): Promise<Refusal | undefined> {
+    const pieces = [line, line.replace(TRAILING_CLOSERS, "")];
+    for (let i = 0, cuts = 0; i < line.length && cuts < 32; i++) {
+      // A `)` or `}` inside a string or heredoc closes nothing.
+      if ((line[i] !== ")" && line[i] !== "}") || quoted(i)) continue;
+      cuts++;
+      pieces.push(line.slice(0, i).replace(TRAILING_CLOSERS, ""), line.slice(i + 1).replace(LEADING_KEYWORDS, ""));
+    }
+    for (const piece of new Set(pieces)) {
+      if (piece.trim() === "") continue;
+      const refusal = await this.#checkReading(piece, depth, functions);
+      if (refusal !== undefined && refusal.why !== "unparseable") return refusal;
+    }
+    return undefined;
+  }
+
+  /**
+   * git configuration that makes git run a command or another subcommand (`-c alias.p=push`,
+   * `-c core.fsmonitor=…`, `git config core.hooksPath …`): refused wherever rules limit what runs
+   * (an allowlist, or a deny rule for git), since what git then runs is decided at run time.
+   */
+  #gitConfig(cmd: SimpleCommand): Refusal | undefined {
+    const limited = this.#allowlist || [...this.#serverDeny, ...this.#deny].some((r) => r.program.test("git"));
+    if (!limited) return undefined;
+    const a = cmd.args;
+    const keys: Array<string | undefined> = [];
+    let sub: string | undefined;
+    for (let i = 0; i < a.length; i++) {
+      const v = a[i];
+      if (v === "-c") keys.push(a[++i]?.split("=")[0]);
+      else if (v?.startsWith("-c") && v.length > 2) keys.push(v.slice(2).split("=")[0]);
+      else if (v === "--config-env") keys.push(a[++i]?.split("=")[0]);
+      else if (v?.startsWith("--config-env=")) keys.push(v.slice(13).split("=")[0]);
+      else if (v === "-C" || v === "--git-dir" || v === "--work-tree" || v === "--namespace") i++;
+      else if (v === undefined || !v.startsWith("-")) {
+        sub = v;
+        if (sub === "config") {
+          // git config [--global|--local|-f file…] KEY VALUE: the first operand is the key.
+          const key = a.slice(i + 1).find((x) => x === undefined || !x.startsWith("-"));
+          keys.push(key);
+        }
+        break;
+      }
+    }
+    for (const key of keys) {
+      if (key === undefined || RUNS_COMMANDS.test(key)) {
+        const shown = key ?? "(computed)";
+        return this.#refuse(cmd.text, shown, "computed_at_run_time", `git configuration '${shown}' decides at run time what git runs, which the policy cannot check`);
+      }
+    }
+    return undefined;
   }
 
   /** A shell: its -c string, or the script it reads from a literal heredoc; a pipe is computed. */
@@ -827,4 +985,98 @@ export function commandPolicyOf(binding: AgentTypeBinding | undefined): CommandP
     compiled.set(key, policy);
   }
   return policy;
+}
+
+/** Reserved words and separators that can open a line without starting a command there. */
+const LEADING_KEYWORDS = /^(?:\s*(?:(?:then|else|elif|do|done|fi|esac|in)(?=[\s;&|)]|$)|[{}()]|;;|;|&&|\|\||&|\|))*\s*/;
+
+/** Closers and separators that can end a line without ending a command begun on it. */
+const TRAILING_CLOSERS = /(?:\s*(?:[;&|]+|\)|\}|`|;;|(?<=^|[\s;&|])(?:done|fi|esac)))+\s*$/;
+
+/** Reserved words: bash never runs a program for one of these written bare as a command name. */
+const RESERVED_WORDS = new Set(["if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until", "do", "done", "in", "function", "time", "{", "}", "!", "[[", "]]", "coproc"]);
+
+/** git configuration keys that run a program or another git command. */
+const RUNS_COMMANDS =
+  /^(alias\.|core\.(fsmonitor|pager|sshcommand|editor|hookspath|askpass|gitproxy)$|(diff|merge|filter)\.|credential\.|gpg\.|sequence\.editor$|pager\.|uploadpack\.|receive\.|ssh\.|protocol\.|url\.|include\.|includeif\.|remote\..*\.(uploadpack|receivepack|proxy)$|sendemail\.|web\.browser$|browser\.|man\.|instaweb\.)/i;
+
+/**
+ * Functions that call one another in a cycle (a self-call included), as a list of names, or
+ * undefined: the call graph of a script's own functions.
+ */
+function recursion(calls: Map<string, Set<string>>): string[] | undefined {
+  const state = new Map<string, "open" | "done">();
+  const path: string[] = [];
+  const visit = (f: string): string[] | undefined => {
+    state.set(f, "open");
+    path.push(f);
+    for (const g of calls.get(f) ?? []) {
+      if (!calls.has(g)) continue;
+      if (state.get(g) === "open") return path.slice(path.indexOf(g));
+      if (state.get(g) === undefined) {
+        const c = visit(g);
+        if (c) return c;
+      }
+    }
+    path.pop();
+    state.set(f, "done");
+    return undefined;
+  };
+  for (const f of calls.keys()) {
+    if (state.get(f) === undefined) {
+      const c = visit(f);
+      if (c) return c;
+    }
+  }
+  return undefined;
+}
+
+/** Most words one brace expansion may give before the rest is not judged. */
+const MAX_BRACE_WORDS = 256;
+
+/** bash's brace expansion of a word (`.env{,}` → `.env .env`, `{a,b}c` → `ac bc`), bounded. */
+export function braceExpand(word: string): string[] {
+  const open = word.indexOf("{");
+  if (open < 0) return [word];
+  let depth = 0;
+  const commas: number[] = [];
+  for (let i = open; i < word.length; i++) {
+    const c = word[i];
+    if (c === "\\") {
+      i++;
+      continue;
+    }
+    if (c === "{") depth++;
+    else if (c === "}") {
+      depth--;
+      if (depth === 0) {
+        const head = word.slice(0, open);
+        const tail = word.slice(i + 1);
+        const body = word.slice(open + 1, i);
+        let parts: string[];
+        if (commas.length > 0) {
+          parts = [];
+          let from = open + 1;
+          for (const at of [...commas, i]) {
+            parts.push(word.slice(from, at));
+            from = at + 1;
+          }
+        } else {
+          const range = /^(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])$/.exec(body);
+          // `{x}` without a comma stays as it is; a range is judged by its ends.
+          if (!range) return braceExpand(tail).map((t) => head + word.slice(open, i + 1) + t);
+          parts = [range[1], range[2]];
+        }
+        const out: string[] = [];
+        for (const p of parts) {
+          for (const t of braceExpand(p + tail)) {
+            out.push(head + t);
+            if (out.length >= MAX_BRACE_WORDS) return out;
+          }
+        }
+        return out;
+      }
+    } else if (c === "," && depth === 1) commas.push(i);
+  }
+  return [word];
 }
