@@ -872,6 +872,33 @@ process.stdout.write("flips " + flips + "\\n");
     await allowed(t, c, a.plain, "ls / >/dev/null");
   });
 
+  // Payloads of advisories published against other agent tools' command allowlists, each with the
+  // allowed command it hid behind: GoClaw (first token checked, `&&` chain), cmd-line-mcp (newline
+  // separator), the A2A .NET CLI agent (first token, `;`), amd/gaia (`find -exec` and find's write
+  // predicates), and the `| sh` pipe the allowlist can never see through.
+  family("payloads from published advisories against other agent tools' allowlists are refused in the agent type's workspace; the allowed halves alone run", async (t, a, c) => {
+    const hook = ".git/hooks/pre-commit";
+    const cases: Array<[string, string, Partial<Expected>, string[]]> = [
+      ["goclaw: echo VULN_OK && touch P", "echo VULN_OK && touch P", { command: "touch P", why: "not_in_allowlist" }, ["P"]],
+      ["cmd-line-mcp: ls + newline + touch P", "ls\ntouch P", { command: "touch P", why: "not_in_allowlist" }, ["P"]],
+      ["a2a: echo a2a-safe; touch P", "echo a2a-safe; touch P", { command: "touch P", why: "not_in_allowlist" }, ["P"]],
+      ["gaia: find . -exec touch P ;", "find . -maxdepth 0 -exec touch P \\;", { command: "find . -maxdepth 0 -exec touch P \\;", why: "not_in_allowlist" }, ["P"]],
+      ["gaia: find -fprintf into a git hook", `find . -maxdepth 0 -fprintf ${hook} 'touch P'`, { rule: ".git/**/hooks/**", why: "sensitive_file" }, ["P"]],
+      ["pipe to a shell: grep … | sh", "echo 'touch P' | grep touch | sh", { why: "computed_at_run_time" }, ["P"]],
+    ];
+    for (const [name, script, expected, files] of cases) {
+      const m = marker("advisory");
+      const p = marker("advisory-p");
+      const command = `${guard(m)}${script.replaceAll("P", p)}`;
+      const { detail } = await expectError(t, c.tools.bash({ workspaceId: a.agent, command }), Code.PermissionDenied, ErrorReason.COMMAND_NOT_ALLOWED);
+      const want = Object.fromEntries(Object.entries(expected).map(([k, v]) => [k, String(v).replaceAll("P", p)]));
+      t.like({ ...detail.metadata }, want, name);
+      await absent(t, c, a.agent, [m, ...files.map((f) => f.replaceAll("P", p))]);
+    }
+    t.is((await allowed(t, c, a.agent, "echo VULN_OK && ls -d .")).stdout, "VULN_OK\n.\n");
+    t.is((await allowed(t, c, a.agent, "find . -maxdepth 0 -exec echo found {} \\;")).stdout, "found .\n");
+  });
+
   family("the shell reading sensitive files is refused: cat .env, cp .env x, cat < .env, echo x > .git/hooks/pre-commit and their spellings; cat .env.example, echo .env >> .gitignore and ls -a work", async (t, a, c) => {
     const made: string[] = [];
     for (const ws of [a.plain, a.agent]) {

@@ -769,6 +769,12 @@ export class CommandPolicy {
         // find lists names freely; once it runs a command on what it finds, its tests name files that are read.
         let r: Refusal | undefined = a.some((v) => v === "-exec" || v === "-execdir" || v === "-ok" || v === "-okdir") ? this.#sensitiveArgs(cmd, "cat") : undefined;
         if (r) return r;
+        // -fprint, -fprint0, -fprintf and -fls write a file of their choosing (content too, with -fprintf).
+        for (let i = 0; i < a.length; i++) {
+          if (!["-fprint", "-fprint0", "-fprintf", "-fls"].includes(a[i] ?? "")) continue;
+          r = this.#sensitiveArgs({ ...cmd, args: [a[i + 1]] }, "tee");
+          if (r) return r;
+        }
         for (let i = 0; i < a.length; i++) {
           if (a[i] === "-exec" || a[i] === "-execdir" || a[i] === "-ok" || a[i] === "-okdir") {
             let end = i + 1;
