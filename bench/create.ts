@@ -8,9 +8,14 @@
  *   running `sleep infinity`, removed again after each call.
  * There are no warm pools yet, so every creation is cold (after one unmeasured creation of each
  * series). Reported: p50 over 8 creations (3 with --quick), for information (no fixed goal).
+ * With a container provider, also the part of a creation and a deletion that a container
+ * workspace's disk image costs (providers/disk-image.ts: a sparse image of the default disk limit,
+ * mkfs.ext4, mount; unmount, delete), p50 over 20 (5 with --quick), for information.
  */
 import { mkdir, rm } from "node:fs/promises";
 import path from "node:path";
+import { DiskImages } from "../providers/disk-image.ts";
+import { DEFAULT_LIMITS, parseSize } from "../server/workspace-limits.ts";
 import { type BenchContext, type Measure, type SectionResult, createWorkspace, interleave } from "./context.ts";
 import { dockerClient, providerContainerSpec, startRawContainer } from "./docker.ts";
 import type { Row } from "./report.ts";
@@ -98,5 +103,46 @@ export async function benchCreate(ctx: BenchContext, options: CreateOptions): Pr
     });
     data[provider] = { baseline: raw.name, api: roundSummary(ours), raw: roundSummary(base) };
   }
+  if (options.providers.some((p) => p !== "local")) await benchDiskImages(ctx, options.iterations <= 3 ? 5 : 20, rows, skipped, data);
   return { rows, data, skipped };
+}
+
+/** What a container workspace's disk image adds to its creation and its deletion, measured alone. */
+async function benchDiskImages(ctx: BenchContext, iterations: number, rows: Row[], skipped: string[], data: Record<string, unknown>): Promise<void> {
+  const disks = new DiskImages(path.join(ctx.dataDir, "bench-disks"));
+  const support = await disks.probe();
+  if (!support.ok) {
+    skipped.push(`(j) disk images: ${support.reason}`);
+    return;
+  }
+  const bytes = parseSize(DEFAULT_LIMITS.disk, "disk");
+  const make: number[] = [];
+  const remove: number[] = [];
+  for (let i = 0; i <= iterations; i++) {
+    const id = `bench-disk-${i}`;
+    const t0 = performance.now();
+    await disks.create(id, bytes, { uid: 1000, gid: 1000 });
+    const t1 = performance.now();
+    await disks.remove(id);
+    const t2 = performance.now();
+    // The first of each is a warm-up.
+    if (i > 0) {
+      make.push(t1 - t0);
+      remove.push(t2 - t1);
+    }
+  }
+  for (const [what, samples] of [["make + mount", make], ["unmount + delete", remove]] as const) {
+    const s = summarize(samples);
+    rows.push({
+      section: "j create",
+      metric: `disk image ${what} p50 (${DEFAULT_LIMITS.disk}, docker and gvisor)`,
+      server: s.p50,
+      baseline: Number.NaN,
+      unit: "ms",
+      ratio: Number.NaN,
+      goal: "info, part of the rows above",
+      note: `max ${s.max.toFixed(1)} ms over ${iterations}`,
+    });
+  }
+  data.diskImage = { bytes, make: roundSummary(summarize(make)), remove: roundSummary(summarize(remove)) };
 }

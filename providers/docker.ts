@@ -14,9 +14,12 @@
  * Security defaults: no network, an init that reaps zombies, a process limit, memory and CPU
  * limits, no-new-privileges, and no capabilities but the three the executor needs to hand the
  * volume to the sandbox user and switch to it (it keeps real uid 0, so commands running as the
- * sandbox user can neither signal it nor open its channel; see executor/main.ts).
+ * sandbox user can neither signal it nor open its channel; see executor/main.ts). The disk limit
+ * is a filesystem of that size (disk-image.ts) holding /workspace, /tmp and /var/tmp, with the
+ * root filesystem read-only, where the host can mount one.
  */
 import { realpath } from "node:fs/promises";
+import path from "node:path";
 import type { Duplex } from "node:stream";
 import Docker from "dockerode";
 import { rgPath } from "@vscode/ripgrep";
@@ -24,6 +27,7 @@ import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
+import { DiskImages, type DiskMount } from "./disk-image.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
@@ -71,7 +75,22 @@ export interface DockerProviderOptions {
   log: ProviderLog;
   /** The executor mounted into every sandbox (the built JavaScript copy). */
   executor: ExecutorBuild;
+  /**
+   * Where workspaces' disk images and their mount points live (disk-image.ts); each provider
+   * keeps its own subdirectory. Without it, or where the host cannot mount images, the `disk`
+   * limit is recorded but not enforced (logged once).
+   */
+  diskDir?: string;
 }
+
+/**
+ * The most processes (threads included) a gVisor workspace gets, whatever its limit says. Under
+ * runsc's ptrace platform every guest task costs the sandbox many host threads (measured: a fork
+ * bomb held to 256 guest tasks peaks at about 7,600 host threads, one held to 512 takes the
+ * sandbox's Go runtime past its 10,000-thread limit and the sandbox dies), so a larger cap would
+ * let a fork bomb kill the sandbox instead of failing its forks.
+ */
+export const GVISOR_MAX_PIDS = 256;
 
 /** Translates dockerode failures into domain errors: an unreachable engine is UNAVAILABLE. */
 export function engineError(err: unknown, what: string): unknown {
@@ -99,8 +118,33 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
 } {
   const { docker } = options;
   const isGvisor = options.runtime === "runsc";
+  const disks = options.diskDir === undefined ? undefined : new DiskImages(path.join(options.diskDir, options.name));
+  let diskWarned = false;
+  /** The image-backed filesystem of a new workspace, or undefined when disk limits cannot be enforced here. */
+  const makeDisk = async (id: string, bytes: number): Promise<DiskMount | undefined> => {
+    const support = disks ? await disks.probe() : { ok: false as const, reason: "no directory for disk images was configured" };
+    if (!support.ok || !disks) {
+      if (!diskWarned) options.log.warn("disk limits are not enforced on this provider", { provider: options.name, reason: support.ok ? "" : support.reason });
+      diskWarned = true;
+      return undefined;
+    }
+    return disks.create(id, bytes, options.user);
+  };
+  /**
+   * The CPU limit given to Docker: at most the engine's CPU count, which Docker refuses to exceed
+   * (so the default of 2 cores also works on a 1-core host). The count is asked once it is known.
+   */
+  let engineCpus: Promise<number> | undefined;
+  const cpusOf = async (wanted: number): Promise<number> => {
+    engineCpus ??= docker.info().then((i: { NCPU?: number }) => i.NCPU ?? 0);
+    const n = await engineCpus.catch((err: unknown) => {
+      engineCpus = undefined;
+      throw engineError(err, "ask the engine for its CPU count");
+    });
+    return n > 0 ? Math.min(wanted, n) : wanted;
+  };
 
-  return {
+  const provider = {
     name: options.name,
 
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {
@@ -113,11 +157,26 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       }
       const nodeBinary = await realpath(process.execPath);
       const rg = await realpath(rgPath);
-      const { limits } = opts;
+      // gVisor's process cap (see GVISOR_MAX_PIDS); the record shows the limit in force.
+      const limits = isGvisor ? { ...opts.limits, pids: Math.min(opts.limits.pids || GVISOR_MAX_PIDS, GVISOR_MAX_PIDS) } : opts.limits;
       const labels = { [LABELS.managed]: "true", [LABELS.workspace]: opts.id, [LABELS.provider]: options.name, [LABELS.instance]: options.instance };
       const volume = volumeName(opts.id);
+      const nanoCpus = limits.cpus ? Math.round((await cpusOf(limits.cpus)) * 1e9) : undefined;
+      const disk = limits.diskBytes > 0 ? await makeDisk(opts.id, limits.diskBytes) : undefined;
       const hostConfig: Docker.HostConfig = {
-        Mounts: [{ Type: "volume", Source: volume, Target: WORKSPACE_ROOT }],
+        // With a disk image, /workspace (the volume, bound to the image's directory), /tmp and
+        // /var/tmp are that one filesystem, and nothing else is writable: the root filesystem is
+        // read-only, so the container's writable layer (on the host's disk) cannot grow.
+        Mounts: [
+          { Type: "volume", Source: volume, Target: WORKSPACE_ROOT },
+          ...(disk
+            ? [
+                { Type: "bind" as const, Source: disk.tmp, Target: "/tmp" },
+                { Type: "bind" as const, Source: disk.varTmp, Target: "/var/tmp" },
+              ]
+            : []),
+        ],
+        ReadonlyRootfs: disk !== undefined,
         Binds: [`${nodeBinary}:${MOUNT}/node:ro`, `${options.executor.dir}:${MOUNT}/executor:ro`, `${rg}:${MOUNT}/bin/rg:ro`],
         Init: true,
         // No engine-side logging: the executor's stdout is the protocol stream (file contents and
@@ -132,16 +191,23 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         SecurityOpt: ["no-new-privileges"],
         Memory: limits.memoryBytes || undefined,
         MemorySwap: limits.memoryBytes ? limits.memoryBytes : undefined,
-        NanoCpus: limits.cpus ? Math.round(limits.cpus * 1e9) : undefined,
-        // Under runsc the pids cgroup counts the sandbox's own host threads and kills the whole
-        // sandbox at the limit, so gVisor gets its process cap from RLIMIT_NPROC instead.
+        NanoCpus: nanoCpus,
+        // Under runsc the pids cgroup counts the sandbox's own host threads (many per guest task)
+        // and the sandbox dies when it hits the limit, so gVisor gets its process cap from
+        // RLIMIT_NPROC inside the sandbox instead, which fails the guest's forks.
         PidsLimit: !isGvisor && limits.pids ? limits.pids : undefined,
         Ulimits: isGvisor && limits.pids ? [{ Name: "nproc", Soft: limits.pids, Hard: limits.pids }] : undefined,
         Runtime: options.runtime,
       };
       let container: Docker.Container;
       try {
-        await docker.createVolume({ Name: volume, Labels: labels });
+        // A volume either way, so the workspace's storage has one name: with a disk image it is
+        // bound to the image's workspace directory.
+        await docker.createVolume({
+          Name: volume,
+          Labels: labels,
+          ...(disk ? { Driver: "local", DriverOpts: { type: "none", o: "bind", device: disk.workspace } } : {}),
+        });
         container = await docker.createContainer({
           name: `aw-${opts.id}`,
           Image: image,
@@ -172,6 +238,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         });
       } catch (err) {
         await docker.getVolume(volume).remove().catch(() => undefined);
+        if (disk) await disks?.remove(opts.id).catch(() => undefined);
         throw engineError(err, "create the workspace container");
       }
       return {
@@ -179,9 +246,9 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         provider: options.name,
         createdAt: new Date(),
         labels: opts.labels,
-        limits: opts.limits,
+        limits,
         image,
-        state: { containerId: container.id, volume },
+        state: { containerId: container.id, volume, ...(disk ? { disk: disk.dir } : {}) },
       };
     },
 
@@ -305,23 +372,44 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       } catch (err) {
         if (!gone(err)) throw engineError(err, "remove the workspace volume");
       }
+      // Last, once nothing uses it: unmounted, its loop device released, its image deleted.
+      if (record.state.disk) await disks?.remove(record.id);
     },
 
     async dispose(): Promise<void> {},
 
+    /**
+     * This instance's containers whose workspace the server does not know, and disk images of
+     * unknown workspaces that have no container (a create interrupted by a crash); those come with
+     * an empty container id.
+     */
     async findOrphans(known: Set<string>) {
       const list = await docker.listContainers({
         all: true,
         filters: { label: [`${LABELS.managed}=true`, `${LABELS.provider}=${options.name}`, `${LABELS.instance}=${options.instance}`] },
       });
-      return list
-        .map((c) => ({ containerId: c.Id, workspaceId: c.Labels[LABELS.workspace] ?? "" }))
-        .filter((c) => !known.has(c.workspaceId));
+      const containers = list.map((c) => ({ containerId: c.Id, workspaceId: c.Labels[LABELS.workspace] ?? "" }));
+      const withContainer = new Set(containers.map((c) => c.workspaceId));
+      const diskOnly = (disks ? await disks.list() : []).filter((id) => !withContainer.has(id)).map((workspaceId) => ({ containerId: "", workspaceId }));
+      return [...containers, ...diskOnly].filter((c) => !known.has(c.workspaceId));
     },
 
     async removeContainer(containerId: string, workspaceId: string) {
-      await docker.getContainer(containerId).remove({ force: true, v: true });
+      if (containerId !== "") await docker.getContainer(containerId).remove({ force: true, v: true });
       await docker.getVolume(volumeName(workspaceId)).remove().catch(() => undefined);
+      await disks?.remove(workspaceId);
+    },
+  };
+
+  return {
+    ...provider,
+    /**
+     * Mounts the workspace's disk again first when it is not mounted (the host restarted since),
+     * so the container starts on its own filesystem or not at all.
+     */
+    async open(record: WorkspaceRecord, openOptions?: OpenOptions): Promise<WorkspaceHandle> {
+      if (record.state.disk && disks) await disks.ensure(record.id);
+      return provider.open(record, openOptions);
     },
   };
 }

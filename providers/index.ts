@@ -90,6 +90,7 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
     user: cfg.user,
     log,
     executor,
+    diskDir: path.join(settings.dataDir, "disks"),
   };
   containers.push(createDockerProvider({ ...common, name: "docker" }));
   if (!up || (await runtimeAvailable(docker, "runsc"))) {

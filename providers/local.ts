@@ -13,6 +13,10 @@
  * directory the executor opened the same way. Commands run with the real directory as their
  * working directory and $HOME; tool paths written as /workspace/... are mapped by the jail, but a
  * command that names "/workspace" literally only finds it on container providers.
+ *
+ * Resource limits are what a host process can be given (local-limits.ts): a cgroup per open
+ * workspace for memory, processes and CPU where the server may make one, which every command
+ * joins before it runs, and RLIMIT_FSIZE at the disk limit per file.
  */
 import { createHash, randomUUID } from "node:crypto";
 import { mkdir, realpath, rm, stat } from "node:fs/promises";
@@ -26,6 +30,7 @@ import type { Readable } from "node:stream";
 import { withDirectStdout } from "./direct-stdout.ts";
 import type { ExecRequest } from "./executor/protocol.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild, SOURCE_EXECUTOR } from "./executor-build.ts";
+import { LocalLimits, type WorkspaceLimits } from "./local-limits.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 import type { FileRules } from "./executor/sensitive-files.ts";
@@ -138,6 +143,12 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
   // hash of its directory), which keeps its commands and its release on the same process.
   const pool = Array.from({ length: Math.max(1, Math.min(availableParallelism(), 8)) }, () => new LocalExecutor(log, build));
   const executorFor = (root: string) => pool[createHash("sha1").update(root).digest().readUInt32BE(0) % pool.length];
+  // Per-workspace cgroups and rlimits: what this host allows (local-limits.ts), said once.
+  const limiter = new LocalLimits(createHash("sha1").update(baseDir).digest("hex").slice(0, 12));
+  const { enforcement } = limiter;
+  if (enforcement.memory !== "cgroup" || enforcement.pids !== "cgroup") {
+    log.warn("local workspaces: memory and process limits are enforced only in part", { ...enforcement });
+  }
   return {
     name: "local",
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {
@@ -156,9 +167,11 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
     async open(record: WorkspaceRecord, openOptions?: OpenOptions): Promise<WorkspaceHandle> {
       const dir = record.state.dir ?? path.join(baseDir, record.id);
       const root = await realpath(dir);
-      return openLocalWorkspace(record.id, root, rg, executorFor(root), openOptions?.fileRules);
+      const limits = await limiter.prepare(record.id, record.limits);
+      return openLocalWorkspace(record.id, root, rg, executorFor(root), openOptions?.fileRules, limits, () => limiter.remove(record.id));
     },
     async destroy(record: WorkspaceRecord): Promise<void> {
+      await limiter.remove(record.id);
       const dir = record.state.dir ?? path.join(baseDir, record.id);
       // Only ever delete inside our own base directory, whatever the record says.
       if (path.dirname(path.resolve(dir)) !== baseDir) return;
@@ -166,11 +179,35 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
     },
     async dispose(): Promise<void> {
       for (const executor of pool) executor.close();
+      await limiter.dispose();
     },
   };
 }
 
-function openLocalWorkspace(id: string, root: string, rg: string, executor: LocalExecutor, fileRules?: FileRules): WorkspaceHandle {
+/**
+ * Sets `oomKilled` on a command's exit when the workspace's memory cgroup counted an OOM kill
+ * while it ran (the kernel may kill any process of the tree; bash then reports 137 for it).
+ */
+async function* withOomFlag(events: AsyncIterable<ExecEvent>, limits: WorkspaceLimits): AsyncGenerator<ExecEvent> {
+  const before = limits.oomKills();
+  for await (const ev of events) {
+    if (ev.type === "exited" && ev.exit.exitCode >= 128 && !ev.exit.timedOut && !ev.exit.oomKilled && limits.oomKills() > before) {
+      yield { ...ev, exit: { ...ev.exit, oomKilled: true } };
+    } else {
+      yield ev;
+    }
+  }
+}
+
+function openLocalWorkspace(
+  id: string,
+  root: string,
+  rg: string,
+  executor: LocalExecutor,
+  fileRules: FileRules | undefined,
+  limits: WorkspaceLimits,
+  releaseLimits: () => Promise<void>,
+): WorkspaceHandle {
   // Commands still running when the handle closes (the workspace is being deleted) are killed,
   // so nothing keeps running in a directory that is about to disappear.
   const running = new Set<AbortController>();
@@ -180,13 +217,15 @@ function openLocalWorkspace(id: string, root: string, rg: string, executor: Loca
     fs,
     ripgrepPath: rg,
     exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
-      const request = execRequest(spec, root);
+      const plain = execRequest(spec, root);
+      // The command joins the workspace's cgroups and takes its rlimits before it runs.
+      const request = { ...plain, argv: limits.wrap(plain.argv, plain.env.PATH) };
       return (async function* () {
         const closing = new AbortController();
         running.add(closing);
         try {
           const signal = spec.signal ? AbortSignal.any([spec.signal, closing.signal]) : closing.signal;
-          yield* spec.directStdout ? executor.execDirect(request, signal) : executor.connection().exec(request, signal);
+          yield* withOomFlag(spec.directStdout ? executor.execDirect(request, signal) : executor.connection().exec(request, signal), limits);
         } finally {
           running.delete(closing);
         }
@@ -205,6 +244,8 @@ function openLocalWorkspace(id: string, root: string, rg: string, executor: Loca
       fs.close();
       // The executor closes its descriptor of this root (the workspace may be deleted next).
       await executor.release(root);
+      // What still runs in the workspace's cgroups (a command that left its session) ends here.
+      await releaseLimits();
     },
   };
 }

@@ -19,6 +19,10 @@
 #      machines) unless /var/run/docker.sock already answers; log goes to
 #      /var/log/dockerd.log. Waits up to 60 s for `docker info`.
 #   4. Checks that `docker info` lists the runsc runtime.
+#   5. Checks that workspace disk images work: loop devices (/dev/loop-control,
+#      `modprobe loop` if it is missing), mkfs.ext4 (e2fsprogs) and mount -o loop,
+#      by making, mounting and removing a 16 MiB image. Container workspaces get
+#      their disk limit from such an image (providers/disk-image.ts).
 #
 # The container-level check (`docker run --runtime=runsc ...`) needs an image;
 # it lives in scripts/build-base-image.sh, which CI runs right after this.
@@ -48,7 +52,7 @@ pkg_installed() {
 }
 
 install_packages() {
-  local want=(docker.io runsc ripgrep debootstrap git gcc libc6-dev curl python3-grpcio) missing=() p
+  local want=(docker.io runsc ripgrep debootstrap git gcc libc6-dev curl python3-grpcio e2fsprogs mount) missing=() p
   for p in "${want[@]}"; do
     pkg_installed "$p" || missing+=("$p")
   done
@@ -178,6 +182,29 @@ runsc_listed() {
     grep -q "\"path\":\"$RUNSC_PATH\",\"runtimeArgs\":\[\"--network=none\"\]"
 }
 
+# --- 5. disk images ------------------------------------------------------------
+# Makes, mounts and removes a small ext4 image the way the server does; fails
+# with the reason when this host cannot.
+check_disk_images() {
+  if [ ! -e /dev/loop-control ]; then
+    modprobe loop 2>/dev/null || true
+    [ -e /dev/loop-control ] || die "no loop devices (/dev/loop-control missing, modprobe loop failed): container disk limits cannot be enforced"
+  fi
+  command -v mkfs.ext4 >/dev/null 2>&1 || die "mkfs.ext4 is missing (e2fsprogs)"
+  local dir
+  dir=$(mktemp -d /tmp/aw-disk-check.XXXXXX)
+  truncate -s 16M "$dir/disk.img"
+  mkdir "$dir/mnt"
+  if ! mkfs.ext4 -q -F -m 0 -E lazy_itable_init=1,lazy_journal_init=1,nodiscard "$dir/disk.img" ||
+    ! mount -t ext4 -o loop,nodev,nosuid,noinit_itable "$dir/disk.img" "$dir/mnt"; then
+    rm -rf "$dir"
+    die "could not make and loop-mount an ext4 image: container disk limits cannot be enforced"
+  fi
+  umount "$dir/mnt"
+  rm -rf "$dir"
+  say "disk images: ok (loop devices, mkfs.ext4, mount -o loop)"
+}
+
 # --- main --------------------------------------------------------------------
 install_packages
 
@@ -211,6 +238,7 @@ else
 fi
 
 runsc_listed || die "docker info does not list the runsc runtime (check $DAEMON_JSON and $DOCKERD_LOG)"
+check_disk_images
 
 driver=$(timeout 10 "$DOCKER" info --format '{{.Driver}}' 2>/dev/null || echo '?')
 cgroup=$(timeout 10 "$DOCKER" info --format '{{.CgroupDriver}} v{{.CgroupVersion}}' 2>/dev/null || echo '?')

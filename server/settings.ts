@@ -15,7 +15,7 @@ import { DomainError } from "../core/errors.ts";
 import { LOG_LEVELS, type LogLevel } from "./logger.ts";
 import type { GitCredential } from "./sessions/clone.ts";
 import { DEFAULT_TOOL_LIMITS, type ToolLimits } from "./tools/tool-limits.ts";
-import { type LimitStrings, parseCpu, parseSize } from "./workspace-limits.ts";
+import { DEFAULT_LIMITS, defaultCpuLimit, defaultSizeLimit, type LimitStrings, parseSize } from "./workspace-limits.ts";
 
 /** Everything the server is configured with. */
 export interface Settings {
@@ -28,7 +28,10 @@ export interface Settings {
   providers: ProviderSettings;
   /** Provider used when a request names none. */
   defaultProvider: string;
-  /** Limits a workspace gets when its request leaves them out. */
+  /**
+   * Limits a workspace gets when neither its request nor its agent type sets them: DEFAULT_LIMITS
+   * unless WORKSPACE_DEFAULT_* say otherwise ("" or 0 when the operator switched one off).
+   */
   workspaceDefaults: LimitStrings;
   toolLimits: ToolLimits;
   /** Largest request or response message, in bytes. */
@@ -143,15 +146,28 @@ function bool(value: string | undefined, name: string): boolean {
 }
 
 /** Checks a limit string with the same parser requests use, blaming the variable. */
-function limit(value: string | undefined, name: string, parse: (v: string, field: string) => number): string {
+function limit(value: string | undefined, name: string, parse: (v: string, field: string) => unknown): string {
   if (value === undefined) return "";
+  blame(() => parse(value, name));
+  return value;
+}
+
+/**
+ * A WORKSPACE_DEFAULT_* value checked as requests are checked ("0" or "none" leaves the limit
+ * out), or `fallback` when unset; a bad value is a SettingsError naming the variable.
+ */
+function defaultLimit(value: string | undefined, name: string, fallback: string, check: (v: string, field: string) => string): string {
+  return value === undefined ? fallback : blame(() => check(value, name));
+}
+
+/** Runs a domain check, turning its INVALID_ARGUMENT into a SettingsError with the same message. */
+function blame<T>(check: () => T): T {
   try {
-    parse(value, name);
+    return check();
   } catch (err) {
     if (err instanceof DomainError) throw new SettingsError(err.message);
     throw err;
   }
-  return value;
 }
 
 /** Shortest API key accepted: a key is a secret, not a password a person types. */
@@ -302,10 +318,10 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
     tlsKey: tlsKey ?? "",
     defaultProvider: oneOf(...pick("default-provider"), PROVIDER_NAMES, "local"),
     workspaceDefaults: {
-      cpu: limit(read(env, "WORKSPACE_DEFAULT_CPU"), "WORKSPACE_DEFAULT_CPU", parseCpu),
-      memory: limit(read(env, "WORKSPACE_DEFAULT_MEMORY"), "WORKSPACE_DEFAULT_MEMORY", parseSize),
-      disk: limit(read(env, "WORKSPACE_DEFAULT_DISK"), "WORKSPACE_DEFAULT_DISK", parseSize),
-      pids: integer(read(env, "WORKSPACE_DEFAULT_PIDS"), "WORKSPACE_DEFAULT_PIDS", 1024, 0, 4_194_304),
+      cpu: defaultLimit(read(env, "WORKSPACE_DEFAULT_CPU"), "WORKSPACE_DEFAULT_CPU", DEFAULT_LIMITS.cpu, defaultCpuLimit),
+      memory: defaultLimit(read(env, "WORKSPACE_DEFAULT_MEMORY"), "WORKSPACE_DEFAULT_MEMORY", DEFAULT_LIMITS.memory, (v, f) => defaultSizeLimit(v, f, "memory")),
+      disk: defaultLimit(read(env, "WORKSPACE_DEFAULT_DISK"), "WORKSPACE_DEFAULT_DISK", DEFAULT_LIMITS.disk, (v, f) => defaultSizeLimit(v, f, "disk")),
+      pids: integer(read(env, "WORKSPACE_DEFAULT_PIDS"), "WORKSPACE_DEFAULT_PIDS", DEFAULT_LIMITS.pids, 0, 4_194_304),
     },
     toolLimits: {
       ...DEFAULT_TOOL_LIMITS,

@@ -3,7 +3,9 @@ import path from "node:path";
 import test from "ava";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
+import { DomainError } from "../core/errors.ts";
 import { isLoopback, parseSettings, SettingsError } from "../server/settings.ts";
+import { type LimitStrings, resolveLimits } from "../server/workspace-limits.ts";
 
 const KEY = "k-0123456789abcdef0123";
 
@@ -18,7 +20,7 @@ test("defaults start the embedded server: local provider, port 8080, ./.data, in
   t.deepEqual(s.providers.docker.connection, { socketPath: "/var/run/docker.sock" });
   t.is(s.providers.docker.mode, "auto");
   t.deepEqual(s.providers.docker.user, { uid: 1000, gid: 1000 });
-  t.deepEqual(s.workspaceDefaults, { cpu: "", memory: "", disk: "", pids: 1024 });
+  t.deepEqual(s.workspaceDefaults, { cpu: "2", memory: "2G", disk: "10G", pids: 1024 });
   t.is(s.toolLimits.maxTimeoutMs, 600_000);
 });
 
@@ -31,6 +33,38 @@ test("flags win over variables, and each is read once, trimmed", (t) => {
   t.is(parseSettings({}, ["--quiet"]).logLevel, "warn");
   t.is(parseSettings({ AGENT_WORKSPACE_MAX_TIMEOUT_MS: "60000" }).toolLimits.defaultTimeoutMs, 60_000);
   t.is(parseSettings({ WORKSPACE_DEFAULT_PIDS: "0" }).workspaceDefaults.pids, 0);
+});
+
+test("workspace defaults are finite unless the operator switches one off with 0 or none", (t) => {
+  const given = parseSettings({ WORKSPACE_DEFAULT_CPU: "0.5", WORKSPACE_DEFAULT_MEMORY: "512M", WORKSPACE_DEFAULT_DISK: "1G", WORKSPACE_DEFAULT_PIDS: "64" });
+  t.deepEqual(given.workspaceDefaults, { cpu: "0.5", memory: "512M", disk: "1G", pids: 64 });
+  const off = parseSettings({ WORKSPACE_DEFAULT_CPU: "0", WORKSPACE_DEFAULT_MEMORY: "none", WORKSPACE_DEFAULT_DISK: "0", WORKSPACE_DEFAULT_PIDS: "0" });
+  t.deepEqual(off.workspaceDefaults, { cpu: "", memory: "", disk: "", pids: 0 });
+  t.deepEqual(resolveLimits({ cpu: "", memory: "", disk: "", pids: 0 }, off.workspaceDefaults), { cpus: 0, memoryBytes: 0, diskBytes: 0, pids: 0 });
+  // A request (or an agent type) leaving a limit empty gets the default.
+  t.deepEqual(resolveLimits({ cpu: "", memory: "", disk: "", pids: 0 }, parseSettings({}).workspaceDefaults), {
+    cpus: 2,
+    memoryBytes: 2 * 1024 ** 3,
+    diskBytes: 10 * 1024 ** 3,
+    pids: 1024,
+  });
+});
+
+test("a request cannot switch a limit off or set one below what a sandbox needs", (t) => {
+  const defaults = parseSettings({}).workspaceDefaults;
+  const cases: Array<[Partial<LimitStrings>, string, RegExp]> = [
+    [{ memory: "0" }, "limits.memory", /^limits\.memory '0' is below the minimum of 64M; leave it empty for the server's default$/],
+    [{ memory: "32M" }, "limits.memory", /below the minimum of 64M/],
+    [{ disk: "0" }, "limits.disk", /^limits\.disk '0' is below the minimum of 16M/],
+    [{ cpu: "0" }, "limits.cpu", /^limits\.cpu '0' is not a positive number of cores$/],
+  ];
+  for (const [requested, field, message] of cases) {
+    const err = t.throws(() => resolveLimits({ cpu: "", memory: "", disk: "", pids: 0, ...requested }, defaults), { instanceOf: DomainError });
+    t.is(err?.reason, "INVALID_ARGUMENT");
+    t.is(err?.metadata.field, field);
+    t.regex(err?.message ?? "", message);
+  }
+  t.deepEqual(resolveLimits({ cpu: "4", memory: "8G", disk: "64M", pids: 10 }, defaults), { cpus: 4, memoryBytes: 8 * 1024 ** 3, diskBytes: 64 * 1024 ** 2, pids: 10 });
 });
 
 test("the Docker engine comes from DOCKER_SOCKET, then DOCKER_HOST", (t) => {
@@ -57,6 +91,9 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_CLEANUP_ORPHANS: "maybe" }, [], /^AGENT_WORKSPACE_CLEANUP_ORPHANS must be 1 or 0/],
     [{ WORKSPACE_DEFAULT_CPU: "two" }, [], /^WORKSPACE_DEFAULT_CPU 'two' is not a positive number of cores$/],
     [{ WORKSPACE_DEFAULT_DISK: "10 parsecs" }, [], /^WORKSPACE_DEFAULT_DISK '10 parsecs' is not a size/],
+    [{ WORKSPACE_DEFAULT_MEMORY: "8M" }, [], /^WORKSPACE_DEFAULT_MEMORY '8M' is below the minimum of 64M/],
+    [{ WORKSPACE_DEFAULT_DISK: "1M" }, [], /^WORKSPACE_DEFAULT_DISK '1M' is below the minimum of 16M/],
+    [{ WORKSPACE_DEFAULT_CPU: "-1" }, [], /^WORKSPACE_DEFAULT_CPU '-1' is not a positive number of cores$/],
     [{ AGENT_WORKSPACE_TLS_CERT: "/c.pem" }, [], /must be given together/],
     [{ DOCKER_HOST: "npipe:////./pipe/docker_engine" }, [], /^DOCKER_HOST must be unix:\/\/\/path or tcp:\/\/host:port; 'npipe:' is not supported$/],
     [{ DOCKER_HOST: "tcp://engine", DOCKER_TLS_VERIFY: "1" }, [], /needs DOCKER_CERT_PATH/],
