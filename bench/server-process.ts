@@ -53,7 +53,7 @@ export interface ServerProcess {
 /** Starts bench/server-child.ts and resolves once it listens. */
 export async function startServerProcess(options: ServerProcessOptions): Promise<ServerProcess> {
   // --expose-gc lets the memory measurements ask for a collection; it changes nothing otherwise.
-  const child = spawn(process.execPath, ["--expose-gc", ...(options.nodeArgs ?? []), CHILD, "--data-dir", options.dataDir], {
+  const child = spawn(process.execPath, ["--expose-gc", "--liftoff-only", ...(options.nodeArgs ?? []), CHILD, "--data-dir", options.dataDir], {
     env: { ...process.env, ...options.env },
     stdio: ["pipe", "pipe", "pipe"],
   });

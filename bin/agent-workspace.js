@@ -1,4 +1,4 @@
-#!/usr/bin/env node
+#!/usr/bin/env -S node --liftoff-only
 // agent-workspace command line: `agent-workspace serve [options]` starts the server (`--help`
 // lists the options). Needs Node 24 or later, which `npm install` brings as a dependency; npm
 // scripts and npx put it first on PATH.
@@ -7,6 +7,9 @@ if (major < 24) {
   process.stderr.write(`agent-workspace needs Node.js 24 or later (this is ${process.version}); run it through npm (npm start, npx agent-workspace), which uses the Node 24 installed with the package.\n`);
   process.exit(2);
 }
+// --liftoff-only (in the shebang and npm start): the command policy's bash parser is WebAssembly,
+// and V8's optimising tier briefly takes ~500 MiB compiling it, for no gain (Liftoff parses as fast).
+// V8 freezes its flags at start, so it cannot be set from here.
 // Before anything loads protobuf-es (see server/base64.ts).
 await import("../server/base64.ts");
 const [command = "serve", ...rest] = process.argv.slice(2);

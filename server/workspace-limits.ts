@@ -46,7 +46,7 @@ export const MIN_MEMORY_BYTES = 64 * 1024 ** 2;
 export const MIN_DISK_BYTES = 16 * 1024 ** 2;
 
 /** A size limit of a request or an agent type: at least `min` (never 0, which would read as "none"). */
-function sizeLimit(value: string, field: string, min: number): number {
+export function sizeLimit(value: string, field: string, min: number): number {
   const bytes = parseSize(value, field);
   if (bytes < min) {
     throw new DomainError("INVALID_ARGUMENT", `${field} '${value.slice(0, 50)}' is below the minimum of ${formatSize(min)}; leave it empty for the server's default`, {

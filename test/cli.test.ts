@@ -79,7 +79,7 @@ async function holdConnections(url: string): Promise<{ release: () => void; comm
 
 for (const [how, command, args] of [
   ["npm start", "npm", ["start", "--silent"]],
-  ["agent-workspace serve", process.execPath, ["bin/agent-workspace.js", "serve"]],
+  ["agent-workspace serve", process.execPath, ["--liftoff-only", "bin/agent-workspace.js", "serve"]],
 ] as const) {
   for (const target of ["the process", "its process group"] as const) {
     test(`SIGTERM to ${target} of \`${how}\` stops the server within a bounded time while clients hold streams open`, async (t) => {

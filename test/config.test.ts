@@ -299,6 +299,8 @@ test("every malformed field is a 400 with a typed reason and the field in the me
     [{ resource_limits: { memory: "lots" } }, "resource_limits.memory", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ resource_limits: { disk: "-1G" } }, "resource_limits.disk", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ resource_limits: { cpu: "0" } }, "resource_limits.cpu", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ resource_limits: { memory: "0" } }, "resource_limits.memory", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ resource_limits: { disk: "1M" } }, "resource_limits.disk", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ repo_source: { type: "svn" } }, "repo_source.type", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ repo_source: { type: "fixed" } }, "repo_source.url", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ repo_source: { type: "fixed", url: "gopher://x/y" } }, "repo_source.url", "ERROR_REASON_INVALID_ARGUMENT"],

@@ -166,7 +166,7 @@ agent_types:
     const revisions: bigint[] = [];
     for (const [round, tools] of [[1, "read, grep"], [2, "read, grep"], [3, "read, grep, bash"]] as const) {
       await writeFile(file, yaml(tools));
-      const server = await startServerProcess({ dataDir, args: ["bin/agent-workspace.js", "serve", "--agent-types", file] });
+      const server = await startServerProcess({ dataDir, args: ["--liftoff-only", "bin/agent-workspace.js", "serve", "--agent-types", file] });
       const c = clientsOf(server.url);
       try {
         const reviewer = (await c.config.getAgentType({ id: "code-reviewer" })).agentType;

@@ -16,7 +16,7 @@ import {
 } from "../../gen/agentworkspace/v1/config_pb.js";
 import { DomainError } from "../../core/errors.ts";
 import { ruleProblem } from "../security/command-policy.ts";
-import { parseCpu, parseSize } from "../workspace-limits.ts";
+import { MIN_DISK_BYTES, MIN_MEMORY_BYTES, parseCpu, sizeLimit } from "../workspace-limits.ts";
 
 /** What validation needs to know about this server. */
 export interface ValidationContext {
@@ -140,8 +140,9 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
   const limits = cfg.resourceLimits;
   if (limits) {
     if (limits.cpu.trim() !== "") parseCpu(limits.cpu, f("resource_limits.cpu"));
-    if (limits.memory.trim() !== "") parseSize(limits.memory, f("resource_limits.memory"));
-    if (limits.disk.trim() !== "") parseSize(limits.disk, f("resource_limits.disk"));
+    // The same minimums as a request's: "0" would read as "no limit", which only the operator may choose.
+    if (limits.memory.trim() !== "") sizeLimit(limits.memory, f("resource_limits.memory"), MIN_MEMORY_BYTES);
+    if (limits.disk.trim() !== "") sizeLimit(limits.disk, f("resource_limits.disk"), MIN_DISK_BYTES);
     if (limits.pids < 0n || limits.pids > 4_194_304n) throw invalid(f("resource_limits.pids"), "resource_limits.pids must be from 0 to 4194304");
   }
 

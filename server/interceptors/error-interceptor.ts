@@ -15,15 +15,38 @@ import type { Logger } from "../logger.ts";
 
 type DetailInit = Parameters<typeof create<typeof ErrorDetailSchema>>[1];
 
+/**
+ * Most bytes of text one field of an error detail carries. Over gRPC the detail travels in a
+ * trailer, and HTTP/2 peers refuse header blocks past 16–64 KiB, breaking the whole connection: a
+ * timed-out command's partial output, or a closest match, is cut to the head here (the
+ * `*_truncated` flags say so; the totals keep counting).
+ */
+export const MAX_DETAIL_TEXT_BYTES = 8 * 1024;
+
+/** `text` cut to at most `max` UTF-8 bytes at a character boundary, and whether it was cut. */
+function head(text: string, max = MAX_DETAIL_TEXT_BYTES): [string, boolean] {
+  if (Buffer.byteLength(text) <= max) return [text, false];
+  const bytes = Buffer.from(text).subarray(0, max);
+  let end = bytes.length;
+  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--;
+  return [bytes.subarray(0, end).toString("utf8"), true];
+}
+
 function payloadFields(payload: ErrorPayload | undefined): Pick<NonNullable<DetailInit>, "partialOutput" | "closestMatch"> {
   switch (payload?.case) {
     case undefined:
       return {};
     case "partialOutput": {
       const p = payload.value;
+      const [stdout, stdoutCut] = head(p.stdout);
+      const [stderr, stderrCut] = head(p.stderr);
       return {
         partialOutput: create(PartialOutputSchema, {
           ...p,
+          stdout,
+          stderr,
+          stdoutTruncated: p.stdoutTruncated || stdoutCut,
+          stderrTruncated: p.stderrTruncated || stderrCut,
           stdoutTotalBytes: BigInt(p.stdoutTotalBytes),
           stderrTotalBytes: BigInt(p.stderrTotalBytes),
           durationMs: BigInt(p.durationMs),
@@ -31,7 +54,7 @@ function payloadFields(payload: ErrorPayload | undefined): Pick<NonNullable<Deta
       };
     }
     case "closestMatch":
-      return { closestMatch: create(ClosestMatchSchema, payload.value) };
+      return { closestMatch: create(ClosestMatchSchema, { ...payload.value, text: head(payload.value.text)[0] }) };
   }
 }
 

@@ -66,14 +66,15 @@ export declare const ErrorDetailSchema: GenMessage<ErrorDetail>;
  */
 export declare type PartialOutput = Message<"agentworkspace.v1.PartialOutput"> & {
   /**
-   * Standard output captured before the kill, at most the output limit.
+   * Standard output captured before the kill: its first 8 KiB (an error travels in a gRPC
+   * trailer, which HTTP/2 bounds); stdout_truncated says when more was written.
    *
    * @generated from field: string stdout = 1;
    */
   stdout: string;
 
   /**
-   * Standard error captured before the kill, at most the output limit.
+   * Standard error captured before the kill: its first 8 KiB, like stdout.
    *
    * @generated from field: string stderr = 2;
    */
