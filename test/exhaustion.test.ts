@@ -38,9 +38,9 @@ const MIB = 1024 ** 2;
 const rss = { baseline: 0, peak: 0, timer: undefined as NodeJS.Timeout | undefined };
 test.serial.before(async (t) => {
   // Warm the server and the clients first, so the baseline is a served state, not a cold one. The
-  // command policy parses every script with tree-sitter's WebAssembly; V8 recompiles that code
-  // with its optimising tier after some calls, which takes a few hundred MiB for a moment: let
-  // that happen before the baseline, and let the memory settle.
+  // tests run as the server does, with --liftoff-only (package.json's ava nodeArguments): without
+  // it V8 would recompile the command parser's WebAssembly with its optimising tier, taking a few
+  // hundred MiB for a moment, which this check would see.
   const { tools, workspaces } = t.context.server.clients.grpc;
   const { workspace } = await workspaces.createWorkspace({ provider: "local" });
   for (let i = 0; i < 40; i++) await tools.bash({ workspaceId: workspace!.id, command: i % 2 ? "head -c 1000000 /dev/zero | wc -c" : "ls -la | grep -c x || true" });
