@@ -920,6 +920,9 @@ process.stdout.write("flips " + flips + "\\n");
         ["echo x >> .bashrc", "echo x >> .bashrc", ".bashrc"],
         ["cat .ssh/id_ed25519", "cat .ssh/id_ed25519", "id_ed25519*"], ["cat .ssh/config", "cat .ssh/config", ".ssh/**"],
         ["echo \"$(< .env)\"", "$(< .env)", ".env"],
+        // Relative names are judged in every directory the script cds into.
+        ["cd .git/hooks && echo x > pre-commit", "cd .git/hooks && echo x > pre-commit", ".git/**/hooks/**"],
+        ["cd .ssh && cat config", "cat config", ".ssh/**"],
       ];
       if (ws === a.agent) {
         cases.push(["cat secrets/token.txt", "cat secrets/token.txt", "secrets/**"], ["echo pwned: > Makefile", "echo pwned: > Makefile", "Makefile"]);
@@ -930,6 +933,11 @@ process.stdout.write("flips " + flips + "\\n");
         made.push(m);
         await refused(t, c, ws, `${guard(m)}${script}`, { command, rule, why: "sensitive_file" });
       }
+      // And in the request's workdir.
+      const w = marker("shell-file");
+      made.push(w);
+      const { detail } = await expectError(t, c.tools.bash({ workspaceId: ws, command: `echo ran > ../../${w}; echo x > pre-commit`, workdir: ".git/hooks" }), Code.PermissionDenied, ErrorReason.COMMAND_NOT_ALLOWED);
+      t.like({ ...detail.metadata }, { command: "echo x > pre-commit", rule: ".git/**/hooks/**", why: "sensitive_file" });
       await absent(t, c, ws, made);
       await reasonIs(t, c.tools.readFile({ workspaceId: ws, path: ".git/hooks/pre-commit" }), "FILE_NOT_FOUND", "the hook was not written");
       await reasonIs(t, c.tools.readFile({ workspaceId: ws, path: ".bashrc" }), "FILE_NOT_FOUND", ".bashrc was not written");
@@ -940,6 +948,7 @@ process.stdout.write("flips " + flips + "\\n");
       t.regex((await allowed(t, c, ws, "ls -a")).stdout, /^\.env$/m);
       t.regex((await allowed(t, c, ws, "cat .git/config")).stdout, /\[core\]/);
       t.is((await allowed(t, c, ws, "echo 'cat .env' && ls .env")).stdout, "cat .env\n.env\n");
+      t.is((await allowed(t, c, ws, "cd .git && ls -d hooks")).stdout, "hooks\n");
     }
     t.regex((await allowed(t, c, a.agent, "cat Makefile secrets.md")).stdout, /^all:\n/);
   });

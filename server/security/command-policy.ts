@@ -153,7 +153,7 @@ const SAFE_BUILTINS = new Set([
 ]);
 
 /** Programs whose arguments are text or names, not files they open: exempt from the sensitive-file check. */
-const NON_READERS = new Set(["echo", "printf", "test", "[", "ls", "find", "type", "which", "basename", "dirname", "mkdir", "touch", "command", "hash", "alias", "export", "declare", "local", "typeset", "readonly", "unset", "read"]);
+const NON_READERS = new Set(["echo", "printf", "test", "[", "ls", "find", "cd", "pushd", "popd", "type", "which", "basename", "dirname", "mkdir", "touch", "command", "hash", "alias", "export", "declare", "local", "typeset", "readonly", "unset", "read"]);
 
 /** Programs that only read their file arguments: may name write-protected files. */
 const READERS = new Set(["cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "diff", "cmp", "wc", "file", "stat", "md5sum", "sha1sum", "sha256sum", "od", "xxd", "hexdump", "strings", "nl", "sort", "uniq", "git"]);
@@ -240,6 +240,8 @@ interface SimpleCommand {
   args: Array<string | undefined>;
   /** The source text, for messages. */
   text: string;
+  /** Where it stands in the script (wrapped commands keep their wrapper's), for `cd`'s reach. */
+  node?: Node;
   /** What the command reads on stdin when the script says so literally (a heredoc, a here-string); "pipe" when it is computed or fed by a pipe. */
   stdin?: { text: string } | "pipe";
 }
@@ -330,13 +332,20 @@ export class CommandPolicy {
   readonly #allow: Rule[];
   readonly #allowlist: boolean;
   readonly #files: FileGuard;
+  /**
+   * Directories the script may be in when it names a file: the request's workdir and every
+   * literal `cd`/`pushd` target in it. Relative names are judged in each (over-approximating
+   * control flow, so `cd .git/hooks && echo x > pre-commit` is seen). State of one check only:
+   * `check` runs on a copy.
+   */
+  readonly #dirs = new Map<string, { tree: unknown; at: number }>();
 
-  constructor(config: CommandPolicyConfig = { defaultAction: "", allow: [], deny: [] }, files: FileGuard = guardFor()) {
-    this.#serverDeny = DEFAULT_DENY_RULES.map(compileRule);
-    this.#deny = config.deny.map(compileRule);
-    this.#allow = config.allow.map(compileRule);
-    this.#allowlist = config.defaultAction === "deny" || (config.defaultAction === "" && config.allow.length > 0);
-    this.#files = files;
+  constructor(config: CommandPolicyConfig = { defaultAction: "", allow: [], deny: [] }, files: FileGuard = guardFor(), from?: CommandPolicy) {
+    this.#serverDeny = from ? from.#serverDeny : DEFAULT_DENY_RULES.map(compileRule);
+    this.#deny = from ? from.#deny : config.deny.map(compileRule);
+    this.#allow = from ? from.#allow : config.allow.map(compileRule);
+    this.#allowlist = from ? from.#allowlist : config.defaultAction === "deny" || (config.defaultAction === "" && config.allow.length > 0);
+    this.#files = from ? from.#files : files;
   }
 
   /** True when commands no rule names are refused. */
@@ -348,19 +357,35 @@ export class CommandPolicy {
    * Checks `script` (and the variables a request sets for it); resolves to the first refusal, or
    * undefined when everything in it may run.
    */
-  async check(script: string, env: Record<string, string> = {}): Promise<Refusal | undefined> {
+  async check(script: string, env: Record<string, string> = {}, workdir = ""): Promise<Refusal | undefined> {
     if (this.#allowlist) {
       for (const name of Object.keys(env)) {
         if (isRestrictedVariable(name)) return this.#refuse(`env ${name}=…`, name, "restricted_variable", `setting ${name} is not allowed under an allowlist: it changes what runs`);
       }
     }
-    return this.#checkScript(script, 0);
+    const run = new CommandPolicy(undefined, undefined, this);
+    if (workdir !== "" && workdir !== ".") run.#dirs.set(workdir, { tree: undefined, at: -1 });
+    return run.#checkScript(script, 0);
   }
 
   /** As `check`, throwing COMMAND_NOT_ALLOWED (PERMISSION_DENIED) on a refusal. */
-  async enforce(script: string, env: Record<string, string> = {}): Promise<void> {
-    const refusal = await this.check(script, env);
+  async enforce(script: string, env: Record<string, string> = {}, workdir = ""): Promise<void> {
+    const refusal = await this.check(script, env, workdir);
     if (refusal !== undefined) throw commandNotAllowed(refusal);
+  }
+
+  /** Why a file name the script uses may not be used so, in any directory it may be in. */
+  #fileHit(name: string, access: "read" | "write", where?: Node) {
+    const one = (v: string) => (/[*?[]/.test(v) ? this.#files.checkGlob(v, access) : this.#files.check(v, access));
+    const hit = one(name);
+    if (hit !== undefined || name.startsWith("/") || name.startsWith("~")) return hit;
+    for (const [dir, from] of this.#dirs) {
+      // A `cd` reaches what comes after it in its own script, and everything in scripts it starts.
+      if (where !== undefined && where.tree === from.tree && where.startIndex < from.at) continue;
+      const h = one(posix.normalize(`${dir}/${name}`));
+      if (h !== undefined) return h;
+    }
+    return undefined;
   }
 
   #refuse(command: string, rule: string, why: RefusalKind, reason: string): Refusal {
@@ -415,6 +440,12 @@ export class CommandPolicy {
       const cycle = recursion(calls);
       if (cycle !== undefined) {
         return this.#refuse(definitions.get(cycle[0]) ?? script, cycle[0], "fork_bomb", `function${cycle.length > 1 ? "s" : ""} ${cycle.map((c) => `'${c}'`).join(" → ")} call${cycle.length > 1 ? "" : "s"} ${cycle.length > 1 ? "each other" : "itself"}, the shape of a fork bomb`);
+      }
+      for (const c of root.descendantsOfType("command")) {
+        const name = c?.childForFieldName("name");
+        if (!c || !name || !["cd", "pushd"].includes(literal(name) ?? "")) continue;
+        const target = c.childrenForFieldName("argument").map((a) => (a === null ? undefined : literal(a))).find((a) => a === undefined || !a.startsWith("-"));
+        if (target !== undefined && target !== "" && target !== "." && this.#dirs.size < 64 && !this.#dirs.has(target)) this.#dirs.set(target, { tree: c.tree, at: c.startIndex });
       }
       const refusal = await this.#walk(root, depth, functions);
       if (refusal !== undefined || !script.includes("\n")) return refusal;
@@ -556,7 +587,7 @@ export class CommandPolicy {
     if (value === undefined || /^\d+$|^-$/.test(value)) return undefined;
     const op = node.children.find((c) => c !== null && !c.isNamed)?.text ?? ">";
     const writing = op !== "<" && op !== "<&";
-    const hit = this.#files.check(value, writing ? "write" : "read");
+    const hit = this.#fileHit(value, writing ? "write" : "read", node);
     if (hit === undefined) return undefined;
     return this.#refuse(node.parent?.text ?? node.text, hit.pattern, "sensitive_file", `it ${writing ? "writes" : "reads"} '${value}', a ${hit.list === "deny" ? "sensitive" : "write-protected"} file (rule '${hit.pattern}')`);
   }
@@ -578,7 +609,7 @@ export class CommandPolicy {
       if (!afterName || child.type === "file_redirect" || child.type === "herestring_redirect" || child.type === "heredoc_redirect") continue;
       args.push(literal(child));
     }
-    const cmd: SimpleCommand = { name: literal(nameNode), args, text: node.text, stdin: stdinOf(node) };
+    const cmd: SimpleCommand = { name: literal(nameNode), args, text: node.text, stdin: stdinOf(node), node };
     return this.#simple(cmd, depth, functions);
   }
 
@@ -640,7 +671,7 @@ export class CommandPolicy {
       if (eq > 0) values.push(arg.slice(eq + 1));
       for (const v of values.flatMap(braceExpand)) {
         const access = READERS.has(base) ? "read" : "write";
-        const hit = /[*?[]/.test(v) ? this.#files.checkGlob(v, access) : this.#files.check(v, access);
+        const hit = this.#fileHit(v, access, cmd.node);
         if (hit !== undefined) {
           const kind = hit.list === "deny" ? "a sensitive file" : "a write-protected file";
           return this.#refuse(cmd.text, hit.pattern, "sensitive_file", `it names '${v}', ${kind} (rule '${hit.pattern}')`);
@@ -664,7 +695,7 @@ export class CommandPolicy {
     if (i >= cmd.args.length) return Promise.resolve(undefined);
     const rest = cmd.args.slice(i + 1);
     if (extraArgs) rest.push(undefined);
-    return this.#simple({ name: cmd.args[i], args: rest, text: cmd.text }, depth + 1, functions);
+    return this.#simple({ name: cmd.args[i], args: rest, text: cmd.text, node: cmd.node }, depth + 1, functions);
   }
 
   /**
@@ -781,7 +812,7 @@ export class CommandPolicy {
             while (end < a.length && a[end] !== ";" && a[end] !== "+") end++;
             // "{}" is the file found: computed at run time.
             const found = (v: string | undefined) => (v !== undefined && v.includes("{}") ? undefined : v);
-            r = await this.#simple({ name: found(a[i + 1]), args: a.slice(i + 2, end).map(found), text: cmd.text }, depth + 1, functions);
+            r = await this.#simple({ name: found(a[i + 1]), args: a.slice(i + 2, end).map(found), text: cmd.text, node: cmd.node }, depth + 1, functions);
             if (r) return r;
             i = end;
           }

@@ -98,7 +98,7 @@ async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promi
   }
   const requestedTimeoutMs = input.timeoutMs === 0 ? limits.defaultTimeoutMs : input.timeoutMs;
   // The command policy decides on the parsed script before anything runs (COMMAND_NOT_ALLOWED).
-  await ctx.commands.enforce(input.command, input.env);
+  await ctx.commands.enforce(input.command, input.env, input.workdir);
   // Checked lexically here; the executor resolves it beneath the root when it starts the command
   // (no round trip first), and its faults name the field below.
   const cwd = jailPath(input.workdir, "workdir", false);
