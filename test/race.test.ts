@@ -19,6 +19,7 @@ import { ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { gate, probeEngines } from "./helpers/engines.ts";
 import { errorDetail, newWorkspace, serverTest } from "./helpers/server.ts";
+import { flipperScript } from "./helpers/flipper.ts";
 
 const engines = await probeEngines();
 const test = serverTest();
@@ -99,30 +100,7 @@ for (const provider of ["local", "docker", "gvisor"] as const) {
       await tools.writeFile({
         workspaceId: id,
         path: "race/flip.cjs",
-        content: `const fs = require("fs");
-const names = process.argv.slice(2);
-let flips = 0;
-process.stdout.write("flipping\\n");
-for (;;) {
-  for (const n of names) {
-    try {
-      fs.renameSync(n, "race/d");
-    } catch {
-      // A write through race/d while it was absent made it a directory: clear it and go on.
-      try {
-        fs.rmSync("race/d", { recursive: true, force: true });
-      } catch {
-        // Writes keep landing in it; try again next round.
-      }
-      continue;
-    }
-    fs.renameSync("race/d", n);
-    flips++;
-  }
-  if (flips % 600 < names.length && fs.existsSync("race/stop")) break;
-}
-process.stdout.write("flips " + flips + "\\n");
-`,
+        content: flipperScript(600),
       });
       const node = provider === "local" ? process.execPath : "/opt/agent-workspace/node";
       const flipper = tools.streamBash({ workspaceId: id, command: `exec ${node} race/flip.cjs ${names.join(" ")}`, timeoutMs: 600_000n })[Symbol.asyncIterator]();

@@ -44,6 +44,7 @@ import {
   transcript,
 } from "./helpers/red-team.ts";
 import { type ClientSet, errorDetail, expectError, startServer, type TestServer } from "./helpers/server.ts";
+import { flipperScript } from "./helpers/flipper.ts";
 
 interface Ctx {
   server: TestServer;
@@ -279,25 +280,7 @@ for (const provider of PROVIDERS) {
     await c.tools.writeFile({
       ...ws,
       path: "race/flip.cjs",
-      content: `const fs = require("fs");
-const names = process.argv.slice(2);
-let flips = 0;
-process.stdout.write("flipping\\n");
-for (;;) {
-  for (const n of names) {
-    try {
-      fs.renameSync(n, "race/d");
-    } catch {
-      try { fs.rmSync("race/d", { recursive: true, force: true }); } catch {}
-      continue;
-    }
-    fs.renameSync("race/d", n);
-    flips++;
-  }
-  if (flips % 300 < names.length && fs.existsSync("race/stop")) break;
-}
-process.stdout.write("flips " + flips + "\\n");
-`,
+      content: flipperScript(300),
     });
     const node = provider === "local" ? process.execPath : "/opt/agent-workspace/node";
     const flipper = c.tools.streamBash({ ...ws, command: `exec ${node} race/flip.cjs race/real race/to-ssh race/to-out`, timeoutMs: 120_000n })[Symbol.asyncIterator]();
