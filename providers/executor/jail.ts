@@ -136,6 +136,10 @@ export function faultOf(err: unknown, rel: string, writing: boolean): Fault {
       return new Fault("INVALID_ARGUMENT", `A component of '${printable(rel)}' is longer than ${MAX_NAME_BYTES} bytes`, meta, err);
     case "ELOOP":
       return new Fault("PATH_OUTSIDE_WORKSPACE", `'${displayPath(rel)}' changed into a symlink while in use`, meta, err);
+    case "EINVAL":
+      // gVisor answers EINVAL when a directory is renamed under an open through /proc/self/fd
+      // (a command swapping it while a tool resolves through it): a race to retry, not a fault.
+      return new Fault("WORKSPACE_NOT_READY", `'${displayPath(rel)}' changed while it was in use; retry`, meta, err);
     default:
       return writing ? new Fault("WRITE_FAILED", `Writing '${displayPath(rel)}' failed`, meta, err) : new Fault("INTERNAL", `Accessing '${displayPath(rel)}' failed`, meta, err);
   }

@@ -28,7 +28,7 @@ import { posix } from "node:path";
 import { DomainError } from "../../core/errors.ts";
 import { type FileGuard, guardFor } from "../../providers/executor/sensitive-files.ts";
 import type { AgentTypeBinding } from "../../providers/types.ts";
-import { literal, type Node, parseShell } from "./shell-parser.ts";
+import { literal, MAX_PARSE_MS, type Node, parseShell } from "./shell-parser.ts";
 
 /** An agent type's command policy, as configured. */
 export interface CommandPolicyConfig {
@@ -166,6 +166,12 @@ const SYSTEM_DIRS = new Set(["/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/us
 
 /** Deepest nesting of wrappers and shell strings checked; deeper is refused, never skipped. */
 const MAX_DEPTH = 24;
+/**
+ * Most parses, and parsed characters, one check may take (its readings, its lines, its nested
+ * strings). A real script takes a few; a script built to cost the server minutes is refused.
+ */
+const MAX_PARSES = 4000;
+const MAX_PARSED_CHARS = 4 * 1024 * 1024;
 
 /** Why a command was refused (the `why` of the error metadata). */
 export type RefusalKind =
@@ -177,7 +183,8 @@ export type RefusalKind =
   | "sensitive_file"
   | "unparseable"
   | "fork_bomb"
-  | "too_deep";
+  | "too_deep"
+  | "too_complex";
 
 /** A refusal: the offending command, the rule, and why. */
 export interface Refusal {
@@ -339,6 +346,9 @@ export class CommandPolicy {
    * `check` runs on a copy.
    */
   readonly #dirs = new Map<string, { tree: unknown; at: number }>();
+  /** Parses and parsed characters of this check so far, bounded: see MAX_PARSES. */
+  #parses = 0;
+  #parsed = 0;
 
   constructor(config: CommandPolicyConfig = { defaultAction: "", allow: [], deny: [] }, files: FileGuard = guardFor(), from?: CommandPolicy) {
     this.#serverDeny = from ? from.#serverDeny : DEFAULT_DENY_RULES.map(compileRule);
@@ -412,15 +422,25 @@ export class CommandPolicy {
 
   async #checkReading(script: string, depth: number, known: ReadonlySet<string> = new Set()): Promise<Refusal | undefined> {
     if (depth > MAX_DEPTH) return this.#refuse(script, "", "too_deep", `wrappers and shell strings are nested more than ${MAX_DEPTH} deep`);
-    const tree = await parseShell(script);
-    if (tree === undefined) return this.#refuse(script, "", "unparseable", "it could not be parsed as bash");
+    // Every reading is checked in full, but the work one call may cost the server is bounded:
+    // past it the script is refused, never waved through.
+    this.#parses++;
+    this.#parsed += script.length;
+    if (this.#parses > MAX_PARSES || this.#parsed > MAX_PARSED_CHARS) {
+      return this.#refuse(script, "", "too_complex", "it takes more work to check than one call may cost; split it, or write it to a file and run that");
+    }
+    // A long check leaves room for other calls between its parses.
+    if (this.#parses % 64 === 0) await new Promise((r) => setImmediate(r));
+    const parsed = await parseShell(script);
+    if ("error" in parsed) {
+      if (parsed.error === "time") return this.#refuse(script, "", "too_complex", `parsing it took more than ${MAX_PARSE_MS} ms; split it, or write it to a file and run that`);
+      const near = parsed.offset >= 0 ? script.slice(0, parsed.offset + 1) : "";
+      const where = parsed.offset >= 0 ? ` (line ${near.split("\n").length}: '${near.split("\n").at(-1)?.slice(-40) ?? ""}')` : "";
+      return this.#refuse(script, "", "unparseable", `it could not be parsed as bash${where}; nothing runs that cannot be checked`);
+    }
+    const tree = parsed.tree;
     try {
       const root = tree.rootNode;
-      if (root.hasError) {
-        const bad = firstError(root);
-        const where = bad ? ` (line ${bad.startPosition.row + 1}: '${bad.text.slice(0, 40)}')` : "";
-        return this.#refuse(script, "", "unparseable", `it could not be parsed as bash${where}; nothing runs that cannot be checked`);
-      }
       const functions = new Set<string>(known);
       const calls = new Map<string, Set<string>>();
       const definitions = new Map<string, string>();
@@ -868,7 +888,10 @@ export class CommandPolicy {
    * Only a refusal for what a piece runs counts, never one for being unparseable.
    */
   async #checkLine(line: string, depth: number, functions: ReadonlySet<string>, quoted: (i: number) => boolean): Promise<Refusal | undefined> {
-    const pieces = [line, line.replace(TRAILING_CLOSERS, "")];
+    const whole = await this.#checkReading(line, depth, functions);
+    if (whole === undefined || (whole.why !== "unparseable" && whole.why !== "too_deep")) return whole;
+    if (whole.why === "too_deep") return whole;
+    const pieces = [line.replace(TRAILING_CLOSERS, "")];
     for (let i = 0, cuts = 0; i < line.length && cuts < 32; i++) {
       // A `)` or `}` inside a string or heredoc closes nothing.
       if ((line[i] !== ")" && line[i] !== "}") || quoted(i)) continue;
@@ -954,16 +977,6 @@ export function commandNotAllowed(r: Refusal): DomainError {
   return new DomainError("COMMAND_NOT_ALLOWED", r.message, { metadata: { command: r.command, rule: r.rule, why: r.why } });
 }
 
-/** The first ERROR or MISSING node below `node`. */
-function firstError(node: Node): Node | undefined {
-  if (node.isError || node.isMissing) return node;
-  for (const c of node.children) {
-    if (c === null || !c.hasError && !c.isMissing) continue;
-    const e = firstError(c);
-    if (e) return e;
-  }
-  return undefined;
-}
 
 /**
  * What a command reads on stdin, as far as the script says: the text of a heredoc or here-string

@@ -27,13 +27,40 @@ export function loadShellParser(): Promise<Parser> {
   return loading;
 }
 
+/** Longest one parse may run, in milliseconds: it runs on the server's event loop. */
+export const MAX_PARSE_MS = 250;
+
+/** What parsing gave: a tree without errors (the caller must `delete()` it), or why not. */
+export type ParseOutcome = { tree: Tree } | { error: "syntax"; offset: number } | { error: "time" };
+
 /**
- * Parses `script`; the caller must `delete()` the tree. Returns undefined when the parser gave up
- * (it does on pathological input after its own limits), which callers treat as unparseable.
+ * Parses `script`, stopping at the first syntax error: a script with one is refused whatever
+ * else it holds, and tree-sitter's error recovery can cost minutes on hostile input (120 KB of
+ * `a)` lines took 75 s), all of it on the server's event loop. A parse past MAX_PARSE_MS stops too.
  */
-export async function parseShell(script: string): Promise<Tree | undefined> {
+export async function parseShell(script: string): Promise<ParseOutcome> {
   const parser = await loadShellParser();
-  return parser.parse(script) ?? undefined;
+  const giveUpAt = performance.now() + MAX_PARSE_MS;
+  let stopped: ParseOutcome | undefined;
+  const tree = parser.parse(script, null, {
+    progressCallback: (state) => {
+      if (state.hasError) stopped = { error: "syntax", offset: state.currentOffset };
+      else if (performance.now() > giveUpAt) stopped = { error: "time" };
+      // Returning true cancels the parse (the declared type says void; the runtime reads it).
+      return (stopped !== undefined) as unknown as void;
+    },
+  });
+  if (tree === null) {
+    // A cancelled parse would otherwise resume on the next call, with the next script.
+    parser.reset();
+    return stopped ?? { error: "time" };
+  }
+  if (tree.rootNode.hasError) {
+    // Errors the callback did not see (found in the last step): the same answer.
+    tree.delete();
+    return { error: "syntax", offset: -1 };
+  }
+  return { tree };
 }
 
 /** Decodes the body of `$'…'` as bash does. */
