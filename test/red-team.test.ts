@@ -950,6 +950,17 @@ for (const provider of PROVIDERS) {
   }
 
   if (provider === "local") {
+    family("scripts built to make the check itself expensive are refused (unparseable, too_complex) and the server keeps serving", async (t, a, c) => {
+      // tree-sitter's error recovery on this took 75 s before parsing stopped at the first error.
+      const hostile = `echo ran > ${marker("costly")}\n${"a)\n".repeat(40_000)}`;
+      const first = await expectError(t, c.tools.bash({ workspaceId: a.plain, command: hostile }), Code.PermissionDenied, ErrorReason.COMMAND_NOT_ALLOWED);
+      t.is(first.detail.metadata.why, "unparseable");
+      // 25,000 lines are checked one by one too: past the bound, refused, never waved through.
+      const long = await expectError(t, c.tools.bash({ workspaceId: a.plain, command: "true\n".repeat(25_000) }), Code.PermissionDenied, ErrorReason.COMMAND_NOT_ALLOWED);
+      t.is(long.detail.metadata.why, "too_complex");
+      t.is((await allowed(t, c, a.plain, "echo still serving")).stdout, "still serving\n");
+    });
+
     family("an agent type cannot allow what the server denies: its allow rules for sudo, rm, mount, dd and kill still meet the server's deny list", async (t, _a, c) => {
       await c.config.createAgentType({ agentType: { id: "red-team-permissive", workspace: { enabled: true, tools: ["bash", "list"], commandPolicy: { defaultAction: "allow", allow: ["sudo", "rm", "mount", "dd", "kill"], deny: [] } } } });
       const { workspace } = await c.workspaces.createWorkspace({ provider, agentType: "red-team-permissive" });
