@@ -103,6 +103,32 @@ if (commandGate(test, ["/usr/bin/python3", "-c", "import grpc"], "Python grpcio 
     t.true(parallel.every((r) => r.code === "OK" && decode(BashResponseSchema, r.response).stdout === "parallel\n"));
   });
 
+  test("Python grpcio: policy refusals arrive typed (COMMAND_NOT_ALLOWED on Bash and StreamBash, SENSITIVE_FILE on ReadFile), and a timed-out flood's error leaves the channel serving", async (t) => {
+    const { url, clients } = t.context.server;
+    const id = await newWorkspace(clients.grpc);
+    const [refused, streamRefused, secret, flood, after] = await python(url, [
+      { method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { workspaceId: id, command: "echo ran > marker; sudo id" }) },
+      { method: "/agentworkspace.v1.ToolService/StreamBash", stream: true, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "r''m -rf /" }) },
+      { method: "/agentworkspace.v1.ToolService/ReadFile", request: encode(ReadFileRequestSchema, { workspaceId: id, path: "app/.ENV." }) },
+      // Over 100 KiB of output in 2 s: its partial output travels in the error's trailer.
+      { method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { workspaceId: id, command: "yes; sleep 30", timeoutMs: 2000n }) },
+      { method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { workspaceId: id, command: "test -e marker && echo ran || echo nothing ran" }) },
+    ]);
+    t.is(refused.code, "PERMISSION_DENIED");
+    t.is(reasonOf(refused), "COMMAND_NOT_ALLOWED");
+    t.is(refused.message, "Command 'sudo id' is not allowed: it matches the server's deny rule 'sudo'");
+    t.is(streamRefused.code, "PERMISSION_DENIED");
+    t.is(reasonOf(streamRefused), "COMMAND_NOT_ALLOWED");
+    t.deepEqual(streamRefused.responses, [], "a refused StreamBash sends no message");
+    t.is(secret.code, "PERMISSION_DENIED");
+    t.is(reasonOf(secret), "SENSITIVE_FILE");
+    t.is(flood.code, "DEADLINE_EXCEEDED", flood.message);
+    const partial = fromBinary(ErrorDetailSchema, decodeRpcStatus(Buffer.from(flood.details ?? "", "hex")).details[0]?.value ?? new Uint8Array()).partialOutput;
+    t.true(partial?.stdoutTruncated === true && (partial?.stdout.length ?? 0) > 0 && (partial?.stdout.length ?? Infinity) <= 2 * 1024);
+    t.is(after.code, "OK", "the channel kept serving after the flood's error");
+    t.is(decode(BashResponseSchema, after.response).stdout, "nothing ran\n");
+  });
+
   test("Python grpcio: StreamBash streams megabytes byte for byte, ends with exited, honours a deadline and a cancel", async (t) => {
     const { url, clients } = t.context.server;
     const id = await newWorkspace(clients.grpc);

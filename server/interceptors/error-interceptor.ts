@@ -16,12 +16,14 @@ import type { Logger } from "../logger.ts";
 type DetailInit = Parameters<typeof create<typeof ErrorDetailSchema>>[1];
 
 /**
- * Most bytes of text one field of an error detail carries. Over gRPC the detail travels in a
- * trailer, and HTTP/2 peers refuse header blocks past 16–64 KiB, breaking the whole connection: a
- * timed-out command's partial output, or a closest match, is cut to the head here (the
- * `*_truncated` flags say so; the totals keep counting).
+ * Most bytes of text one field of an error detail carries. Over gRPC the detail travels base64 in
+ * a trailer: Node's HTTP/2 refuses header blocks past 64 KiB and breaks the whole connection, and
+ * gRPC C-core clients (Python, Ruby, C++…) refuse metadata past 8 KiB by default and lose the
+ * error. So a timed-out command's partial output, or a closest match, is cut to its head here
+ * (the `*_truncated` flags say so; the totals keep counting): two fields of 2 KiB stay under
+ * C-core's limit with the message beside them.
  */
-export const MAX_DETAIL_TEXT_BYTES = 8 * 1024;
+export const MAX_DETAIL_TEXT_BYTES = 2 * 1024;
 
 /** `text` cut to at most `max` UTF-8 bytes at a character boundary, and whether it was cut. */
 function head(text: string, max = MAX_DETAIL_TEXT_BYTES): [string, boolean] {

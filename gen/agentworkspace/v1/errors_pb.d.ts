@@ -66,15 +66,16 @@ export declare const ErrorDetailSchema: GenMessage<ErrorDetail>;
  */
 export declare type PartialOutput = Message<"agentworkspace.v1.PartialOutput"> & {
   /**
-   * Standard output captured before the kill: its first 8 KiB (an error travels in a gRPC
-   * trailer, which HTTP/2 bounds); stdout_truncated says when more was written.
+   * Standard output captured before the kill: its first 2 KiB (an error travels in a gRPC
+   * trailer, which clients bound: C-core to 8 KiB); stdout_truncated says when more was written.
+   * StreamBash delivers all of it as it comes.
    *
    * @generated from field: string stdout = 1;
    */
   stdout: string;
 
   /**
-   * Standard error captured before the kill: its first 8 KiB, like stdout.
+   * Standard error captured before the kill: its first 2 KiB, like stdout.
    *
    * @generated from field: string stderr = 2;
    */
