@@ -8,6 +8,8 @@ import { mkdir, rm } from "node:fs/promises";
 import path from "node:path";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
+import type { SpanExporter } from "@opentelemetry/sdk-trace-base";
+import { AuditService } from "../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
 import { file_agentworkspace_v1_errors } from "../gen/agentworkspace/v1/errors_pb.js";
 import { file_agentworkspace_v1_options } from "../gen/agentworkspace/v1/options_pb.js";
@@ -28,6 +30,9 @@ import { createNodeHandler, type NodeHandler } from "./node-adapter.ts";
 import { type Allowed, checkPolicy, POLICY } from "./policy.ts";
 import { registerReflection } from "./reflection.ts";
 import { CONFIG_REST_ROUTES } from "./services/config-rest.ts";
+import { AuditTrail } from "./audit/audit-trail.ts";
+import { Redactor } from "./audit/redact.ts";
+import { createAuditService } from "./services/audit-service.ts";
 import { createConfigService } from "./services/config-service.ts";
 import { createToolService } from "./services/tool-service.ts";
 import { createWorkspaceService } from "./services/workspace-service.ts";
@@ -50,6 +55,7 @@ export interface App {
   agentTypes: AgentTypes;
   sessions: SessionManager;
   store: Store;
+  audit: AuditTrail;
   health: HealthStatus;
   logger: Logger;
   /** Reports NOT_SERVING and ends every stream; the server can then drain its connections. */
@@ -64,6 +70,8 @@ export interface AppOverrides {
   logger?: Logger;
   /** A policy table instead of server/policy.ts (tests prove a gap in it stops the start). */
   policy?: Readonly<Record<string, Allowed>>;
+  /** More span exporters for the audit trail (tests: the SDK's in-memory exporter). */
+  spanExporters?: SpanExporter[];
 }
 
 /** Builds the application from settings. */
@@ -74,6 +82,29 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   await loadShellParser();
   const logger = overrides.logger ?? createLogger({ level: settings.logLevel });
   const store = openSqliteStore(settings.providers.dataDir, logger);
+  // The audit trail exists before anything it reports on. Its redactor knows the credentials the
+  // server holds, so they never reach a record even where no pattern would recognise them.
+  const known: { workspaces?: WorkspaceManager; sessions?: SessionManager } = {};
+  const audit = new AuditTrail({
+    settings: settings.audit,
+    store: store.audit,
+    logger,
+    redactor: new Redactor([...settings.apiKeys, ...[...settings.git.credentials.values()].map((c) => c.token)]),
+    describe(workspaceId) {
+      const record = known.workspaces?.find(workspaceId);
+      if (!record) return undefined;
+      const session = known.sessions?.ofWorkspace(workspaceId);
+      return { provider: record.provider, agentType: session?.agentType ?? record.agentType?.id ?? "", sessionId: session?.id ?? record.session?.id ?? "" };
+    },
+    workspaceOfSession(sessionId) {
+      try {
+        return known.sessions?.get(sessionId).workspaceId ?? "";
+      } catch {
+        return "";
+      }
+    },
+    exporters: overrides.spanExporters,
+  });
   // Workspaces of container providers already on record keep their providers registered even
   // when the engine is down at start, so their calls fail with UNAVAILABLE and recover later.
   const onRecord = new Set((await store.workspaces.load()).map((r) => r.provider));
@@ -104,7 +135,9 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     store: store.workspaces,
     agentTypes,
     logger,
+    onStatus: (change) => audit.hub.publish({ time: new Date(), workspaceId: change.workspaceId, sessionId: change.sessionId, payload: { case: "workspaceStatus", value: change } }),
   });
+  known.workspaces = workspaces;
   await workspaces.init();
   await built.reconcileOrphans(new Set(workspaces.listRecords("", {}).map((r) => r.id)));
   const cloneTmp = path.join(settings.providers.dataDir, "tmp");
@@ -115,6 +148,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     clone: { credentials: settings.git.credentials, tmpDir: cloneTmp, maxBytes: settings.git.cloneMaxBytes, timeoutMs: settings.git.cloneTimeoutMs },
     toolLimits: settings.toolLimits,
     logger,
+    audit,
   });
   const pools = new WarmPools({
     workspaces,
@@ -135,20 +169,26 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     defaultProvider: settings.defaultProvider,
     idleTimeoutMs: settings.sessions.idleTimeoutMs,
     tickMs: settings.sessions.tickMs,
+    onStatus: (change) => audit.hub.publish({ time: new Date(), workspaceId: change.workspaceId, sessionId: change.sessionId, payload: { case: "sessionStatus", value: change } }),
   });
+  known.sessions = sessions;
   await sessions.init();
-  const health = new HealthStatus([ConfigService.typeName, ToolService.typeName, WorkspaceService.typeName]);
+  const health = new HealthStatus([AuditService.typeName, ConfigService.typeName, ToolService.typeName, WorkspaceService.typeName]);
   const shutdown = new AbortController();
-  // Outermost first: errors see every refusal; authentication establishes the caller that the
-  // permission check then judges, before any handler runs.
+  // Outermost first: the audit span sees every call and every refusal; errors turn each refusal
+  // into its typed error; authentication establishes the caller that the permission check then
+  // judges; the audit trail's inner half marks the call admitted, just before the handler runs.
   const keys = createKeyRing(settings.apiKeys);
   const policy = overrides.policy ?? POLICY;
   const interceptors = [
+    audit.outer,
     createErrorInterceptor(logger),
     createAuthenticationInterceptor(keys, sessions),
     createPermissionInterceptor({ policy, toolAccess: createToolAccess(workspaces, agentTypes, sessions) }),
+    audit.inner,
   ];
   const routes = (router: ConnectRouter) => {
+    router.service(AuditService, createAuditService(audit, store.audit));
     router.service(ConfigService, createConfigService(agentTypes));
     router.service(WorkspaceService, createWorkspaceService(workspaces, sessions));
     router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits }));
@@ -194,6 +234,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     agentTypes,
     sessions,
     store,
+    audit,
     health,
     logger,
     stopStreams() {
@@ -205,6 +246,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       shutdown.abort();
       await sessions.close();
       await workspaces.close();
+      await audit.close();
       store.close();
     },
   };

@@ -14,11 +14,16 @@ const OPERATOR: Allowed = ["operator"];
 const TOOL_CALLERS: Allowed = ["operator", "session"];
 /** Reading one session: operators, and a session token its own (workspace-service.ts). */
 const SESSION_READERS: Allowed = ["operator", "session"];
+/** The audit trail: operators all of it, a session token its own session's (audit-service.ts). */
+const AUDIT_READERS: Allowed = ["operator", "session"];
 /** Probes and schema discovery: load balancers and `buf curl` call them without a key. */
 const ANYONE: Allowed = ["operator", "anonymous"];
 
 /** Procedure ("/package.Service/Method") → allowed principal kinds. */
 export const POLICY: Readonly<Record<string, Allowed>> = {
+  "/agentworkspace.v1.AuditService/ListAuditEvents": AUDIT_READERS,
+  "/agentworkspace.v1.AuditService/WatchEvents": AUDIT_READERS,
+
   "/agentworkspace.v1.ConfigService/CreateAgentType": OPERATOR,
   "/agentworkspace.v1.ConfigService/GetAgentType": OPERATOR,
   "/agentworkspace.v1.ConfigService/ListAgentTypes": OPERATOR,

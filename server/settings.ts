@@ -48,6 +48,31 @@ export interface Settings {
   agentTypesFile: string;
   sessions: SessionSettings;
   git: GitSettings;
+  audit: AuditSettings;
+}
+
+/** Where the audit trail goes and how long it is kept. */
+export interface AuditSettings {
+  /** Records older than this are removed from the database, in milliseconds; 0 keeps them. */
+  maxAgeMs: number;
+  /** At most this many records are kept (the oldest go first); 0 for no bound. */
+  maxRows: number;
+  /** Events a WatchEvents stream may hold for a reader that is behind before it drops them. */
+  watchBuffer: number;
+  /** OTLP export, when the standard OTEL_EXPORTER_OTLP_* variables ask for it. */
+  otlp: OtlpSettings | undefined;
+}
+
+/** An OTLP trace exporter's configuration, from the standard OpenTelemetry variables. */
+export interface OtlpSettings {
+  protocol: "http/protobuf" | "grpc";
+  /** The full URL: `…/v1/traces` for HTTP, `http(s)://host:port` for gRPC. */
+  url: string;
+  /** Sent with every export (an API key of the collector, for example); never logged. */
+  headers: Record<string, string>;
+  timeoutMs: number;
+  /** `service.name` of the exported resource. */
+  serviceName: string;
 }
 
 /** How sessions and warm pools run. */
@@ -114,6 +139,59 @@ Options (each also read from the environment variable shown):
                             (AGENT_WORKSPACE_GIT_CREDENTIALS)
 
 The README lists every other environment variable.`;
+
+/**
+ * OTLP export from the standard OpenTelemetry variables: on when an endpoint is set
+ * (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, used as it is, or OTEL_EXPORTER_OTLP_ENDPOINT, to which HTTP
+ * adds /v1/traces) or OTEL_TRACES_EXPORTER=otlp asks for the default one; off with
+ * OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true. The signal-specific variable wins.
+ */
+function otlpSettings(env: NodeJS.ProcessEnv): OtlpSettings | undefined {
+  if (read(env, "OTEL_SDK_DISABLED")?.toLowerCase() === "true") return undefined;
+  const exporters = (read(env, "OTEL_TRACES_EXPORTER") ?? "").split(",").map((s) => s.trim().toLowerCase()).filter((s) => s !== "");
+  for (const e of exporters) {
+    if (!["otlp", "none", "console"].includes(e)) throw new SettingsError(`OTEL_TRACES_EXPORTER: '${e}' is not supported; use otlp or none`);
+  }
+  if (exporters.includes("none")) return undefined;
+  const signalName = read(env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") === undefined ? "OTEL_EXPORTER_OTLP_PROTOCOL" : "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
+  const protocol = oneOf(read(env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") ?? read(env, "OTEL_EXPORTER_OTLP_PROTOCOL"), signalName, ["http/protobuf", "grpc"] as const, "http/protobuf");
+  const tracesEndpoint = read(env, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+  const endpoint = read(env, "OTEL_EXPORTER_OTLP_ENDPOINT");
+  if (tracesEndpoint === undefined && endpoint === undefined && !exporters.includes("otlp")) return undefined;
+  const fallback = protocol === "grpc" ? "http://localhost:4317" : "http://localhost:4318";
+  let url = tracesEndpoint ?? endpoint ?? fallback;
+  const urlName = tracesEndpoint !== undefined ? "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" : "OTEL_EXPORTER_OTLP_ENDPOINT";
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new SettingsError(`${urlName}: '${url}' is not a URL (http://collector:4318)`);
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new SettingsError(`${urlName}: only http:// and https:// endpoints are supported`);
+  if (parsed.username !== "" || parsed.password !== "") throw new SettingsError(`${urlName}: put credentials in OTEL_EXPORTER_OTLP_HEADERS, not in the URL`);
+  // The generic endpoint is a base: HTTP exports go to its /v1/traces (the specification's rule).
+  if (protocol === "http/protobuf" && tracesEndpoint === undefined) url = `${url.replace(/\/+$/, "")}/v1/traces`;
+  const headersName = read(env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS") === undefined ? "OTEL_EXPORTER_OTLP_HEADERS" : "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+  const headers: Record<string, string> = {};
+  for (const pair of (read(env, headersName) ?? "").split(",")) {
+    if (pair.trim() === "") continue;
+    const at = pair.indexOf("=");
+    if (at <= 0) throw new SettingsError(`${headersName}: expected key=value pairs separated by commas`);
+    try {
+      headers[decodeURIComponent(pair.slice(0, at).trim()).toLowerCase()] = decodeURIComponent(pair.slice(at + 1).trim());
+    } catch {
+      throw new SettingsError(`${headersName}: a key or value is not valid percent-encoding`);
+    }
+  }
+  const timeoutName = read(env, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") === undefined ? "OTEL_EXPORTER_OTLP_TIMEOUT" : "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+  return {
+    protocol,
+    url,
+    headers,
+    timeoutMs: integer(read(env, timeoutName), timeoutName, 10_000, 100, 600_000),
+    serviceName: read(env, "OTEL_SERVICE_NAME") ?? "agent-workspace",
+  };
+}
 
 /** Reads one variable: trimmed, undefined when unset or empty. */
 function read(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -341,6 +419,12 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
       credentials: gitCredentials(...pick("git-credentials")),
       cloneTimeoutMs: integer(read(env, "AGENT_WORKSPACE_CLONE_TIMEOUT_MS"), "AGENT_WORKSPACE_CLONE_TIMEOUT_MS", 10 * 60_000, 1000, 24 * 3_600_000),
       cloneMaxBytes: parseSize(limit(read(env, "AGENT_WORKSPACE_CLONE_MAX_BYTES"), "AGENT_WORKSPACE_CLONE_MAX_BYTES", parseSize) || "512M", "AGENT_WORKSPACE_CLONE_MAX_BYTES"),
+    },
+    audit: {
+      maxAgeMs: integer(read(env, "AGENT_WORKSPACE_AUDIT_MAX_AGE_MS"), "AGENT_WORKSPACE_AUDIT_MAX_AGE_MS", 30 * 24 * 3_600_000, 0, 10 * 365 * 24 * 3_600_000),
+      maxRows: integer(read(env, "AGENT_WORKSPACE_AUDIT_MAX_ROWS"), "AGENT_WORKSPACE_AUDIT_MAX_ROWS", 1_000_000, 0),
+      watchBuffer: integer(read(env, "AGENT_WORKSPACE_WATCH_BUFFER"), "AGENT_WORKSPACE_WATCH_BUFFER", 4096, 1, 1_000_000),
+      otlp: otlpSettings(env),
     },
     agentTypesFile: pick("agent-types")[0] === undefined ? "" : path.resolve(pick("agent-types")[0] as string),
     providers: {

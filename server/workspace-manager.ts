@@ -54,6 +54,19 @@ export interface WorkspaceManagerOptions {
   store: WorkspaceStore;
   agentTypes: AgentTypes;
   logger: Logger;
+  /** Told when a workspace starts being made, is ready, fails to be made or is deleted (live events). */
+  onStatus?: (change: WorkspaceStatusChange) => void;
+}
+
+/** A workspace's status change, for watchers. */
+export interface WorkspaceStatusChange {
+  workspaceId: string;
+  status: WorkspaceView["status"];
+  message: string;
+  deleted: boolean;
+  provider: string;
+  agentType: string;
+  sessionId: string;
 }
 
 export class WorkspaceManager {
@@ -156,6 +169,9 @@ export class WorkspaceManager {
     const limits = resolveLimits(plan.limits, this.#options.defaultLimits);
     const id = `ws-${randomBytes(8).toString("hex")}`;
     this.#creating.add(id);
+    const status = (status: WorkspaceView["status"], provider: string, message = "", deleted = false) =>
+      this.#options.onStatus?.({ workspaceId: id, status, message, deleted, provider, agentType: plan.binding?.id ?? "", sessionId: req.session?.id ?? "" });
+    status("creating", plan.providers[0] ?? "");
     let record: WorkspaceRecord | undefined;
     try {
       const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network });
@@ -167,6 +183,7 @@ export class WorkspaceManager {
       this.#records.set(id, record);
       await this.handle(id);
       this.#options.logger.info("workspace created", { workspace_id: id, provider: record.provider, agent_type: plan.binding?.id });
+      status("ready", record.provider);
       return { record, status: "ready", statusMessage: "" };
     } catch (err) {
       // A half-made workspace is undone: nothing is left behind for a failed create.
@@ -177,6 +194,7 @@ export class WorkspaceManager {
         await this.#provider(made.provider).destroy(made).catch((e: unknown) => this.#options.logger.warn("cleanup after failed create failed", { workspace_id: id, error: String(e) }));
         await this.#options.store.delete(id).catch(() => undefined);
       }
+      status("failed", record?.provider ?? plan.providers[0] ?? "", err instanceof DomainError ? err.message.slice(0, 500) : "the workspace could not be made", true);
       throw err;
     } finally {
       this.#creating.delete(id);
@@ -260,6 +278,7 @@ export class WorkspaceManager {
       this.#deleting.delete(id);
     }
     this.#options.logger.info("workspace deleted", { workspace_id: id });
+    this.#options.onStatus?.({ workspaceId: id, status: "stopped", message: "deleted", deleted: true, provider: record.provider, agentType: record.agentType?.id ?? "", sessionId: record.session?.id ?? "" });
   }
 
   /** Closes handles and providers; workspaces themselves survive. */

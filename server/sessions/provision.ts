@@ -19,6 +19,7 @@ import { DEFAULT_SETUP_TIMEOUT_MS } from "../agent-types/validate.ts";
 import type { Logger } from "../logger.ts";
 import { commandPolicyOf } from "../security/command-policy.ts";
 import { TOOL_REGISTRY } from "../tools/registry.ts";
+import type { AuditTrail } from "../audit/audit-trail.ts";
 import type { ToolLimits } from "../tools/tool-limits.ts";
 import type { WorkspaceManager } from "../workspace-manager.ts";
 import { type CloneSettings, type CloneTarget, cloneInto } from "./clone.ts";
@@ -67,6 +68,8 @@ export interface ProvisionerOptions {
   clone: CloneSettings;
   toolLimits: ToolLimits;
   logger: Logger;
+  /** The audit trail, which records every setup command. */
+  audit?: Pick<AuditTrail, "beginInternal">;
 }
 
 const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
@@ -176,6 +179,9 @@ export class Provisioner {
       emit({ type: "stage_started", stage: "setup_command", detail: command, index });
       let exit: { exitCode: number; timedOut: boolean; signal: string } | undefined;
       let failure = "";
+      // A setup command is a tool operation like any other: it is in the audit trail.
+      const audited = this.#o.audit?.beginInternal({ tool: "bash", procedure: "setup_command", request: { command, workdir: "", timeoutMs: BigInt(timeoutMs), env: {} }, workspaceId, sessionId: spec.session?.id ?? "", agentType: spec.agentType });
+      let caught: unknown;
       try {
         const events = TOOL_REGISTRY.bash.streamBash({ workspace, limits, commands: policy, signal, deadline: undefined, env: spec.env }, { command, workdir: "", timeoutMs, env: {}, maxOutputBytes: 0 });
         for await (const ev of events) {
@@ -183,9 +189,11 @@ export class Provisioner {
           else if (ev.type === "exited") exit = ev.exit;
         }
       } catch (err) {
-        if (signal.aborted) throw signal.reason;
-        failure = messageOf(err);
+        caught = err;
+        if (!signal.aborted) failure = messageOf(err);
       }
+      const stopped = signal.aborted ? new DomainError("CANCELLED", "Provisioning was stopped") : undefined;
+      audited?.end(exit ? { exit_code: exit.exitCode, ...(exit.timedOut ? { timed_out: true } : {}), ...(exit.signal ? { signal: exit.signal } : {}) } : {}, stopped ?? caught);
       if (signal.aborted) throw signal.reason;
       const durationMs = Date.now() - began;
       const ok = failure === "" && exit !== undefined && exit.exitCode === 0 && !exit.timedOut;

@@ -39,6 +39,17 @@ export interface SessionManagerOptions {
   idleTimeoutMs: number;
   /** How often the reaper looks (and pools refill), in milliseconds. */
   tickMs: number;
+  /** Told of every session status change (live events). */
+  onStatus?: (change: SessionStatusChange) => void;
+}
+
+/** A session's status change, for watchers. */
+export interface SessionStatusChange {
+  sessionId: string;
+  agentType: string;
+  status: SessionStatus;
+  message: string;
+  workspaceId: string;
 }
 
 /** What StartSession asks for. */
@@ -398,6 +409,10 @@ export class SessionManager implements SessionTokenLookup {
 
   #emit(live: Live, ev: Parameters<StageSink>[0]): void {
     live.events.emit({ time: new Date(), ...ev } as SessionEvent);
+    if (ev.type === "status") {
+      const r = live.record;
+      this.#o.onStatus?.({ sessionId: r.id, agentType: r.agentType, status: ev.status, message: ev.message, workspaceId: ev.workspaceId || r.workspaceId });
+    }
   }
 
   async #persist(r: SessionRecord): Promise<void> {

@@ -13,7 +13,7 @@ import { errnoCode } from "../../core/errors.ts";
 import type { WorkspaceRecord } from "../../providers/types.ts";
 import type { Logger } from "../logger.ts";
 import { MIGRATIONS, type Migration } from "./migrations.ts";
-import type { AgentTypeDeletion, Store, StoredAgentType } from "./store.ts";
+import type { AgentTypeDeletion, AuditStore, Store, StoredAgentType } from "./store.ts";
 
 /** The database file's name inside the data directory. */
 export const DATABASE_FILE = "agent-workspace.db";
@@ -96,6 +96,68 @@ function importLegacy(db: DatabaseSync, dataDir: string, logger: Logger): void {
   renameSync(file, `${file}.imported`);
 }
 
+type AuditRow = { id: number; start_us: number; trace_id: string; span_id: string; workspace_id: string; session_id: string; agent_type: string; tool: string; outcome: string; record: string };
+
+/** The audit trail's half of the store, on its own connection. */
+function auditStore(db: DatabaseSync): AuditStore {
+  const insert = db.prepare("INSERT INTO audit_events (start_us, trace_id, span_id, workspace_id, session_id, agent_type, tool, outcome, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  const pruneAge = db.prepare("DELETE FROM audit_events WHERE start_us < ?");
+  const pruneRows = db.prepare("DELETE FROM audit_events WHERE id <= (SELECT id FROM audit_events ORDER BY id DESC LIMIT 1 OFFSET ?)");
+  const queries = new Map<string, ReturnType<DatabaseSync["prepare"]>>();
+  return {
+    append(rows) {
+      if (rows.length === 0) return;
+      transaction(db, () => {
+        for (const r of rows) insert.run(r.startUs, r.traceId, r.spanId, r.workspaceId, r.sessionId, r.agentType, r.tool, r.outcome, r.record);
+      });
+    },
+    query(q) {
+      // Only the filters given become conditions (each shape's statement is prepared once), so
+      // SQLite picks the index of the most selective one.
+      const where: string[] = [];
+      const args: Array<string | number> = [];
+      for (const [column, value] of [["workspace_id", q.workspaceId], ["session_id", q.sessionId], ["agent_type", q.agentType], ["tool", q.tool], ["outcome", q.outcome]] as const) {
+        if (value === "") continue;
+        where.push(`${column} = ?`);
+        args.push(value);
+      }
+      if (q.fromUs > 0) {
+        where.push("start_us >= ?");
+        args.push(q.fromUs);
+      }
+      if (q.toUs > 0) {
+        where.push("start_us < ?");
+        args.push(q.toUs);
+      }
+      if (q.after) {
+        where.push("(start_us < ? OR (start_us = ? AND id < ?))");
+        args.push(q.after.startUs, q.after.startUs, q.after.id);
+      }
+      const sql = `SELECT * FROM audit_events${where.length > 0 ? ` WHERE ${where.join(" AND ")}` : ""} ORDER BY start_us DESC, id DESC LIMIT ?`;
+      let stmt = queries.get(sql);
+      if (!stmt) queries.set(sql, (stmt = db.prepare(sql)));
+      return (stmt.all(...args, q.limit) as AuditRow[]).map((r) => ({
+        id: Number(r.id),
+        startUs: Number(r.start_us),
+        traceId: r.trace_id,
+        spanId: r.span_id,
+        workspaceId: r.workspace_id,
+        sessionId: r.session_id,
+        agentType: r.agent_type,
+        tool: r.tool,
+        outcome: r.outcome,
+        record: r.record,
+      }));
+    },
+    prune(beforeUs, maxRows) {
+      let n = 0;
+      if (beforeUs > 0) n += Number(pruneAge.run(beforeUs).changes);
+      if (maxRows > 0) n += Number(pruneRows.run(maxRows).changes);
+      return n;
+    },
+  };
+}
+
 /** Opens (creating and migrating as needed) the store in `dataDir`. */
 export function openSqliteStore(dataDir: string, logger: Logger, migrations: readonly Migration[] = MIGRATIONS): Store {
   mkdirSync(dataDir, { recursive: true });
@@ -119,6 +181,19 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
   }
 
   const db = opened;
+  // The audit trail has its own connection with synchronous = NORMAL: in WAL mode a commit then
+  // survives a crash of the process (only a power cut may lose the last ones), and appending a
+  // record never waits for an fsync on the event loop. Records are appended in batches.
+  let auditDb: DatabaseSync;
+  try {
+    auditDb = new DatabaseSync(location);
+    auditDb.exec("PRAGMA synchronous = NORMAL");
+    auditDb.exec("PRAGMA busy_timeout = 5000");
+  } catch (err) {
+    db.close();
+    throw new StoreError(`cannot open the database ${location}: ${(err as Error).message}`, { cause: err });
+  }
+  const audit = auditStore(auditDb);
   const q = {
     workspaces: db.prepare("SELECT record FROM workspaces ORDER BY created_at, id"),
     putWorkspace: db.prepare("INSERT OR REPLACE INTO workspaces (id, provider, agent_type, created_at, record) VALUES (?, ?, ?, ?, ?)"),
@@ -194,7 +269,9 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
         return Number(q.pruneSessions.run(before.toISOString()).changes);
       },
     },
+    audit,
     close() {
+      if (auditDb.isOpen) auditDb.close();
       if (db.isOpen) db.close();
     },
   };

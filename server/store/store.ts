@@ -62,11 +62,57 @@ export interface SessionStore {
   prune(before: Date): Promise<number>;
 }
 
+/** One audit record as stored: the columns queries filter on beside the JSON record. */
+export interface StoredAuditEvent {
+  /** When the call started, in microseconds since the epoch. */
+  startUs: number;
+  traceId: string;
+  spanId: string;
+  workspaceId: string;
+  sessionId: string;
+  agentType: string;
+  tool: string;
+  /** "ok", "error", "denied" or "cancelled". */
+  outcome: string;
+  /** The whole record as JSON; the store never looks inside. */
+  record: string;
+}
+
+/** A page of the audit trail: filters (empty ones do not filter), newest first. */
+export interface AuditQuery {
+  workspaceId: string;
+  sessionId: string;
+  agentType: string;
+  tool: string;
+  outcome: string;
+  /** Started at or after, in microseconds; 0 for no bound. */
+  fromUs: number;
+  /** Started before, in microseconds; 0 for no bound. */
+  toUs: number;
+  limit: number;
+  /** Only records after this one in newest-first order (the previous page's last). */
+  after?: { startUs: number; id: number };
+}
+
+/** Where the audit trail lives. */
+export interface AuditStore {
+  /** Appends records in one transaction. */
+  append(rows: StoredAuditEvent[]): void;
+  query(q: AuditQuery): Array<StoredAuditEvent & { id: number }>;
+  /** Removes records that started before `beforeUs` (0: none) and all but the newest `maxRows` (0: no bound); returns how many. */
+  prune(beforeUs: number, maxRows: number): number;
+}
+
 /** The whole durable state. */
 export interface Store {
   workspaces: WorkspaceStore;
   agentTypes: AgentTypeStore;
   sessions: SessionStore;
+  /**
+   * The audit trail. Synchronous, unlike the rest: it is written from an OpenTelemetry span
+   * processor, whose `onEnd` cannot wait, and a replicated implementation would buffer anyway.
+   */
+  audit: AuditStore;
   /** Where the state lives, for the start log (a file path; never credentials). */
   readonly location: string;
   close(): void;

@@ -17,6 +17,7 @@ import {
 } from "@connectrpc/connect-node";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import { ErrorDetailSchema, ErrorReason, type ErrorDetail } from "../../gen/agentworkspace/v1/errors_pb.js";
+import { AuditService } from "../../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../../gen/agentworkspace/v1/config_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../../gen/agentworkspace/v1/workspace_pb.js";
@@ -31,6 +32,7 @@ export interface ClientSet {
   tools: Client<typeof ToolService>;
   workspaces: Client<typeof WorkspaceService>;
   config: Client<typeof ConfigService>;
+  audit: Client<typeof AuditService>;
 }
 
 /** A running server and its clients. */
@@ -65,7 +67,7 @@ export interface StartServerOptions {
 }
 
 function clientSet(transport: Transport): ClientSet {
-  return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport), config: createClient(ConfigService, transport) };
+  return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport), config: createClient(ConfigService, transport), audit: createClient(AuditService, transport) };
 }
 
 /** An interceptor that sends `authorization: Bearer <key>` on every call. */

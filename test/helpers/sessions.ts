@@ -8,6 +8,7 @@ import { writeFile } from "node:fs/promises";
 import path from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
+import { AuditService } from "../../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../../gen/agentworkspace/v1/config_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
 import {
@@ -24,7 +25,7 @@ const agent = new http.Agent({ keepAlive: false });
 /** Connect (JSON over HTTP/1.1) clients sending `authorization: Bearer <token>` (none for ""). */
 export function clientsWithToken(baseUrl: string, token: string): ClientSet {
   const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", nodeOptions: { agent }, interceptors: token === "" ? [] : [bearer(token)] });
-  return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport), config: createClient(ConfigService, transport) };
+  return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport), config: createClient(ConfigService, transport), audit: createClient(AuditService, transport) };
 }
 
 /** Writes a git credentials file (host → token) into `dir` and returns its path. */

@@ -1,0 +1,115 @@
+/**
+ * Live events for WatchEvents: published by the audit interceptors, the workspace manager and
+ * the session manager; delivered to every watcher whose filter matches. Publishing never waits:
+ * each watcher has its own bounded queue, and a watcher whose queue is full loses the event. The
+ * loss is not silent: one `dropped` marker, counting every event lost in a row, takes the place
+ * of what was lost, so the reader sees exactly where its view has a gap. A slow or stalled
+ * watcher therefore costs a tool call one array push at most, whatever it does.
+ */
+
+/** What happened, with the workspace and session it concerns for filtering. */
+export interface LiveEvent<T = unknown> {
+  time: Date;
+  workspaceId: string;
+  sessionId: string;
+  payload: T;
+}
+
+/** A watcher's view: an event, or a marker for events it lost. */
+export type Delivered<T> = { kind: "event"; event: LiveEvent<T> } | { kind: "dropped"; count: number; time: Date };
+
+/** Which events a watcher wants: empty fields do not filter. */
+export interface WatchFilter {
+  workspaceId: string;
+  sessionId: string;
+}
+
+class Watcher<T> {
+  readonly #filter: WatchFilter;
+  readonly #capacity: number;
+  readonly #queue: Delivered<T>[] = [];
+  /** Events held (markers excluded). */
+  #held = 0;
+  #wake: (() => void) | undefined;
+
+  constructor(filter: WatchFilter, capacity: number) {
+    this.#filter = filter;
+    this.#capacity = capacity;
+  }
+
+  offer(event: LiveEvent<T>): void {
+    if (this.#filter.workspaceId !== "" && event.workspaceId !== this.#filter.workspaceId) return;
+    if (this.#filter.sessionId !== "" && event.sessionId !== this.#filter.sessionId) return;
+    if (this.#held >= this.#capacity) {
+      const last = this.#queue.at(-1);
+      if (last?.kind === "dropped") last.count++;
+      else this.#queue.push({ kind: "dropped", count: 1, time: event.time });
+    } else {
+      this.#queue.push({ kind: "event", event });
+      this.#held++;
+    }
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+  }
+
+  /** The next delivery, waiting for one; undefined once `signal` aborts. */
+  async next(signal: AbortSignal): Promise<Delivered<T> | undefined> {
+    while (this.#queue.length === 0) {
+      if (signal.aborted) return undefined;
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          signal.removeEventListener("abort", done);
+          resolve();
+        };
+        this.#wake = done;
+        signal.addEventListener("abort", done, { once: true });
+      });
+    }
+    if (signal.aborted) return undefined;
+    const d = this.#queue.shift() as Delivered<T>;
+    if (d.kind === "event") this.#held--;
+    return d;
+  }
+}
+
+/** The hub. */
+export class EventHub<T> {
+  readonly #watchers = new Set<Watcher<T>>();
+  readonly #capacity: number;
+
+  /** `capacity`: events one watcher may hold before it drops. */
+  constructor(capacity: number) {
+    this.#capacity = capacity;
+  }
+
+  /** Watchers right now. */
+  get watchers(): number {
+    return this.#watchers.size;
+  }
+
+  publish(event: LiveEvent<T>): void {
+    for (const w of this.#watchers) w.offer(event);
+  }
+
+  /**
+   * Deliveries from the moment of the call (the watcher is registered before the generator is
+   * first pulled), until `signal` aborts or the consumer stops.
+   */
+  watch(filter: WatchFilter, signal: AbortSignal): AsyncGenerator<Delivered<T>> {
+    const w = new Watcher<T>(filter, this.#capacity);
+    this.#watchers.add(w);
+    const watchers = this.#watchers;
+    return (async function* () {
+      try {
+        for (;;) {
+          const d = await w.next(signal);
+          if (d === undefined) return;
+          yield d;
+        }
+      } finally {
+        watchers.delete(w);
+      }
+    })();
+  }
+}

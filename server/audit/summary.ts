@@ -1,0 +1,235 @@
+/**
+ * What the audit trail records of each call: a summary of the request and of its result, per
+ * tool (checked complete against the tool registry at compile time, so a new tool cannot ship
+ * unaudited), and per audited administrative RPC. Only fields named here are ever recorded, so a
+ * new request field stays out of the trail until someone decides it belongs: file contents, edit
+ * strings, patches, environment values and output never do. Every string goes through the
+ * redactor (secrets out, length capped).
+ */
+import type { BashRequest, BashResponse, DeleteFileRequest, EditFileRequest, EditFileResponse, GlobRequest, GlobResponse, GrepRequest, GrepResponse, ListFilesRequest, ListFilesResponse, PatchFileRequest, PatchFileResponse, ReadFileRequest, ReadFileResponse, StreamBashRequest, StreamBashResponse, StreamGrepResponse, WriteFileRequest, WriteFileResponse } from "../../gen/agentworkspace/v1/tool_pb.js";
+import { FileKind } from "../../gen/agentworkspace/v1/tool_pb.js";
+import type { CreateAgentTypeRequest, DeleteAgentTypeRequest, UpdateAgentTypeRequest, UpdateWorkspaceConfigRequest } from "../../gen/agentworkspace/v1/config_pb.js";
+import type { CreateWorkspaceRequest, CreateWorkspaceResponse, DeleteWorkspaceRequest, EndSessionRequest, StartSessionRequest, StartSessionResponse } from "../../gen/agentworkspace/v1/workspace_pb.js";
+import type { ToolName } from "../tools/registry.ts";
+import type { Redactor } from "./redact.ts";
+
+/** A summary: attribute-ready values under short keys ("path", "exit_code"). */
+export type Summary = Record<string, string | number | boolean>;
+
+/** Facts a call establishes about what it concerns (an administrative call's workspace, session). */
+export interface Facts {
+  workspaceId?: string;
+  sessionId?: string;
+  agentType?: string;
+  provider?: string;
+}
+
+/** How one tool is audited. Every function only reads the message. */
+export interface ToolAudit {
+  request(message: never, redact: Redactor): Summary;
+  /** A unary response, into `out`. */
+  response?(message: never, out: Summary): void;
+  /** One message of a streaming response, into `out`. */
+  event?(message: never, out: Summary): void;
+}
+
+/** Sets `key` only when `value` says something (not "", 0 or false), so records stay small. */
+function put(out: Summary, key: string, value: string | number | boolean | bigint | undefined): void {
+  if (value === undefined || value === "" || value === 0 || value === 0n || value === false) return;
+  out[key] = typeof value === "bigint" ? Number(value) : value;
+}
+
+function pathOnly(r: { path: string }, redact: Redactor): Summary {
+  const out: Summary = {};
+  put(out, "path", redact.redact(r.path));
+  return out;
+}
+
+function bashRequest(r: BashRequest | StreamBashRequest, redact: Redactor): Summary {
+  const out: Summary = {};
+  put(out, "command", redact.redact(r.command));
+  put(out, "workdir", redact.redact(r.workdir));
+  put(out, "timeout_ms", r.timeoutMs);
+  // Names only: values are where callers put credentials.
+  put(out, "env", redact.redact(Object.keys(r.env).sort().join(",")));
+  if ("maxOutputBytes" in r) put(out, "max_output_bytes", r.maxOutputBytes);
+  return out;
+}
+
+function grepRequest(r: GrepRequest, redact: Redactor): Summary {
+  const out: Summary = {};
+  put(out, "pattern", redact.redact(r.pattern));
+  put(out, "path", redact.redact(r.path));
+  put(out, "glob", redact.redact(r.glob));
+  if (r.caseSensitive !== undefined) out.case_sensitive = r.caseSensitive;
+  put(out, "context_lines", r.contextLines);
+  put(out, "max_results", r.maxResults);
+  return out;
+}
+
+/** Per tool: see the module comment. */
+export const TOOL_AUDIT = {
+  bash: {
+    request: bashRequest,
+    response(r: BashResponse, out: Summary) {
+      out.exit_code = r.exitCode;
+      put(out, "signal", r.signal);
+      put(out, "oom_killed", r.oomKilled);
+      put(out, "truncated", r.stdoutTruncated || r.stderrTruncated);
+      put(out, "stdout_bytes", r.stdoutTotalBytes);
+      put(out, "stderr_bytes", r.stderrTotalBytes);
+    },
+    event(m: StreamBashResponse, out: Summary) {
+      if (m.event.case !== "exited") return;
+      const e = m.event.value;
+      out.exit_code = e.exitCode;
+      put(out, "timed_out", e.timedOut);
+      put(out, "signal", e.signal);
+      put(out, "oom_killed", e.oomKilled);
+      put(out, "truncated", e.stdoutTruncated || e.stderrTruncated);
+      put(out, "stdout_bytes", e.stdoutTotalBytes);
+      put(out, "stderr_bytes", e.stderrTotalBytes);
+    },
+  },
+  read: {
+    request(r: ReadFileRequest, redact: Redactor) {
+      const out = pathOnly(r, redact);
+      put(out, "offset", r.offset);
+      put(out, "limit", r.limit);
+      return out;
+    },
+    response(r: ReadFileResponse, out: Summary) {
+      put(out, "kind", FileKind[r.kind]?.toLowerCase());
+      put(out, "size", r.size);
+      put(out, "total_lines", r.totalLines);
+      put(out, "truncated", r.truncated);
+    },
+  },
+  write: {
+    request(r: WriteFileRequest, redact: Redactor) {
+      const out = pathOnly(r, redact);
+      out.content_bytes = Buffer.byteLength(r.content);
+      return out;
+    },
+    response(r: WriteFileResponse, out: Summary) {
+      put(out, "bytes_written", r.bytesWritten);
+      put(out, "created", r.created);
+    },
+  },
+  edit: {
+    request(r: EditFileRequest, redact: Redactor) {
+      const out = pathOnly(r, redact);
+      put(out, "replace_all", r.replaceAll);
+      return out;
+    },
+    response(r: EditFileResponse, out: Summary) {
+      put(out, "replacements", r.replacements);
+      put(out, "lines_changed", r.linesChanged);
+    },
+  },
+  patch: {
+    request(r: PatchFileRequest, redact: Redactor) {
+      const out = pathOnly(r, redact);
+      out.patches = r.patches.length;
+      return out;
+    },
+    response(r: PatchFileResponse, out: Summary) {
+      put(out, "patches_applied", r.patchesApplied);
+    },
+  },
+  delete: {
+    request: (r: DeleteFileRequest, redact: Redactor) => pathOnly(r, redact),
+  },
+  list: {
+    request(r: ListFilesRequest, redact: Redactor) {
+      const out = pathOnly(r, redact);
+      put(out, "pattern", redact.redact(r.pattern));
+      return out;
+    },
+    response(r: ListFilesResponse, out: Summary) {
+      out.files = r.files.length;
+      put(out, "truncated", r.truncated);
+    },
+  },
+  glob: {
+    request(r: GlobRequest, redact: Redactor) {
+      const out = pathOnly(r, redact);
+      put(out, "pattern", redact.redact(r.pattern));
+      put(out, "limit", r.limit);
+      return out;
+    },
+    response(r: GlobResponse, out: Summary) {
+      out.paths = r.paths.length;
+      put(out, "truncated", r.truncated);
+    },
+  },
+  grep: {
+    request: grepRequest,
+    response(r: GrepResponse, out: Summary) {
+      out.matches = r.matches.length;
+      put(out, "truncated", r.truncated);
+    },
+    event(m: StreamGrepResponse, out: Summary) {
+      if (m.event.case === "match") out.matches = Number(out.matches ?? 0) + 1;
+      else if (m.event.case === "done") {
+        out.matches = m.event.value.matchCount;
+        put(out, "truncated", m.event.value.truncated);
+      }
+    },
+  },
+} satisfies Record<ToolName, ToolAudit>;
+
+/** Tools whose successful calls change the file at the request's path. */
+export const FILE_CHANGING_TOOLS: ReadonlySet<string> = new Set(["write", "edit", "patch", "delete"]);
+
+/** How one administrative RPC is audited. */
+export interface AdminAudit {
+  request(message: never, redact: Redactor, facts: Facts): Summary;
+  response?(message: never, facts: Facts): void;
+}
+
+/**
+ * Administrative RPCs in the audit trail: every change of agent types, workspaces and sessions.
+ * Reads (Get, List, Watch) are not recorded. Agent type bodies are not summarised: setup
+ * commands and repository URLs are configuration, and may hold what an operator typed.
+ */
+export const ADMIN_AUDIT: Readonly<Record<string, AdminAudit>> = {
+  "/agentworkspace.v1.ConfigService/CreateAgentType": {
+    request: (r: CreateAgentTypeRequest, _redact: Redactor, facts: Facts) => ((facts.agentType = r.agentType?.id ?? ""), {}),
+  },
+  "/agentworkspace.v1.ConfigService/UpdateAgentType": {
+    request: (r: UpdateAgentTypeRequest, _redact: Redactor, facts: Facts) => ((facts.agentType = r.agentType?.id ?? ""), {}),
+  },
+  "/agentworkspace.v1.ConfigService/DeleteAgentType": {
+    request: (r: DeleteAgentTypeRequest, _redact: Redactor, facts: Facts) => ((facts.agentType = r.id), {}),
+  },
+  "/agentworkspace.v1.ConfigService/UpdateWorkspaceConfig": {
+    request: (r: UpdateWorkspaceConfigRequest, _redact: Redactor, facts: Facts) => ((facts.agentType = r.agentTypeId), {}),
+  },
+  "/agentworkspace.v1.WorkspaceService/CreateWorkspace": {
+    request(r: CreateWorkspaceRequest, redact: Redactor) {
+      const out: Summary = {};
+      put(out, "provider", r.provider);
+      put(out, "image", redact.redact(r.image));
+      return out;
+    },
+    response(r: CreateWorkspaceResponse, facts: Facts) {
+      facts.workspaceId = r.workspace?.id ?? "";
+      facts.provider = r.workspace?.provider ?? "";
+      facts.agentType = r.workspace?.agentType ?? "";
+    },
+  },
+  "/agentworkspace.v1.WorkspaceService/DeleteWorkspace": {
+    request: (r: DeleteWorkspaceRequest, _redact: Redactor, facts: Facts) => ((facts.workspaceId = r.id), {}),
+  },
+  "/agentworkspace.v1.WorkspaceService/StartSession": {
+    request: (r: StartSessionRequest, _redact: Redactor, facts: Facts) => ((facts.agentType = r.agentType), {}),
+    response(r: StartSessionResponse, facts: Facts) {
+      facts.sessionId = r.session?.id ?? "";
+      facts.workspaceId = r.session?.workspaceId ?? "";
+    },
+  },
+  "/agentworkspace.v1.WorkspaceService/EndSession": {
+    request: (r: EndSessionRequest, _redact: Redactor, facts: Facts) => ((facts.sessionId = r.id), {}),
+  },
+};
