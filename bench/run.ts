@@ -16,7 +16,8 @@
  * (i) `kill` — how fast a timed-out command tree dies; (j) `create` — cold CreateWorkspace vs
  * mkdir / raw docker create+start; (k) `sessions` — StartSession to ACTIVE, cold and from a warm
  * pool, vs the same raw baseline; (l) `policy` — the command policy's parse-and-check vs spawning
- * `bash -c true`. `--providers` applies to (a), (d), (g), (h), (i), (j) and (k).
+ * `bash -c true`; (m) `audit` — a tool call unwatched, with a live WatchEvents reader and with a
+ * stalled one. `--providers` applies to (a), (d), (g), (h), (i), (j) and (k).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -28,6 +29,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { type BenchContext, type SectionResult, liveWorkspaces, sleep } from "./context.ts";
+import { benchAudit } from "./audit.ts";
 import { benchCreate } from "./create.ts";
 import { liveRawContainers } from "./docker.ts";
 import { benchFiles } from "./files.ts";
@@ -49,7 +51,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -141,6 +143,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     j: { providers, iterations: quick ? 3 : 8 },
     k: { providers, iterations: quick ? { local: 5, docker: 3, gvisor: 2 } : { local: 20, docker: 10, gvisor: 6 }, poolSize: 3 },
     l: { iterations: quick ? 200 : 2000, warmup: quick ? 20 : 200 },
+    m: { iterations: quick ? 200 : 1000, warmup: quick ? 20 : 100 },
   };
 }
 
@@ -211,6 +214,7 @@ async function main(): Promise<void> {
     if (opts.only.has("k")) results.sessions = await withServer("sessions", containers, (ctx) => benchSessions(ctx, settings.k), { AGENT_WORKSPACE_SESSION_TICK_MS: "50" });
 
     if (opts.only.has("l")) results.policy = await benchPolicy(settings.l);
+    if (opts.only.has("m")) results.audit = await withServer("audit", false, (ctx) => benchAudit(ctx, settings.m));
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];

@@ -344,6 +344,7 @@ class AuditCall {
   admitted(principal: Principal): void {
     this.#identify(principal);
     this.#span.setAttributes(this.#attrs);
+    if (this.#trail.hub.watchers === 0) return;
     const r = this.#snapshot();
     this.#trail.hub.publish({ time: new Date(), workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "toolCallStarted", value: r } });
   }
@@ -521,6 +522,7 @@ class StoreSpanProcessor implements SpanProcessor {
       this.#scheduled = true;
       setImmediate(() => this.flush());
     }
+    if (this.#hub.watchers === 0) return;
     const time = new Date();
     this.#hub.publish({ time, workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "toolCallFinished", value: r } });
     const path = r.request.path;

@@ -6,6 +6,7 @@
 import anyTest, { type TestFn } from "ava";
 import { gate, probeEngines } from "../helpers/engines.ts";
 import { type ServerCtx, serverTest } from "../helpers/server.ts";
+import { registerAuditScenario } from "./audit-scenario.ts";
 import { providerEnv, registerToolScenarios } from "./tool-scenarios.ts";
 
 /** Registers the suite for `provider` in the calling test file. */
@@ -13,4 +14,5 @@ export async function registerContainerConformance(provider: "docker" | "gvisor"
   if (!gate(anyTest as TestFn<ServerCtx>, await probeEngines(), provider, "conformance suite")) return;
   const test = serverTest();
   registerToolScenarios(test, `${provider}/grpc`, (t) => providerEnv(t.context.server.clients.grpc, provider));
+  registerAuditScenario(test, provider, (t) => t.context.server.clients.grpc);
 }

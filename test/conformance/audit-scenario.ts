@@ -1,0 +1,46 @@
+/**
+ * The audit scenario every provider runs: each ToolService RPC once in a fresh workspace, then
+ * the audit trail must hold exactly one record per call, naming the provider, with the request's
+ * summary and no content.
+ */
+import type { ExecutionContext, TestFn } from "ava";
+import { randomBytes } from "node:crypto";
+import { AuditOutcome } from "../../gen/agentworkspace/v1/audit_pb.js";
+import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
+import { type ClientSet, newWorkspace } from "../helpers/server.ts";
+
+/** Registers the scenario for `provider`, with the clients `clients` gives. */
+export function registerAuditScenario<C>(test: TestFn<C>, provider: string, clients: (t: ExecutionContext<C>) => ClientSet): void {
+  test(`${provider}: Successful operation logged — every tool operation appears exactly once in the audit trail, with the provider and no content`, async (t) => {
+    const c = clients(t);
+    const ws = await newWorkspace(c, { provider, labels: { suite: "audit" } });
+    const content = `content-${randomBytes(8).toString("hex")}`;
+    try {
+      const tools = c.tools;
+      await tools.writeFile({ workspaceId: ws, path: "a.txt", content: `${content}\n` });
+      await tools.readFile({ workspaceId: ws, path: "a.txt" });
+      await tools.editFile({ workspaceId: ws, path: "a.txt", oldString: content, newString: `${content}-2` });
+      await tools.patchFile({ workspaceId: ws, path: "a.txt", patches: [{ find: `${content}-2`, replace: `${content}-3` }] });
+      await tools.listFiles({ workspaceId: ws });
+      await tools.glob({ workspaceId: ws, pattern: "*.txt" });
+      await tools.grep({ workspaceId: ws, pattern: "content" });
+      for await (const _ of tools.streamGrep({ workspaceId: ws, pattern: "content" })) void _;
+      await tools.bash({ workspaceId: ws, command: "cat a.txt" });
+      for await (const _ of tools.streamBash({ workspaceId: ws, command: "cat a.txt; exit 2" })) void _;
+      await tools.deleteFile({ workspaceId: ws, path: "a.txt" });
+      const { events } = await c.audit.listAuditEvents({ workspaceId: ws, pageSize: 100 });
+      const calls = events.filter((e) => e.tool !== "");
+      t.deepEqual(calls.map((e) => e.procedure.split("/").pop()).sort(), ToolService.methods.map((m) => m.name).sort(), "each RPC once");
+      for (const e of calls) {
+        t.is(e.provider, provider);
+        t.is(e.workspaceId, ws);
+        t.is(e.outcome, AuditOutcome.OK, e.procedure);
+        t.truthy(e.duration);
+      }
+      t.is(calls.find((e) => e.procedure.endsWith("/StreamBash"))?.exitCode, 2);
+      t.false(JSON.stringify(events.map((e) => [e.request, e.result, e.name])).includes(content), "no content in any record");
+    } finally {
+      await c.workspaces.deleteWorkspace({ id: ws }).catch(() => undefined);
+    }
+  });
+}
