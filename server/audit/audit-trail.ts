@@ -247,9 +247,9 @@ export class AuditTrail {
     };
   }
 
-  /** Writes records still waiting to the database (a query then sees every finished call). */
-  flush(): void {
-    this.#store.flush();
+  /** Resolves once every finished call's record is in the database (a query then sees them all). */
+  flushed(): Promise<void> {
+    return this.#store.flushed();
   }
 
   /** Ends the pipeline: pending records written, the exporter flushed (bounded in time). */
@@ -257,7 +257,8 @@ export class AuditTrail {
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.#provider.shutdown().catch(() => undefined), new Promise((r) => (timer = setTimeout(r, 5000)))]);
     clearTimeout(timer);
-    this.#store.shutdownNow();
+    // Whatever the exporter did, the database gets every record.
+    await this.#store.shutdown();
   }
 }
 
@@ -484,10 +485,11 @@ function otlpExporter(s: OtlpSettings): SpanExporter {
 const MAX_PENDING = 50_000;
 
 /**
- * Writes every finished audit span to the database, and tells watchers. Records are appended in
- * batches, once per turn of the event loop, so a burst of calls costs one transaction; a query
- * flushes first. A database that fails (a full disk) is logged, and the records wait for the
- * next attempt. Old records are pruned by age and count on a timer.
+ * Writes every finished audit span to the database, and tells watchers. Records are handed to the
+ * store's writer thread in batches, once per turn of the event loop, so a burst of calls costs
+ * one transaction and no call waits for the disk; a query waits for what is in flight first. A
+ * database that fails (a full disk) is logged once, and the records wait for the next attempt.
+ * Old records are pruned by age and count on a timer.
  */
 class StoreSpanProcessor implements SpanProcessor {
   readonly #store: AuditStore;
@@ -495,6 +497,8 @@ class StoreSpanProcessor implements SpanProcessor {
   readonly #settings: AuditSettings;
   readonly #logger: Logger;
   #pending: StoredAuditEvent[] = [];
+  /** The chain of appends handed to the store, in order. */
+  #written: Promise<void> = Promise.resolve();
   #scheduled = false;
   #failing = false;
   #sincePrune = 0;
@@ -505,9 +509,9 @@ class StoreSpanProcessor implements SpanProcessor {
     this.#hub = hub;
     this.#settings = settings;
     this.#logger = logger;
-    this.prune();
+    void this.prune();
     const every = settings.maxAgeMs > 0 ? Math.min(Math.max(Math.floor(settings.maxAgeMs / 10), 1000), 60_000) : 60_000;
-    this.#pruner = setInterval(() => this.prune(), every);
+    this.#pruner = setInterval(() => void this.prune(), every);
     this.#pruner.unref();
   }
 
@@ -531,33 +535,44 @@ class StoreSpanProcessor implements SpanProcessor {
     }
   }
 
+  /** Hands what is pending to the store; `#written` settles once it is committed. */
   flush(): void {
     this.#scheduled = false;
     if (this.#pending.length === 0) return;
     const rows = this.#pending;
-    try {
-      this.#store.append(rows);
-      this.#pending = [];
+    this.#pending = [];
+    this.#written = this.#written.then(async () => {
+      try {
+        await this.#store.append(rows);
+      } catch (err) {
+        // Kept for the next attempt (in front of what came since), bounded; logged once per outage.
+        this.#pending = [...rows, ...this.#pending].slice(-MAX_PENDING);
+        if (!this.#failing) {
+          this.#failing = true;
+          this.#logger.error("audit records cannot be written to the database; they wait in memory and are retried", { error: String(err).slice(0, 300), records: rows.length });
+        }
+        return;
+      }
       if (this.#failing) {
         this.#failing = false;
         this.#logger.info("audit records are written to the database again", { records: rows.length });
       }
-    } catch (err) {
-      if (!this.#failing) {
-        this.#failing = true;
-        this.#logger.error("audit records cannot be written to the database; they wait in memory and are retried", { error: String(err).slice(0, 300), records: rows.length });
-      }
-      return;
-    }
-    this.#sincePrune += rows.length;
-    if (this.#settings.maxRows > 0 && this.#sincePrune >= Math.min(10_000, Math.max(1, Math.floor(this.#settings.maxRows / 10)))) this.prune();
+      this.#sincePrune += rows.length;
+      if (this.#settings.maxRows > 0 && this.#sincePrune >= Math.min(10_000, Math.max(1, Math.floor(this.#settings.maxRows / 10)))) await this.prune();
+    });
   }
 
-  prune(): void {
+  /** Resolves once every record of a call that ended before it was called is committed. */
+  async flushed(): Promise<void> {
+    this.flush();
+    await this.#written;
+  }
+
+  async prune(): Promise<void> {
     this.#sincePrune = 0;
     try {
       const before = this.#settings.maxAgeMs > 0 ? (Date.now() - this.#settings.maxAgeMs) * 1000 : 0;
-      const n = this.#store.prune(before, this.#settings.maxRows);
+      const n = await this.#store.prune(before, this.#settings.maxRows);
       if (n > 0) this.#logger.debug("audit records pruned", { records: n });
     } catch (err) {
       this.#logger.warn("audit records could not be pruned", { error: String(err).slice(0, 300) });
@@ -565,17 +580,11 @@ class StoreSpanProcessor implements SpanProcessor {
   }
 
   forceFlush(): Promise<void> {
-    this.flush();
-    return Promise.resolve();
+    return this.flushed();
   }
 
   shutdown(): Promise<void> {
-    this.shutdownNow();
-    return Promise.resolve();
-  }
-
-  shutdownNow(): void {
     clearInterval(this.#pruner);
-    this.flush();
+    return this.flushed();
   }
 }

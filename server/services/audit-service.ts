@@ -79,7 +79,7 @@ export function createAuditService(trail: AuditTrail, store: AuditStore): Servic
       const after = decodeToken(req.pageToken);
       const limit = Math.min(req.pageSize || DEFAULT_PAGE, MAX_PAGE);
       // Calls that finished this very moment are still waiting for their batch: write them first.
-      trail.flush();
+      await trail.flushed();
       const rows = store.query({
         workspaceId: req.workspaceId,
         sessionId,

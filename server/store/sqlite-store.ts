@@ -9,9 +9,11 @@
 import { existsSync, mkdirSync, readFileSync, renameSync } from "node:fs";
 import path from "node:path";
 import { DatabaseSync } from "node:sqlite";
+import { Worker } from "node:worker_threads";
 import { errnoCode } from "../../core/errors.ts";
 import type { WorkspaceRecord } from "../../providers/types.ts";
 import type { Logger } from "../logger.ts";
+import type { WriterReply, WriterRequest } from "./audit-writer.ts";
 import { MIGRATIONS, type Migration } from "./migrations.ts";
 import type { AgentTypeDeletion, AuditStore, Store, StoredAgentType } from "./store.ts";
 
@@ -98,18 +100,49 @@ function importLegacy(db: DatabaseSync, dataDir: string, logger: Logger): void {
 
 type AuditRow = { id: number; start_us: number; trace_id: string; span_id: string; workspace_id: string; session_id: string; agent_type: string; tool: string; outcome: string; record: string };
 
-/** The audit trail's half of the store, on its own connection. */
-function auditStore(db: DatabaseSync): AuditStore {
-  const insert = db.prepare("INSERT INTO audit_events (start_us, trace_id, span_id, workspace_id, session_id, agent_type, tool, outcome, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  const pruneAge = db.prepare("DELETE FROM audit_events WHERE start_us < ?");
-  const pruneRows = db.prepare("DELETE FROM audit_events WHERE id <= (SELECT id FROM audit_events ORDER BY id DESC LIMIT 1 OFFSET ?)");
+/**
+ * The audit trail's half of the store: appends and prunes run in a worker thread with its own
+ * connection (audit-writer.ts), so no write or checkpoint fsync stalls the event loop; queries
+ * read on a connection of the main thread (WAL readers never wait for the writer).
+ */
+function auditStore(db: DatabaseSync, location: string): AuditStore & { close(): void } {
+  const worker = new Worker(new URL("./audit-writer.ts", import.meta.url), { workerData: { auditWriter: location } });
+  worker.unref();
+  let next = 0;
+  const waiting = new Map<number, { resolve(v: number): void; reject(e: Error): void }>();
+  let broken: Error | undefined;
+  worker.on("message", (reply: WriterReply) => {
+    const w = waiting.get(reply.id);
+    waiting.delete(reply.id);
+    if (reply.ok) w?.resolve(reply.pruned ?? 0);
+    else w?.reject(new StoreError(`audit write failed: ${reply.error}`));
+  });
+  worker.on("error", (err) => {
+    broken = new StoreError(`the audit writer stopped: ${err.message}`, { cause: err });
+    for (const w of waiting.values()) w.reject(broken);
+    waiting.clear();
+  });
+  const send = (request: Omit<WriterRequest, "id"> & { kind: WriterRequest["kind"] }) =>
+    new Promise<number>((resolve, reject) => {
+      if (broken) {
+        reject(broken);
+        return;
+      }
+      const id = ++next;
+      waiting.set(id, { resolve, reject });
+      worker.postMessage({ ...request, id });
+    });
   const queries = new Map<string, ReturnType<DatabaseSync["prepare"]>>();
   return {
-    append(rows) {
+    async append(rows) {
       if (rows.length === 0) return;
-      transaction(db, () => {
-        for (const r of rows) insert.run(r.startUs, r.traceId, r.spanId, r.workspaceId, r.sessionId, r.agentType, r.tool, r.outcome, r.record);
-      });
+      await send({ kind: "append", rows: rows.map((r) => [r.startUs, r.traceId, r.spanId, r.workspaceId, r.sessionId, r.agentType, r.tool, r.outcome, r.record]) } as never);
+    },
+    prune(beforeUs, maxRows) {
+      return send({ kind: "prune", beforeUs, maxRows } as never);
+    },
+    close() {
+      worker.postMessage("close");
     },
     query(q) {
       // Only the filters given become conditions (each shape's statement is prepared once), so
@@ -149,12 +182,6 @@ function auditStore(db: DatabaseSync): AuditStore {
         record: r.record,
       }));
     },
-    prune(beforeUs, maxRows) {
-      let n = 0;
-      if (beforeUs > 0) n += Number(pruneAge.run(beforeUs).changes);
-      if (maxRows > 0) n += Number(pruneRows.run(maxRows).changes);
-      return n;
-    },
   };
 }
 
@@ -181,19 +208,16 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
   }
 
   const db = opened;
-  // The audit trail has its own connection with synchronous = NORMAL: in WAL mode a commit then
-  // survives a crash of the process (only a power cut may lose the last ones), and appending a
-  // record never waits for an fsync on the event loop. Records are appended in batches.
+  // The audit trail is read on its own connection and written by a worker (see auditStore).
   let auditDb: DatabaseSync;
   try {
-    auditDb = new DatabaseSync(location);
-    auditDb.exec("PRAGMA synchronous = NORMAL");
+    auditDb = new DatabaseSync(location, { readOnly: true });
     auditDb.exec("PRAGMA busy_timeout = 5000");
   } catch (err) {
     db.close();
     throw new StoreError(`cannot open the database ${location}: ${(err as Error).message}`, { cause: err });
   }
-  const audit = auditStore(auditDb);
+  const audit = auditStore(auditDb, location);
   const q = {
     workspaces: db.prepare("SELECT record FROM workspaces ORDER BY created_at, id"),
     putWorkspace: db.prepare("INSERT OR REPLACE INTO workspaces (id, provider, agent_type, created_at, record) VALUES (?, ?, ?, ?, ?)"),
@@ -271,6 +295,7 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
     },
     audit,
     close() {
+      audit.close();
       if (auditDb.isOpen) auditDb.close();
       if (db.isOpen) db.close();
     },

@@ -96,11 +96,11 @@ export interface AuditQuery {
 
 /** Where the audit trail lives. */
 export interface AuditStore {
-  /** Appends records in one transaction. */
-  append(rows: StoredAuditEvent[]): void;
+  /** Appends records in one transaction; resolves once they are committed (appends commit in order). */
+  append(rows: StoredAuditEvent[]): Promise<void>;
   query(q: AuditQuery): Array<StoredAuditEvent & { id: number }>;
-  /** Removes records that started before `beforeUs` (0: none) and all but the newest `maxRows` (0: no bound); returns how many. */
-  prune(beforeUs: number, maxRows: number): number;
+  /** Removes records that started before `beforeUs` (0: none) and all but the newest `maxRows` (0: no bound); resolves to how many. */
+  prune(beforeUs: number, maxRows: number): Promise<number>;
 }
 
 /** The whole durable state. */
@@ -108,10 +108,7 @@ export interface Store {
   workspaces: WorkspaceStore;
   agentTypes: AgentTypeStore;
   sessions: SessionStore;
-  /**
-   * The audit trail. Synchronous, unlike the rest: it is written from an OpenTelemetry span
-   * processor, whose `onEnd` cannot wait, and a replicated implementation would buffer anyway.
-   */
+  /** The audit trail: written off the event loop, read synchronously (a span processor's `onEnd` cannot wait). */
   audit: AuditStore;
   /** Where the state lives, for the start log (a file path; never credentials). */
   readonly location: string;

@@ -7,10 +7,15 @@ import type { ExecutionContext, TestFn } from "ava";
 import { randomBytes } from "node:crypto";
 import { AuditOutcome } from "../../gen/agentworkspace/v1/audit_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
+import type { OtlpReceiver } from "../helpers/otlp-receiver.ts";
 import { type ClientSet, newWorkspace } from "../helpers/server.ts";
+import { eventually } from "../helpers/sessions.ts";
 
-/** Registers the scenario for `provider`, with the clients `clients` gives. */
-export function registerAuditScenario<C>(test: TestFn<C>, provider: string, clients: (t: ExecutionContext<C>) => ClientSet): void {
+/**
+ * Registers the scenario for `provider`, with the clients `clients` gives; with `otlp`, the OTLP
+ * endpoint the server exports to must receive each call's span exactly once too.
+ */
+export function registerAuditScenario<C>(test: TestFn<C>, provider: string, clients: (t: ExecutionContext<C>) => ClientSet, otlp?: () => OtlpReceiver): void {
   test(`${provider}: Successful operation logged — every tool operation appears exactly once in the audit trail, with the provider and no content`, async (t) => {
     const c = clients(t);
     const ws = await newWorkspace(c, { provider, labels: { suite: "audit" } });
@@ -39,6 +44,17 @@ export function registerAuditScenario<C>(test: TestFn<C>, provider: string, clie
       }
       t.is(calls.find((e) => e.procedure.endsWith("/StreamBash"))?.exitCode, 2);
       t.false(JSON.stringify(events.map((e) => [e.request, e.result, e.name])).includes(content), "no content in any record");
+      if (otlp) {
+        const receiver = otlp();
+        const ids = new Set(calls.map((e) => e.spanId));
+        const received = await eventually(() => {
+          const got = receiver.spans.filter((s) => ids.has(s.spanId));
+          return new Set(got.map((s) => s.spanId)).size === ids.size ? got : undefined;
+        }, 20_000, "every span at the OTLP endpoint");
+        t.is(received.length, calls.length, "each span once at the endpoint");
+        t.true(received.every((s) => s.attributes["agentworkspace.provider"] === provider && s.attributes["gen_ai.operation.name"] === "execute_tool"));
+        t.false(JSON.stringify(received, (_k, v: unknown) => (typeof v === "bigint" ? String(v) : v)).includes(content), "no content exported");
+      }
     } finally {
       await c.workspaces.deleteWorkspace({ id: ws }).catch(() => undefined);
     }

@@ -5,6 +5,7 @@
  */
 import anyTest, { type TestFn } from "ava";
 import { gate, probeEngines } from "../helpers/engines.ts";
+import { startOtlpHttpReceiver } from "../helpers/otlp-receiver.ts";
 import { type ServerCtx, serverTest } from "../helpers/server.ts";
 import { registerAuditScenario } from "./audit-scenario.ts";
 import { providerEnv, registerToolScenarios } from "./tool-scenarios.ts";
@@ -12,7 +13,10 @@ import { providerEnv, registerToolScenarios } from "./tool-scenarios.ts";
 /** Registers the suite for `provider` in the calling test file. */
 export async function registerContainerConformance(provider: "docker" | "gvisor"): Promise<void> {
   if (!gate(anyTest as TestFn<ServerCtx>, await probeEngines(), provider, "conformance suite")) return;
-  const test = serverTest();
+  // The server exports its audit spans to a real OTLP endpoint; the audit scenario checks both ends.
+  const otlp = await startOtlpHttpReceiver();
+  const test = serverTest({ env: { OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint } });
+  test.after.always(() => otlp.close());
   registerToolScenarios(test, `${provider}/grpc`, (t) => providerEnv(t.context.server.clients.grpc, provider));
-  registerAuditScenario(test, provider, (t) => t.context.server.clients.grpc);
+  registerAuditScenario(test, provider, (t) => t.context.server.clients.grpc, () => otlp);
 }
