@@ -481,13 +481,20 @@ function otlpExporter(s: OtlpSettings): SpanExporter {
 }
 
 
+/**
+ * Records are written in batches: at most this long after a call ended (a query waits for them
+ * anyway), or at once when this many wait. One transaction per batch instead of per call.
+ */
+const BATCH_MS = 20;
+const BATCH_ROWS = 256;
+
 /** How many records may wait for the database before the oldest are dropped (only while it fails). */
 const MAX_PENDING = 50_000;
 
 /**
  * Writes every finished audit span to the database, and tells watchers. Records are handed to the
- * store's writer thread in batches, once per turn of the event loop, so a burst of calls costs
- * one transaction and no call waits for the disk; a query waits for what is in flight first. A
+ * store's writer thread in batches (every 20 ms, or 256 records), so a burst of calls costs one
+ * transaction and no call waits for the disk; a query waits for what is in flight first. A
  * database that fails (a full disk) is logged once, and the records wait for the next attempt.
  * Old records are pruned by age and count on a timer.
  */
@@ -522,9 +529,10 @@ class StoreSpanProcessor implements SpanProcessor {
     const r = recordOfSpan(span);
     this.#pending.push({ startUs: r.startUs, traceId: r.traceId, spanId: r.spanId, workspaceId: r.workspaceId, sessionId: r.sessionId, agentType: r.agentType, tool: r.tool, outcome: r.outcome, record: JSON.stringify(r) });
     if (this.#pending.length > MAX_PENDING) this.#pending.splice(0, this.#pending.length - MAX_PENDING);
-    if (!this.#scheduled) {
+    if (this.#pending.length >= BATCH_ROWS) this.flush();
+    else if (!this.#scheduled) {
       this.#scheduled = true;
-      setImmediate(() => this.flush());
+      setTimeout(() => this.flush(), BATCH_MS).unref();
     }
     if (this.#hub.watchers === 0) return;
     const time = new Date();

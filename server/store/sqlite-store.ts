@@ -193,11 +193,12 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
   try {
     opened = new DatabaseSync(location);
     const db = opened;
+    // A second connection on the same file (the audit writer of a server closing, a backup, an
+    // operator's sqlite3) makes this one wait instead of failing: set before anything takes a lock.
+    db.exec("PRAGMA busy_timeout = 5000");
     refuseNewer(db, migrations);
     db.exec("PRAGMA journal_mode = WAL");
     db.exec("PRAGMA synchronous = FULL");
-    // A second process on the same file (a backup, an operator's sqlite3) waits instead of failing.
-    db.exec("PRAGMA busy_timeout = 5000");
     db.exec("PRAGMA foreign_keys = ON");
     migrate(db, migrations, logger);
     importLegacy(db, dataDir, logger);
