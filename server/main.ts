@@ -39,22 +39,6 @@ export async function serve(argv: string[], env: NodeJS.ProcessEnv): Promise<voi
     process.exit(2);
   }
   const server = await listen(app.handler, { host: settings.host, port: settings.port, tlsCert: settings.tlsCert, tlsKey: settings.tlsKey });
-  app.logger.warn("agent-workspace listening", {
-    url: server.url,
-    pid: process.pid,
-    data_dir: settings.providers.dataDir,
-    database: app.store.location,
-    providers: app.workspaces.providerNames,
-    default_provider: settings.defaultProvider,
-    agent_types: app.agentTypes.list().length,
-    auth: settings.apiKeys.length === 0 ? "open" : `${settings.apiKeys.length} API key(s)`,
-  });
-  if (settings.apiKeys.length === 0) {
-    app.logger.warn("running open: no API key is configured, so every caller is an operator. That is safe only because the server listens on a loopback address; set AGENT_WORKSPACE_API_KEYS before listening anywhere else", {
-      host: settings.host,
-    });
-  }
-
   let firstSignalAt = 0;
   const stop = async (signal: NodeJS.Signals) => {
     if (firstSignalAt !== 0) {
@@ -82,4 +66,21 @@ export async function serve(argv: string[], env: NodeJS.ProcessEnv): Promise<voi
   };
   process.on("SIGINT", () => void stop("SIGINT"));
   process.on("SIGTERM", () => void stop("SIGTERM"));
+  // Only now "listening": a signal sent on seeing it meets the handlers, not the default action.
+  // Before "listening": whoever waits for that line (a supervisor, a test) has every start-up line by then.
+  if (settings.apiKeys.length === 0) {
+    app.logger.warn("running open: no API key is configured, so every caller is an operator. That is safe only because the server listens on a loopback address; set AGENT_WORKSPACE_API_KEYS before listening anywhere else", {
+      host: settings.host,
+    });
+  }
+  app.logger.warn("agent-workspace listening", {
+    url: server.url,
+    pid: process.pid,
+    data_dir: settings.providers.dataDir,
+    database: app.store.location,
+    providers: app.workspaces.providerNames,
+    default_provider: settings.defaultProvider,
+    agent_types: app.agentTypes.list().length,
+    auth: settings.apiKeys.length === 0 ? "open" : `${settings.apiKeys.length} API key(s)`,
+  });
 }
