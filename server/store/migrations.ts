@@ -64,27 +64,4 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX sessions_status ON sessions (status);
     `,
   },
-  {
-    version: 3,
-    name: "audit trail",
-    sql: `
-      -- One row per audited call (an OpenTelemetry span). The record is JSON; the columns beside
-      -- it are what ListAuditEvents filters on. Rows are only ever appended and pruned.
-      CREATE TABLE audit_events (
-        id            INTEGER PRIMARY KEY,
-        start_us      INTEGER NOT NULL,
-        trace_id      TEXT NOT NULL,
-        span_id       TEXT NOT NULL,
-        workspace_id  TEXT NOT NULL,
-        session_id    TEXT NOT NULL,
-        agent_type    TEXT NOT NULL,
-        tool          TEXT NOT NULL,
-        outcome       TEXT NOT NULL,
-        record        TEXT NOT NULL
-      ) STRICT;
-      CREATE INDEX audit_events_start ON audit_events (start_us, id);
-      CREATE INDEX audit_events_workspace ON audit_events (workspace_id, start_us, id);
-      CREATE INDEX audit_events_session ON audit_events (session_id, start_us, id);
-    `,
-  },
 ];

@@ -13,9 +13,12 @@ import { Worker } from "node:worker_threads";
 import { errnoCode } from "../../core/errors.ts";
 import type { WorkspaceRecord } from "../../providers/types.ts";
 import type { Logger } from "../logger.ts";
-import type { WriterReply, WriterRequest } from "./audit-writer.ts";
+import { AUDIT_SCHEMA, type WriterReply, type WriterRequest } from "./audit-writer.ts";
 import { MIGRATIONS, type Migration } from "./migrations.ts";
 import type { AgentTypeDeletion, AuditStore, Store, StoredAgentType } from "./store.ts";
+
+/** The audit trail's database file, beside the main one. */
+export const AUDIT_DATABASE_FILE = "audit.db";
 
 /** The database file's name inside the data directory. */
 export const DATABASE_FILE = "agent-workspace.db";
@@ -210,15 +213,20 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
 
   const db = opened;
   // The audit trail is read on its own connection and written by a worker (see auditStore).
+  // The audit trail is a database of its own (audit.db, see audit-writer.ts); the schema is made
+  // here, before the writer or any query needs it.
+  const auditLocation = path.join(dataDir, AUDIT_DATABASE_FILE);
   let auditDb: DatabaseSync;
   try {
-    auditDb = new DatabaseSync(location, { readOnly: true });
+    auditDb = new DatabaseSync(auditLocation);
     auditDb.exec("PRAGMA busy_timeout = 5000");
+    auditDb.exec("PRAGMA journal_mode = WAL");
+    auditDb.exec(AUDIT_SCHEMA);
   } catch (err) {
     db.close();
-    throw new StoreError(`cannot open the database ${location}: ${(err as Error).message}`, { cause: err });
+    throw new StoreError(`cannot open the audit database ${auditLocation}: ${(err as Error).message}`, { cause: err });
   }
-  const audit = auditStore(auditDb, location);
+  const audit = auditStore(auditDb, auditLocation);
   const q = {
     workspaces: db.prepare("SELECT record FROM workspaces ORDER BY created_at, id"),
     putWorkspace: db.prepare("INSERT OR REPLACE INTO workspaces (id, provider, agent_type, created_at, record) VALUES (?, ?, ?, ?, ?)"),
