@@ -123,7 +123,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       const report = await agentTypes.apply(await readAgentTypesFile(settings.agentTypesFile));
       logger.info("agent types applied", { file: settings.agentTypesFile, ...report });
     } catch (err) {
-      store.close();
+      await store.close();
       if (err instanceof DomainError) throw new SettingsError(`--agent-types ${settings.agentTypesFile}: ${err.message}${err.metadata.field ? ` (field ${err.metadata.field})` : ""}`);
       throw err;
     }
@@ -202,7 +202,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     handler = buildHandler();
   } catch (err) {
     await workspaces.close();
-    store.close();
+    await store.close();
     throw err;
   }
   sessions.begin();
@@ -247,7 +247,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       await sessions.close();
       await workspaces.close();
       await audit.close();
-      store.close();
+      await store.close();
     },
   };
 }

@@ -108,9 +108,16 @@ type AuditRow = { id: number; start_us: number; trace_id: string; span_id: strin
  * connection (audit-writer.ts), so no write or checkpoint fsync stalls the event loop; queries
  * read on a connection of the main thread (WAL readers never wait for the writer).
  */
-function auditStore(db: DatabaseSync, location: string): AuditStore & { close(): void } {
+function auditStore(db: DatabaseSync, location: string): AuditStore & { close(): Promise<void> } {
   const worker = new Worker(new URL("./audit-writer.ts", import.meta.url), { workerData: { auditWriter: location } });
   worker.unref();
+  let gone = false;
+  const exited = new Promise<void>((resolve) =>
+    worker.once("exit", () => {
+      gone = true;
+      resolve();
+    }),
+  );
   let next = 0;
   const waiting = new Map<number, { resolve(v: number): void; reject(e: Error): void }>();
   let broken: Error | undefined;
@@ -145,7 +152,13 @@ function auditStore(db: DatabaseSync, location: string): AuditStore & { close():
       return send({ kind: "prune", beforeUs, maxRows } as never);
     },
     close() {
+      // Resolves when the thread is gone: its connection closed, its files left as they are (a
+      // writer that does not close within 5 s is terminated, which to SQLite is a crash: safe).
+      if (gone) return Promise.resolve();
       worker.postMessage("close");
+      const timer = setTimeout(() => void worker.terminate(), 5000);
+      timer.unref();
+      return exited.finally(() => clearTimeout(timer));
     },
     query(q) {
       // Only the filters given become conditions (each shape's statement is prepared once), so
@@ -303,8 +316,8 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
       },
     },
     audit,
-    close() {
-      audit.close();
+    async close() {
+      await audit.close();
       if (auditDb.isOpen) auditDb.close();
       if (db.isOpen) db.close();
     },

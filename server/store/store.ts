@@ -112,5 +112,6 @@ export interface Store {
   audit: AuditStore;
   /** Where the state lives, for the start log (a file path; never credentials). */
   readonly location: string;
-  close(): void;
+  /** Closes the database; resolves once nothing (the audit writer included) touches its files any more. */
+  close(): Promise<void>;
 }
