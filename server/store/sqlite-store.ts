@@ -155,6 +155,8 @@ function auditStore(db: DatabaseSync, location: string): AuditStore & { close():
       // Resolves when the thread is gone: its connection closed, its files left as they are (a
       // writer that does not close within 5 s is terminated, which to SQLite is a crash: safe).
       if (gone) return Promise.resolve();
+      // Referenced again, so the process lives until the thread has closed its connection.
+      worker.ref();
       worker.postMessage("close");
       const timer = setTimeout(() => void worker.terminate(), 5000);
       timer.unref();
