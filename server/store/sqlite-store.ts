@@ -115,6 +115,9 @@ function auditStore(db: DatabaseSync, location: string): AuditStore & { close():
   const exited = new Promise<void>((resolve) =>
     worker.once("exit", () => {
       gone = true;
+      // Nothing waits forever on a thread that is gone.
+      for (const w of waiting.values()) w.reject(new StoreError("the audit writer has stopped"));
+      waiting.clear();
       resolve();
     }),
   );
@@ -134,8 +137,8 @@ function auditStore(db: DatabaseSync, location: string): AuditStore & { close():
   });
   const send = (request: Omit<WriterRequest, "id"> & { kind: WriterRequest["kind"] }) =>
     new Promise<number>((resolve, reject) => {
-      if (broken) {
-        reject(broken);
+      if (broken || gone) {
+        reject(broken ?? new StoreError("the audit writer has stopped"));
         return;
       }
       const id = ++next;
