@@ -387,6 +387,8 @@ test("WatchEvents delivers a call's start while StreamBash is still running and 
   t.deepEqual(kinds(mine), ["workspace CREATING", "workspace READY", "toolCallFinished ", "toolCallStarted ", "workspace STOPPED deleted", "toolCallFinished "]);
   await one.stop();
   await everything.stop();
+  // A watch the client cancelled leaves nothing registered: no queue keeps filling for nobody.
+  await eventually(() => (t.context.server.app.audit.hub.watchers === 0 ? true : undefined), 5000, "the watchers to be gone");
 });
 
 test("A session token sees only its own session's records and events; naming another session is refused", async (t) => {

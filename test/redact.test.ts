@@ -48,9 +48,11 @@ test("ordinary command lines are left as they are, and long ones are cut with a 
   const out = r.redact(long);
   t.true(out.length < MAX_SUMMARY_CHARS + 40);
   t.regex(out, /…\[\d+ more characters\]$/);
-  // A hostile input stays cheap: 4 MiB of near-matches.
-  const t0 = performance.now();
-  r.redact("password=".repeat(400_000));
-  r.redact("https://".repeat(500_000));
-  t.true(performance.now() - t0 < 5000);
+  // A hostile 4 MiB input is only scanned at its head: what comes back is bounded, and a secret
+  // past the scanned head never appears (it is cut, not echoed). Its cost is measured in bench (m).
+  const hostile = `${"password=".repeat(400_000)} ghp_${"a".repeat(36)}`;
+  const cut = r.redact(hostile);
+  t.true(cut.length < MAX_SUMMARY_CHARS + 40);
+  t.false(cut.includes(`ghp_${"a".repeat(36)}`));
+  t.regex(r.redact("https://".repeat(500_000)), /…\[\d+ more characters\]$/);
 });

@@ -67,28 +67,25 @@ function grepRequest(r: GrepRequest, redact: Redactor): Summary {
   return out;
 }
 
+/** How a command ended, from Bash's response or StreamBash's `exited` alike. */
+function bashExit(e: Pick<BashResponse, "exitCode" | "signal" | "oomKilled" | "stdoutTruncated" | "stderrTruncated" | "stdoutTotalBytes" | "stderrTotalBytes">, out: Summary): void {
+  out.exit_code = e.exitCode;
+  put(out, "signal", e.signal);
+  put(out, "oom_killed", e.oomKilled);
+  put(out, "truncated", e.stdoutTruncated || e.stderrTruncated);
+  put(out, "stdout_bytes", e.stdoutTotalBytes);
+  put(out, "stderr_bytes", e.stderrTotalBytes);
+}
+
 /** Per tool: see the module comment. */
 export const TOOL_AUDIT = {
   bash: {
     request: bashRequest,
-    response(r: BashResponse, out: Summary) {
-      out.exit_code = r.exitCode;
-      put(out, "signal", r.signal);
-      put(out, "oom_killed", r.oomKilled);
-      put(out, "truncated", r.stdoutTruncated || r.stderrTruncated);
-      put(out, "stdout_bytes", r.stdoutTotalBytes);
-      put(out, "stderr_bytes", r.stderrTotalBytes);
-    },
+    response: (r: BashResponse, out: Summary) => bashExit(r, out),
     event(m: StreamBashResponse, out: Summary) {
       if (m.event.case !== "exited") return;
-      const e = m.event.value;
-      out.exit_code = e.exitCode;
-      put(out, "timed_out", e.timedOut);
-      put(out, "signal", e.signal);
-      put(out, "oom_killed", e.oomKilled);
-      put(out, "truncated", e.stdoutTruncated || e.stderrTruncated);
-      put(out, "stdout_bytes", e.stdoutTotalBytes);
-      put(out, "stderr_bytes", e.stderrTotalBytes);
+      bashExit(m.event.value, out);
+      put(out, "timed_out", m.event.value.timedOut);
     },
   },
   read: {
