@@ -137,8 +137,7 @@ for (const provider of PROVIDERS) {
   /** Registers one attack family for this provider, run in the provider's lane. */
   const family = (title: string, fn: (t: ExecutionContext<Ctx>, a: Arena, c: ClientSet) => Promise<void>) =>
     test(`${provider}: ${title}`, async (t) => {
-      t.timeout(180_000);
-      await lane(provider, async () => fn(t, await arenaOf(t, provider), t.context.server.clients.grpc));
+      await lane(t, provider, async () => fn(t, await arenaOf(t, provider), t.context.server.clients.grpc));
     });
 
   // ── Paths ──────────────────────────────────────────────────────────────────────────────────
@@ -941,7 +940,7 @@ for (const provider of PROVIDERS) {
     // every other operation, so in a container ReadFile applies the server's lists only: a file the
     // agent type declared sensitive is returned in full.
     test(`${provider}: closed bug: ReadFile in a container applies the agent type's sensitive patterns: secrets/token.txt under deny ["secrets/**"] is SENSITIVE_FILE, rule secrets/**`, async (t) => {
-      await lane(provider, async () => {
+      await lane(t, provider, async () => {
         const a = await arenaOf(t, provider);
         const c = t.context.server.clients.grpc;
         await sensitive(t, c.tools.readFile({ workspaceId: a.agent, path: "secrets/token.txt" }), { path: "secrets/token.txt", rule: "secrets/**", list: "deny" });
@@ -981,8 +980,7 @@ for (const provider of PROVIDERS) {
 // ── Properties ─────────────────────────────────────────────────────────────────────────────
 
 test("jail property (local): paths built from '..', '.', '', '/', %2e, full-width dots, NUL and link names resolve inside the workspace or are refused, and never read or write outside", async (t) => {
-  t.timeout(180_000);
-  await lane("local", async () => {
+  await lane(t, "local", async () => {
     const c = t.context.server.clients.grpc;
     const { workspace } = await c.workspaces.createWorkspace({ provider: "local" });
     const id = workspace?.id as string;
@@ -1214,7 +1212,7 @@ test("parser property: a script built around a denied command (separators, subst
 /** A known bypass, run on local (the policy decides in the server, before any provider is involved). */
 const bypass = (title: string, fn: (t: ExecutionContext<Ctx>, a: Arena, c: ClientSet) => Promise<void>) =>
   test(`closed bypass: ${title}`, async (t) => {
-    await lane("local", async () => fn(t, await arenaOf(t, "local"), t.context.server.clients.grpc));
+    await lane(t, "local", async () => fn(t, await arenaOf(t, "local"), t.context.server.clients.grpc));
   });
 
 /**

@@ -125,11 +125,26 @@ export async function buildArena(clients: ClientSet, provider: string): Promise<
 /**
  * Per-key lanes: tests of one provider run one at a time (its engine and the machine stay
  * responsive, and the shared workspaces see one attack at a time), different providers in parallel.
+ *
+ * A test's time limit starts when its turn comes, not when ava starts it: ava starts a file's
+ * tests together, so the last of a provider's tests waits for all before it, and on a busy
+ * machine that wait alone outlasted a limit counted from the start (the full suite's gVisor lane
+ * took over three minutes). The wait is bounded by the suite's own limit instead.
  */
-export function lanes(): <T>(key: string, fn: () => Promise<T>) => Promise<T> {
+export type Lane = <T>(t: { timeout(ms: number): void }, key: string, fn: () => Promise<T>, budgetMs?: number) => Promise<T>;
+
+/** How long a test may wait for its lane: longer than any lane's whole run. */
+const LANE_WAIT_MS = 20 * 60_000;
+
+export function lanes(): Lane {
   const tails = new Map<string, Promise<unknown>>();
-  return <T>(key: string, fn: () => Promise<T>): Promise<T> => {
-    const run = (tails.get(key) ?? Promise.resolve()).then(fn, fn);
+  return <T>(t: { timeout(ms: number): void }, key: string, fn: () => Promise<T>, budgetMs = 180_000): Promise<T> => {
+    t.timeout(LANE_WAIT_MS);
+    const turn = () => {
+      t.timeout(budgetMs);
+      return fn();
+    };
+    const run = (tails.get(key) ?? Promise.resolve()).then(turn, turn);
     tails.set(key, run.catch(() => undefined));
     return run;
   };
