@@ -42,7 +42,18 @@ export type Reason =
   | "WORKSPACE_NOT_PROVISIONED"
   | "OUTSIDE_SESSION"
   | "COMMAND_NOT_ALLOWED"
-  | "SENSITIVE_FILE";
+  | "SENSITIVE_FILE"
+  | "NOT_A_GIT_REPOSITORY"
+  | "NOTHING_TO_COMMIT"
+  | "REVISION_NOT_FOUND"
+  | "BRANCH_EXISTS"
+  | "CHECKOUT_CONFLICT"
+  | "NO_REPOSITORY"
+  | "FORCE_PUSH_DENIED"
+  | "PROTECTED_BRANCH"
+  | "GIT_REMOTE_FAILED"
+  | "GIT_CREDENTIAL_UNAVAILABLE"
+  | "GIT_FAILED";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

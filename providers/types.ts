@@ -164,6 +164,8 @@ export interface AgentTypeBinding {
   commandPolicy?: { defaultAction: string; allow: string[]; deny: string[] };
   /** Sensitive-file patterns the agent type added then. */
   sensitiveFiles?: FileRules;
+  /** Branch patterns GitPush refuses (empty or absent: the base and default branches). */
+  protectedBranches?: string[];
 }
 
 /** A live workspace: the primitives tools run on. */

@@ -4,8 +4,11 @@
  * gRPC-Web and Connect alike.
  */
 import { loadShellParser } from "./security/shell-parser.ts";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, readdir, rm } from "node:fs/promises";
 import path from "node:path";
+import { createCredentialProvider } from "./git/credentials.ts";
+import { Pusher } from "./git/push.ts";
+import type { GitContext } from "./tools/context.ts";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { SpanExporter } from "@opentelemetry/sdk-trace-base";
@@ -143,9 +146,15 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   const cloneTmp = path.join(settings.providers.dataDir, "tmp");
   await rm(cloneTmp, { recursive: true, force: true });
   await mkdir(cloneTmp, { recursive: true, mode: 0o700 });
+  // Git credentials for clones and pushes: static tokens per host, or a GitHub App's.
+  const credentials = createCredentialProvider({
+    staticCredentials: settings.git.credentials,
+    ...(settings.git.githubApp ? { githubApp: settings.git.githubApp } : {}),
+    fallbackIdentity: { name: settings.git.botName, email: settings.git.botEmail },
+  });
   const provisioner = new Provisioner({
     workspaces,
-    clone: { credentials: settings.git.credentials, tmpDir: cloneTmp, maxBytes: settings.git.cloneMaxBytes, timeoutMs: settings.git.cloneTimeoutMs },
+    clone: { credentials, tmpDir: cloneTmp, maxBytes: settings.git.cloneMaxBytes, timeoutMs: settings.git.cloneTimeoutMs },
     toolLimits: settings.toolLimits,
     logger,
     audit,
@@ -173,6 +182,31 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   });
   known.sessions = sessions;
   await sessions.init();
+
+  // The git tools: commits as the bot, pushes from the server's mirrors with issued tokens.
+  const mirrorDir = path.join(settings.providers.dataDir, "git-mirrors");
+  await mkdir(mirrorDir, { recursive: true, mode: 0o700 });
+  // A push's scratch directory outlives only a server that died during the push.
+  for (const name of await readdir(mirrorDir)) if (name.startsWith("push-")) await rm(path.join(mirrorDir, name), { recursive: true, force: true });
+  const pusher = new Pusher({ mirrorDir, maxBytes: settings.git.cloneMaxBytes, timeoutMs: settings.git.pushTimeoutMs, credentials });
+  const gitContext = (workspaceId: string): GitContext => {
+    const binding = workspaces.find(workspaceId)?.agentType;
+    return {
+      identity: () => credentials.botIdentity(),
+      fileRules: binding?.sensitiveFiles,
+      push: (ctx, req) => {
+        const session = sessions.ofWorkspace(workspaceId);
+        const patterns = binding?.protectedBranches ?? [];
+        const base = session?.task.baseBranch ?? "";
+        return pusher.push(ctx, {
+          repositoryUrl: session?.checkout?.repositoryUrl ?? "",
+          protectedBranches: patterns.length > 0 ? patterns : base !== "" ? [base] : [],
+          protectDefaultBranch: patterns.length === 0,
+          fileRules: binding?.sensitiveFiles,
+        }, req.branch);
+      },
+    };
+  };
   const health = new HealthStatus([AuditService.typeName, ConfigService.typeName, ToolService.typeName, WorkspaceService.typeName]);
   const shutdown = new AbortController();
   // Outermost first: the audit span sees every call and every refusal; errors turn each refusal
@@ -191,7 +225,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     router.service(AuditService, createAuditService(audit, store.audit));
     router.service(ConfigService, createConfigService(agentTypes));
     router.service(WorkspaceService, createWorkspaceService(workspaces, sessions));
-    router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits }));
+    router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits, git: gitContext }));
     registerHealth(router, health);
     // Besides the services' own files: the tool option, and the error detail every error carries,
     // so reflection clients (buf curl, grpcurl) decode error details without local protos.

@@ -53,6 +53,11 @@ export const POLICY: Readonly<Record<string, Allowed>> = {
   "/agentworkspace.v1.ToolService/Glob": TOOL_CALLERS,
   "/agentworkspace.v1.ToolService/Grep": TOOL_CALLERS,
   "/agentworkspace.v1.ToolService/StreamGrep": TOOL_CALLERS,
+  "/agentworkspace.v1.ToolService/GitStatus": TOOL_CALLERS,
+  "/agentworkspace.v1.ToolService/GitDiff": TOOL_CALLERS,
+  "/agentworkspace.v1.ToolService/GitCommit": TOOL_CALLERS,
+  "/agentworkspace.v1.ToolService/GitCheckout": TOOL_CALLERS,
+  "/agentworkspace.v1.ToolService/GitPush": TOOL_CALLERS,
 
   "/grpc.health.v1.Health/Check": ANYONE,
   "/grpc.health.v1.Health/Watch": ANYONE,

@@ -5,6 +5,7 @@
  * setting has a default that starts a working server with the local provider and no external
  * services. (Per-agent-type configuration is the ConfigService's business, not this module's.)
  */
+import { createPrivateKey } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { isIP } from "node:net";
@@ -14,6 +15,7 @@ import type { DockerConnection, ProviderSettings } from "../providers/index.ts";
 import { DomainError } from "../core/errors.ts";
 import { LOG_LEVELS, type LogLevel } from "./logger.ts";
 import type { GitCredential } from "./sessions/clone.ts";
+import type { GitHubAppSettings } from "./git/credentials.ts";
 import { DEFAULT_TOOL_LIMITS, type ToolLimits } from "./tools/tool-limits.ts";
 import { DEFAULT_LIMITS, defaultCpuLimit, defaultSizeLimit, type LimitStrings, parseSize } from "./workspace-limits.ts";
 
@@ -91,6 +93,13 @@ export interface GitSettings {
   credentials: Map<string, GitCredential>;
   cloneTimeoutMs: number;
   cloneMaxBytes: number;
+  /** The commit identity without a GitHub App (with one, the app's bot account). */
+  botName: string;
+  botEmail: string;
+  /** Push credentials from a GitHub App, for its hosts. */
+  githubApp: GitHubAppSettings | undefined;
+  /** How long one GitPush may take, in milliseconds. */
+  pushTimeoutMs: number;
 }
 
 /** A setting that cannot be used; the message names the variable or flag and what it accepts. */
@@ -289,6 +298,12 @@ function apiKeys(env: NodeJS.ProcessEnv, file: string | undefined, fileName: str
   return [...new Set(keys.map(([k]) => k))];
 }
 
+/** A commit name or email: one line of printable text without git's delimiters. */
+function identityPart(value: string, name: string): string {
+  if (value.trim() === "" || value.length > 200 || /[<>\n\r\x00-\x1f]/.test(value)) throw new SettingsError(`${name} must be one line of at most 200 characters without < or >`);
+  return value.trim();
+}
+
 /**
  * The git credentials file: a mapping from host ("git.example.com", "127.0.0.1:8443") to a token,
  * or to { username, token }. Messages name the host, never the token.
@@ -317,6 +332,49 @@ function gitCredentials(file: string | undefined, name: string): Map<string, Git
     out.set(host.toLowerCase(), { username, token });
   }
   return out;
+}
+
+/**
+ * A GitHub App for push (and clone) tokens: AGENT_WORKSPACE_GITHUB_APP_ID with its private key
+ * (AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE, PEM), for the git hosts in
+ * AGENT_WORKSPACE_GITHUB_APP_HOSTS (default github.com), through the API at
+ * AGENT_WORKSPACE_GITHUB_API_URL (default https://api.github.com; GitHub Enterprise: its /api/v3).
+ * The installation is AGENT_WORKSPACE_GITHUB_APP_INSTALLATION_ID, or looked up per repository.
+ */
+function githubApp(env: NodeJS.ProcessEnv): GitHubAppSettings | undefined {
+  const appId = read(env, "AGENT_WORKSPACE_GITHUB_APP_ID");
+  const keyFile = read(env, "AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE");
+  if (appId === undefined && keyFile === undefined) return undefined;
+  if (appId === undefined || !/^\d{1,20}$/.test(appId)) throw new SettingsError("AGENT_WORKSPACE_GITHUB_APP_ID must be the app's numeric id");
+  if (keyFile === undefined) throw new SettingsError("AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE is required with AGENT_WORKSPACE_GITHUB_APP_ID");
+  let privateKey: string;
+  try {
+    privateKey = readFileSync(keyFile, "utf8");
+  } catch (err) {
+    throw new SettingsError(`AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE: cannot read ${keyFile} (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+  }
+  let keyType: string | undefined;
+  try {
+    keyType = createPrivateKey(privateKey).asymmetricKeyType;
+  } catch {
+    keyType = undefined;
+  }
+  if (keyType !== "rsa") throw new SettingsError(`AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE: ${keyFile} holds no RSA private key in PEM`);
+  const apiUrl = read(env, "AGENT_WORKSPACE_GITHUB_API_URL") ?? "https://api.github.com";
+  let parsed: URL;
+  try {
+    parsed = new URL(apiUrl);
+  } catch {
+    throw new SettingsError("AGENT_WORKSPACE_GITHUB_API_URL must be an http or https URL");
+  }
+  if ((parsed.protocol !== "https:" && parsed.protocol !== "http:") || parsed.username !== "" || parsed.password !== "") {
+    throw new SettingsError("AGENT_WORKSPACE_GITHUB_API_URL must be an http or https URL without credentials");
+  }
+  const hosts = (read(env, "AGENT_WORKSPACE_GITHUB_APP_HOSTS") ?? "github.com").split(",").map((h) => h.trim().toLowerCase()).filter((h) => h !== "");
+  for (const h of hosts) if (!/^[a-z0-9][a-z0-9.-]*(:\d{1,5})?$/.test(h)) throw new SettingsError(`AGENT_WORKSPACE_GITHUB_APP_HOSTS: '${h.slice(0, 100)}' is not a host name (with an optional :port)`);
+  const installation = read(env, "AGENT_WORKSPACE_GITHUB_APP_INSTALLATION_ID");
+  if (installation !== undefined && !/^\d{1,20}$/.test(installation)) throw new SettingsError("AGENT_WORKSPACE_GITHUB_APP_INSTALLATION_ID must be a numeric id");
+  return { appId, privateKey, apiUrl: apiUrl.replace(/\/+$/, ""), hosts, ...(installation !== undefined ? { installationId: Number(installation) } : {}) };
 }
 
 /**
@@ -419,6 +477,10 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
       credentials: gitCredentials(...pick("git-credentials")),
       cloneTimeoutMs: integer(read(env, "AGENT_WORKSPACE_CLONE_TIMEOUT_MS"), "AGENT_WORKSPACE_CLONE_TIMEOUT_MS", 10 * 60_000, 1000, 24 * 3_600_000),
       cloneMaxBytes: parseSize(limit(read(env, "AGENT_WORKSPACE_CLONE_MAX_BYTES"), "AGENT_WORKSPACE_CLONE_MAX_BYTES", parseSize) || "512M", "AGENT_WORKSPACE_CLONE_MAX_BYTES"),
+      botName: identityPart(read(env, "AGENT_WORKSPACE_GIT_BOT_NAME") ?? "agent-workspace[bot]", "AGENT_WORKSPACE_GIT_BOT_NAME"),
+      botEmail: identityPart(read(env, "AGENT_WORKSPACE_GIT_BOT_EMAIL") ?? "agent-workspace[bot]@users.noreply.localhost", "AGENT_WORKSPACE_GIT_BOT_EMAIL"),
+      githubApp: githubApp(env),
+      pushTimeoutMs: integer(read(env, "AGENT_WORKSPACE_PUSH_TIMEOUT_MS"), "AGENT_WORKSPACE_PUSH_TIMEOUT_MS", 5 * 60_000, 1000, 24 * 3_600_000),
     },
     audit: {
       maxAgeMs: integer(read(env, "AGENT_WORKSPACE_AUDIT_MAX_AGE_MS"), "AGENT_WORKSPACE_AUDIT_MAX_AGE_MS", 30 * 24 * 3_600_000, 0, 10 * 365 * 24 * 3_600_000),

@@ -140,6 +140,7 @@ export class WorkspaceManager {
         maxTimeoutMs: Number(cfg.maxCommandTimeoutMs),
         commandPolicy: { defaultAction: cfg.commandPolicy?.defaultAction ?? "", allow: [...(cfg.commandPolicy?.allow ?? [])], deny: [...(cfg.commandPolicy?.deny ?? [])] },
         sensitiveFiles: { deny: [...(cfg.sensitiveFiles?.deny ?? [])], writeProtected: [...(cfg.sensitiveFiles?.writeProtected ?? [])] },
+        protectedBranches: [...(cfg.git?.protectedBranches ?? [])],
       },
     };
   }

@@ -320,6 +320,8 @@ test("every malformed field is a 400 with a typed reason and the field in the me
     [{ command_policy: { deny: ["--force"] } }, "command_policy.deny[0]", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ sensitive_files: { deny: ["/etc/shadow"] } }, "sensitive_files.deny[0]", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ sensitive_files: { write_protected: ["a/../../b"] } }, "sensitive_files.write_protected[0]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ git: { protected_branches: ["main", "release/[0-9]"] } }, "git.protected_branches[1]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ git: { protected_branches: ["has space"] } }, "git.protected_branches[0]", "ERROR_REASON_INVALID_ARGUMENT"],
   ];
   for (const [body, field, reason] of cases) {
     const res = await rest(url, "PUT", `/api/v1/agent-types/${id}/workspace-config`, body);
@@ -437,9 +439,11 @@ test("a command policy and sensitive files are stored through REST, shown by GET
     tools: ["bash", "read", "write"],
     command_policy: { allow: ["echo", "cat", " git   status "], deny: ["git push"] },
     sensitive_files: { deny: ["secrets/**"], write_protected: ["Makefile"] },
+    git: { protected_branches: [" main ", "release/*", "main"] },
   });
   t.is(put.status, 200, JSON.stringify(put.json));
   const got = await rest(url, "GET", `/api/v1/agent-types/${id}/workspace-config`);
+  t.deepEqual(got.json.git, { protected_branches: ["main", "release/*"] });
   t.deepEqual(got.json.command_policy, { default_action: "", allow: ["echo", "cat", "git status"], deny: ["git push"] });
   t.deepEqual(got.json.sensitive_files, { deny: ["secrets/**"], write_protected: ["Makefile"] });
 

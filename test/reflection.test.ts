@@ -96,6 +96,7 @@ test("v1 file_containing_symbol returns the file, then its transitive imports", 
   const names = fileNames(response);
   t.is(names[0], "agentworkspace/v1/tool.proto");
   t.deepEqual([...names].sort(), [
+    "agentworkspace/v1/git.proto",
     "agentworkspace/v1/options.proto",
     "agentworkspace/v1/tool.proto",
     "google/protobuf/descriptor.proto",

@@ -18,6 +18,11 @@ test("every ToolService method declares a tool that the registry implements, and
     Glob: "glob",
     Grep: "grep",
     StreamGrep: "grep",
+    GitStatus: "git",
+    GitDiff: "git",
+    GitCommit: "git",
+    GitCheckout: "git",
+    GitPush: "git",
   });
 });
 

@@ -5,6 +5,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { DomainError } from "../core/errors.ts";
 import { isLoopback, parseSettings, SettingsError } from "../server/settings.ts";
+import { generateKeyPairSync } from "node:crypto";
 import { type LimitStrings, resolveLimits } from "../server/workspace-limits.ts";
 
 const KEY = "k-0123456789abcdef0123";
@@ -104,6 +105,12 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{}, ["--host", "10.1.2.3"], /^refusing to listen on 10\.1\.2\.3 without an API key/],
     [{ AGENT_WORKSPACE_API_KEYS: "short" }, [], /^the API key on key 1 of AGENT_WORKSPACE_API_KEYS must be at least 16 characters/],
     [{}, ["--api-keys-file", "/nonexistent/keys"], /^--api-keys-file: cannot read \/nonexistent\/keys \(ENOENT\)$/],
+    [{ AGENT_WORKSPACE_GITHUB_APP_ID: "my-app" }, [], /^AGENT_WORKSPACE_GITHUB_APP_ID must be the app's numeric id$/],
+    [{ AGENT_WORKSPACE_GITHUB_APP_ID: "42" }, [], /^AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE is required/],
+    [{ AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE: "/k.pem" }, [], /^AGENT_WORKSPACE_GITHUB_APP_ID must be/],
+    [{ AGENT_WORKSPACE_GITHUB_APP_ID: "42", AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE: "/nonexistent/k.pem" }, [], /cannot read \/nonexistent\/k\.pem \(ENOENT\)$/],
+    [{ AGENT_WORKSPACE_GIT_BOT_EMAIL: "bot <evil>" }, [], /^AGENT_WORKSPACE_GIT_BOT_EMAIL must be one line/],
+    [{ AGENT_WORKSPACE_PUSH_TIMEOUT_MS: "5" }, [], /^AGENT_WORKSPACE_PUSH_TIMEOUT_MS must be a whole number from 1000/],
   ];
   for (const [env, argv, message] of cases) {
     const err = t.throws(() => parseSettings(env, argv), { instanceOf: SettingsError }, `${JSON.stringify(env)} ${argv.join(" ")}`);
@@ -123,6 +130,37 @@ test("API keys come from AGENT_WORKSPACE_API_KEYS and the keys file; a bad key i
     const err = t.throws(() => parseSettings({}, ["--api-keys-file", file]), { instanceOf: SettingsError });
     t.regex(err?.message ?? "", /^the API key on line 1 of --api-keys-file must be at least 16 characters/);
     t.false(err?.message.includes("tooshort-secret"));
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("a GitHub App: its key is read from a file and never echoed; its API URL and hosts are checked", async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), "aw-app-"));
+  try {
+    const key = path.join(dir, "app.pem");
+    const pem = generateKeyPairSync("rsa", { modulusLength: 2048 }).privateKey.export({ type: "pkcs8", format: "pem" }).toString();
+    await writeFile(key, pem);
+    const base = { AGENT_WORKSPACE_GITHUB_APP_ID: "42", AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE: key };
+    const s = parseSettings({ ...base, AGENT_WORKSPACE_GITHUB_API_URL: "https://ghe.example.com/api/v3/", AGENT_WORKSPACE_GITHUB_APP_HOSTS: "ghe.example.com, git.example.com:8443" }, []);
+    t.deepEqual(s.git.githubApp, { appId: "42", privateKey: pem, apiUrl: "https://ghe.example.com/api/v3", hosts: ["ghe.example.com", "git.example.com:8443"] });
+    t.is(parseSettings(base, []).git.githubApp?.apiUrl, "https://api.github.com");
+    t.deepEqual(parseSettings(base, []).git.githubApp?.hosts, ["github.com"]);
+    t.is(parseSettings({}, []).git.githubApp, undefined);
+    t.is(parseSettings({}, []).git.botName, "agent-workspace[bot]");
+    for (const [env, message] of [
+      [{ AGENT_WORKSPACE_GITHUB_API_URL: "ftp://x" }, /^AGENT_WORKSPACE_GITHUB_API_URL must be an http or https URL/],
+      [{ AGENT_WORKSPACE_GITHUB_API_URL: "https://user:pw@x" }, /without credentials/],
+      [{ AGENT_WORKSPACE_GITHUB_APP_HOSTS: "https://github.com" }, /is not a host name/],
+      [{ AGENT_WORKSPACE_GITHUB_APP_INSTALLATION_ID: "one" }, /must be a numeric id/],
+    ] as const) {
+      const err = t.throws(() => parseSettings({ ...base, ...env }, []), { instanceOf: SettingsError });
+      t.regex(err?.message ?? "", message);
+    }
+    await writeFile(key, "not a key at all, but secret-looking text\n");
+    const err = t.throws(() => parseSettings(base, []), { instanceOf: SettingsError });
+    t.regex(err?.message ?? "", /holds no RSA private key in PEM$/);
+    t.false(err?.message.includes("secret-looking"));
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -157,6 +157,13 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
 
   const policy = normalizeCommandPolicy(cfg.commandPolicy, f);
   const files = normalizeSensitiveFiles(cfg.sensitiveFiles, f);
+  const protectedBranches = [...new Set((cfg.git?.protectedBranches ?? []).map((p) => p.trim()))];
+  if (protectedBranches.length > MAX_POLICY_ENTRIES) throw invalid(f("git.protected_branches"), `git.protected_branches may hold at most ${MAX_POLICY_ENTRIES} patterns`);
+  protectedBranches.forEach((p, i) => {
+    if (!/^[A-Za-z0-9._\/*-]{1,255}$/.test(p)) {
+      throw invalid(f(`git.protected_branches[${i}]`), `git.protected_branches[${i}] ${shown(p)} must be a branch name or pattern of letters, digits, '.', '_', '-', '/' and '*'`);
+    }
+  });
 
   for (const [name, value] of [["provider", cfg.provider], ["fallback_provider", cfg.fallbackProvider]] as const) {
     if (value !== "" && !ctx.providers.includes(value)) {
@@ -203,6 +210,7 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     sessionIdleTimeoutMs: cfg.sessionIdleTimeoutMs,
     commandPolicy: policy,
     sensitiveFiles: files,
+    git: { protectedBranches },
   });
 }
 

@@ -8,6 +8,18 @@
  */
 import type { BashRequest, BashResponse, DeleteFileRequest, EditFileRequest, EditFileResponse, GlobRequest, GlobResponse, GrepRequest, GrepResponse, ListFilesRequest, ListFilesResponse, PatchFileRequest, PatchFileResponse, ReadFileRequest, ReadFileResponse, StreamBashRequest, StreamBashResponse, StreamGrepResponse, WriteFileRequest, WriteFileResponse } from "../../gen/agentworkspace/v1/tool_pb.js";
 import { FileKind } from "../../gen/agentworkspace/v1/tool_pb.js";
+import type {
+  GitCheckoutRequest,
+  GitCheckoutResponse,
+  GitCommitRequest,
+  GitCommitResponse,
+  GitDiffRequest,
+  GitDiffResponse,
+  GitPushRequest,
+  GitPushResponse,
+  GitStatusRequest,
+  GitStatusResponse,
+} from "../../gen/agentworkspace/v1/git_pb.js";
 import type { CreateAgentTypeRequest, DeleteAgentTypeRequest, UpdateAgentTypeRequest, UpdateWorkspaceConfigRequest } from "../../gen/agentworkspace/v1/config_pb.js";
 import type { CreateWorkspaceRequest, CreateWorkspaceResponse, DeleteWorkspaceRequest, EndSessionRequest, StartSessionRequest, StartSessionResponse } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import type { ToolName } from "../tools/registry.ts";
@@ -174,7 +186,71 @@ export const TOOL_AUDIT = {
       }
     },
   },
+  git: {
+    // One tool, five RPCs: the message's type says which action it is.
+    request(r: GitRequest, redact: Redactor) {
+      const out: Summary = { action: GIT_ACTIONS[r.$typeName] };
+      if (r.$typeName === "agentworkspace.v1.GitDiffRequest") {
+        put(out, "paths", redact.redact(r.paths.join(",")));
+        put(out, "ref", redact.redact(r.ref));
+      } else if (r.$typeName === "agentworkspace.v1.GitCommitRequest") {
+        put(out, "files", redact.redact(r.files.join(",")));
+        put(out, "all", r.all);
+        // The message is the agent's prose: its size, not its text.
+        out.message_bytes = Buffer.byteLength(r.message);
+      } else if (r.$typeName === "agentworkspace.v1.GitCheckoutRequest") {
+        put(out, "branch", redact.redact(r.branch));
+        put(out, "create", r.create);
+      } else if (r.$typeName === "agentworkspace.v1.GitPushRequest") {
+        put(out, "branch", redact.redact(r.branch));
+        put(out, "force", r.force);
+      }
+      return out;
+    },
+    response(r: GitResponse, out: Summary) {
+      switch (r.$typeName) {
+        case "agentworkspace.v1.GitStatusResponse":
+          put(out, "branch", r.branch);
+          out.files = r.files.length;
+          put(out, "truncated", r.truncated);
+          break;
+        case "agentworkspace.v1.GitDiffResponse":
+          for (const [key, d] of [["staged", r.staged], ["unstaged", r.unstaged], ["against_ref", r.againstRef]] as const) {
+            if (!d) continue;
+            out[`${key}_files`] = d.files.length;
+            put(out, `${key}_truncated`, d.truncated);
+          }
+          break;
+        case "agentworkspace.v1.GitCommitResponse":
+          out.commit = r.commit;
+          put(out, "branch", r.branch);
+          out.files_changed = r.filesChanged;
+          break;
+        case "agentworkspace.v1.GitCheckoutResponse":
+          put(out, "branch", r.branch);
+          put(out, "commit", r.commit);
+          put(out, "created", r.created);
+          break;
+        case "agentworkspace.v1.GitPushResponse":
+          put(out, "branch", r.branch);
+          put(out, "commit", r.commit);
+          put(out, "created", r.created);
+          out.commits_pushed = r.commitsPushed;
+          break;
+      }
+    },
+  },
 } satisfies Record<ToolName, ToolAudit>;
+
+type GitRequest = GitStatusRequest | GitDiffRequest | GitCommitRequest | GitCheckoutRequest | GitPushRequest;
+type GitResponse = GitStatusResponse | GitDiffResponse | GitCommitResponse | GitCheckoutResponse | GitPushResponse;
+const GIT_ACTIONS: Record<GitRequest["$typeName"], string> = {
+  "agentworkspace.v1.GitStatusRequest": "status",
+  "agentworkspace.v1.GitDiffRequest": "diff",
+  "agentworkspace.v1.GitCommitRequest": "commit",
+  "agentworkspace.v1.GitCheckoutRequest": "checkout",
+  "agentworkspace.v1.GitPushRequest": "push",
+};
 
 /** Tools whose successful calls change the file at the request's path. */
 export const FILE_CHANGING_TOOLS: ReadonlySet<string> = new Set(["write", "edit", "patch", "delete"]);

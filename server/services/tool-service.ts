@@ -19,9 +19,12 @@ import {
   StreamGrepResponseSchema,
   ToolService,
 } from "../../gen/agentworkspace/v1/tool_pb.js";
+import { GitChange } from "../../gen/agentworkspace/v1/git_pb.js";
 import type { EntryType } from "../../providers/types.ts";
+import type { Change } from "../git/porcelain.ts";
+import type { GitDiffSet } from "../tools/git.ts";
 import type { BashInput, BashStreamEvent } from "../tools/bash.ts";
-import type { ToolContext } from "../tools/context.ts";
+import type { GitContext, ToolContext } from "../tools/context.ts";
 import type { GrepEvent, GrepInput } from "../tools/grep.ts";
 import { TOOL_REGISTRY } from "../tools/registry.ts";
 import type { ToolLimits } from "../tools/tool-limits.ts";
@@ -35,12 +38,25 @@ const FILE_TYPES: Record<EntryType, FileType> = {
   symlink: FileType.SYMLINK,
   other: FileType.OTHER,
 };
+const GIT_CHANGES: Record<Change, GitChange> = {
+  "": GitChange.UNSPECIFIED,
+  modified: GitChange.MODIFIED,
+  added: GitChange.ADDED,
+  deleted: GitChange.DELETED,
+  renamed: GitChange.RENAMED,
+  copied: GitChange.COPIED,
+  type_changed: GitChange.TYPE_CHANGED,
+  unmerged: GitChange.UNMERGED,
+};
+const diffSet = (d: GitDiffSet) => ({ ...d, totalBytes: BigInt(d.totalBytes) });
 const FILE_KINDS = { text: FileKind.TEXT, directory: FileKind.DIRECTORY, binary: FileKind.BINARY } as const;
 
 /** Dependencies of the tool service. */
 export interface ToolServiceDeps {
   workspaces: WorkspaceManager;
   limits: ToolLimits;
+  /** The git tools' context for a workspace (its identity, file rules and push path). */
+  git: (workspaceId: string) => GitContext;
 }
 
 /**
@@ -107,7 +123,7 @@ function grepEvent(ev: GrepEvent) {
 }
 
 /** Creates the ToolService implementation. */
-export function createToolService({ workspaces, limits }: ToolServiceDeps): ServiceImpl<typeof ToolService> {
+export function createToolService({ workspaces, limits, git }: ToolServiceDeps): ServiceImpl<typeof ToolService> {
   /** The server's tool limits, with the command timeouts of the workspace's agent type. */
   const limitsOf = (workspaceId: string): ToolLimits => {
     const binding = workspaces.find(workspaceId)?.agentType;
@@ -127,6 +143,7 @@ export function createToolService({ workspaces, limits }: ToolServiceDeps): Serv
       signal: cancelOnly(hctx.signal),
       deadline: left === undefined ? undefined : Date.now() + left,
       ...(task ? { env: taskEnv(task) } : {}),
+      git: git(workspaceId),
     };
   };
   /** A unary RPC: request → tool input → tool → response. */
@@ -162,5 +179,14 @@ export function createToolService({ workspaces, limits }: ToolServiceDeps): Serv
     glob: unary(tools.glob.glob, (r) => ({ pattern: r.pattern, path: r.path, limit: r.limit }), same),
     grep: unary(tools.grep.grep, grepInput, same),
     streamGrep: streaming(tools.grep.streamGrep, grepInput, grepEvent),
+    gitStatus: unary(tools.git.gitStatus, () => ({}), (r) => ({ ...r, files: r.files.map((f) => ({ ...f, staged: GIT_CHANGES[f.staged], unstaged: GIT_CHANGES[f.unstaged] })) })),
+    gitDiff: unary(tools.git.gitDiff, (r) => ({ paths: r.paths, ref: r.ref, contextLines: r.contextLines }), (r) => ({
+      ...(r.staged ? { staged: diffSet(r.staged) } : {}),
+      ...(r.unstaged ? { unstaged: diffSet(r.unstaged) } : {}),
+      ...(r.againstRef ? { againstRef: diffSet(r.againstRef) } : {}),
+    })),
+    gitCommit: unary(tools.git.gitCommit, (r) => ({ message: r.message, files: r.files, all: r.all }), same),
+    gitCheckout: unary(tools.git.gitCheckout, (r) => ({ branch: r.branch, create: r.create }), same),
+    gitPush: unary(tools.git.gitPush, (r) => ({ branch: r.branch, force: r.force }), same),
   };
 }

@@ -15,11 +15,12 @@
  *   the command line, a config file, the bundle, the sandbox's `.git/config` (whose origin is the
  *   bare URL), a log line or an error message (everything git prints is redacted).
  */
-import { spawn } from "node:child_process";
 import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import { DomainError } from "../../core/errors.ts";
 import type { WorkspaceHandle } from "../../providers/types.ts";
+import type { CredentialProvider, IssuedCredential } from "../git/credentials.ts";
+import { type GitRun, hostGit as git, hostGitEnv as gitEnv, lastLine, redactor } from "../git/host-git.ts";
 
 /** A token the server presents to one git host. */
 export interface GitCredential {
@@ -39,8 +40,8 @@ export interface CloneTarget {
 
 /** Limits and credentials of server-side clones. */
 export interface CloneSettings {
-  /** Credentials by URL host ("git.example.com", "127.0.0.1:8443"). */
-  credentials: ReadonlyMap<string, GitCredential>;
+  /** Issues the credential for a repository's host (a static token, or a GitHub App's). */
+  credentials: Pick<CredentialProvider, "credentialFor">;
   /** Where the temporary bare repositories go (a directory the server owns). */
   tmpDir: string;
   /** Largest pack (and bundle) a clone may produce, in bytes. */
@@ -66,133 +67,22 @@ const BUNDLE = ".git/agent-workspace-clone.bundle";
 const cloneFailed = (message: string, cause?: unknown) =>
   new DomainError("WORKSPACE_NOT_READY", message, { metadata: { stage: "clone" }, cause });
 
-/** Replaces every occurrence of the secrets in `text`. */
-function redactor(secrets: string[]): (text: string) => string {
-  const live = secrets.filter((s) => s.length >= 4);
-  return (text) => live.reduce((t, s) => t.split(s).join("***"), text);
-}
-
-/** The credential for `url`'s host, if any (only http and https carry one). */
-function credentialFor(url: string, credentials: ReadonlyMap<string, GitCredential>): { origin: string; credential: GitCredential } | undefined {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return undefined;
-  }
-  if (parsed.protocol !== "https:" && parsed.protocol !== "http:") return undefined;
-  const credential = credentials.get(parsed.host) ?? credentials.get(parsed.hostname);
-  return credential ? { origin: `${parsed.protocol}//${parsed.host}`, credential } : undefined;
-}
-
-/**
- * The environment of every server-side git: no system or user configuration, no prompts, no
- * helpers, the hardening as GIT_CONFIG_* entries (never on the command line), and the
- * credential's header scoped to its host.
- */
-function gitEnv(home: string, header: { origin: string; value: string } | undefined): NodeJS.ProcessEnv {
-  const config: Array<[string, string]> = [
-    ["core.hooksPath", "/dev/null"],
-    ["protocol.allow", "never"],
-    ["protocol.https.allow", "always"],
-    ["protocol.http.allow", "always"],
-    ["protocol.ssh.allow", "always"],
-    ["protocol.git.allow", "always"],
-    ["protocol.file.allow", "never"],
-    ["protocol.ext.allow", "never"],
-    ["transfer.fsckObjects", "true"],
-    ["fetch.fsckObjects", "true"],
-    ["submodule.recurse", "false"],
-    ["credential.helper", ""],
-    ["http.followRedirects", header ? "false" : "initial"],
-    ["core.askPass", "/bin/false"],
-  ];
-  if (header) config.push([`http.${header.origin}/.extraHeader`, header.value]);
-  const env: NodeJS.ProcessEnv = {
-    PATH: process.env.PATH ?? "/usr/bin:/bin",
-    HOME: home,
-    LANG: "C",
-    GIT_CONFIG_NOSYSTEM: "1",
-    GIT_CONFIG_GLOBAL: "/dev/null",
-    GIT_TERMINAL_PROMPT: "0",
-    GIT_ASKPASS: "/bin/false",
-    SSH_ASKPASS: "/bin/false",
-    GIT_SSH_COMMAND: "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes",
-    GIT_ALLOW_PROTOCOL: "https:http:ssh:git",
-    GIT_CONFIG_COUNT: String(config.length),
-  };
-  config.forEach(([k, v], i) => {
-    env[`GIT_CONFIG_KEY_${i}`] = k;
-    env[`GIT_CONFIG_VALUE_${i}`] = v;
-  });
-  return env;
-}
-
-interface GitRun {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-/**
- * Runs git with `args` under RLIMIT_FSIZE (bash's `ulimit -f`, inherited by index-pack), until
- * `signal` aborts; stderr goes to `progress` as it comes, redacted.
- */
-function git(args: string[], options: { env: NodeJS.ProcessEnv; maxBytes: number; signal: AbortSignal; redact: (s: string) => string; progress?: CloneOutput }): Promise<GitRun> {
-  const blocks = Math.max(1, Math.ceil(options.maxBytes / 1024));
-  return new Promise((resolve, reject) => {
-    const child = spawn("bash", ["-c", `ulimit -f ${blocks} && exec git "$@"`, "git", ...args], {
-      env: options.env,
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    });
-    let stdout = "";
-    let stderr = "";
-    const kill = () => {
-      try {
-        if (child.pid !== undefined) process.kill(-child.pid, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    };
-    options.signal.addEventListener("abort", kill, { once: true });
-    child.stdout.setEncoding("utf8").on("data", (d: string) => {
-      if (stdout.length < 64 * 1024) stdout += d;
-    });
-    child.stderr.on("data", (d: Buffer) => {
-      const text = options.redact(d.toString("utf8"));
-      if (stderr.length < 64 * 1024) stderr += text;
-      options.progress?.(Buffer.from(text), true);
-    });
-    child.on("error", (err) => {
-      options.signal.removeEventListener("abort", kill);
-      reject(err);
-    });
-    child.on("close", (code, sig) => {
-      options.signal.removeEventListener("abort", kill);
-      resolve({ code, signal: sig, stdout, stderr });
-    });
-  });
-}
-
-/** The last meaningful line git printed, for an error message. */
-function lastLine(text: string): string {
-  const lines = text.split(/[\r\n]+/).map((l) => l.trim()).filter((l) => l !== "" && !/^(remote: )?(Counting|Compressing|Receiving|Resolving|Enumerating)/.test(l));
-  return (lines.at(-1) ?? "").slice(0, 500);
-}
-
 /**
  * Clones `target` into the workspace behind `handle` (whose /workspace must be empty) and checks
  * out its branch. Throws WORKSPACE_NOT_READY with git's own explanation, redacted, on failure.
  */
 export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, settings: CloneSettings, output: CloneOutput, signal: AbortSignal): Promise<Checkout> {
-  const scoped = credentialFor(target.url, settings.credentials);
-  const basic = scoped ? Buffer.from(`${scoped.credential.username}:${scoped.credential.token}`).toString("base64") : "";
+  let scoped: IssuedCredential | undefined;
+  try {
+    scoped = await settings.credentials.credentialFor(target.url, signal);
+  } catch (err) {
+    throw cloneFailed(`No credential for ${target.url}: ${err instanceof Error ? err.message : String(err)}`, err);
+  }
+  const basic = scoped ? Buffer.from(`${scoped.username}:${scoped.token}`).toString("base64") : "";
   const header = scoped ? { origin: scoped.origin, value: `Authorization: Basic ${basic}` } : undefined;
   const dir = await mkdtemp(path.join(settings.tmpDir, "clone-"));
   // The server's own paths are nobody's business either (git names its target directory).
-  const redact = redactor(scoped ? [scoped.credential.token, basic, dir] : [dir]);
+  const redact = redactor(scoped ? [scoped.token, basic, dir] : [dir]);
   const timeout = AbortSignal.timeout(settings.timeoutMs);
   const stop = AbortSignal.any([signal, timeout]);
   const env = gitEnv(dir, header);

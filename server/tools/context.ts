@@ -4,6 +4,8 @@
  * builds the context once per call. Later steps add the caller (principal) and the session here.
  */
 import type { WorkspaceHandle } from "../../providers/types.ts";
+import type { FileRules } from "../../providers/executor/sensitive-files.ts";
+import type { BotIdentity } from "../git/credentials.ts";
 import type { CommandPolicy } from "../security/command-policy.ts";
 import type { ToolLimits } from "./tool-limits.ts";
 
@@ -30,6 +32,27 @@ export interface ToolContext {
    * request's own env.
    */
   env?: Record<string, string>;
+  /** What the git tools need besides the workspace (absent for setup commands, which run bash only). */
+  git?: GitContext;
+}
+
+/** What a push did. */
+export interface PushResult {
+  branch: string;
+  commit: string;
+  repositoryUrl: string;
+  created: boolean;
+  commitsPushed: number;
+}
+
+/** The git tools' view of the server: identity, the agent type's file rules, the push path. */
+export interface GitContext {
+  /** The bot identity (looked up once from a GitHub App, or the server's configured one). */
+  identity(): Promise<BotIdentity>;
+  /** Sensitive-file patterns the workspace's agent type adds to the server's. */
+  fileRules: FileRules | undefined;
+  /** Pushes `branch` of the workspace (already validated and checked out or named) to its repository. */
+  push(ctx: ToolContext, request: { branch: string; force: boolean }): Promise<PushResult>;
 }
 
 /** Milliseconds left before the deadline (at least 1), or undefined without one. */

@@ -12,6 +12,7 @@ import { runBash, streamBash } from "./bash.ts";
 import type { ToolContext } from "./context.ts";
 import { deleteFile } from "./delete.ts";
 import { editFile } from "./edit.ts";
+import { gitCheckout, gitCommit, gitDiff, gitPush, gitStatus } from "./git.ts";
 import { glob } from "./glob.ts";
 import { grep, grepAll } from "./grep.ts";
 import { listFiles } from "./list.ts";
@@ -30,16 +31,11 @@ export const TOOL_REGISTRY = {
   list: { listFiles },
   glob: { glob },
   grep: { grep: grepAll, streamGrep: grep },
+  git: { gitStatus, gitDiff, gitCommit, gitCheckout, gitPush },
 } as const satisfies Record<string, Record<string, (ctx: ToolContext, input: never) => Promise<unknown> | AsyncIterable<unknown>>>;
 
-/**
- * Tool names an agent type may list before their RPCs exist: `git` is declared now so agent
- * types written for the git tools (seed 003 lists it) validate today and work when they land.
- */
-export const RESERVED_TOOL_NAMES = ["git"] as const;
-
 /** Every tool name an agent type's configuration may list. */
-export const TOOL_NAMES: readonly string[] = [...Object.keys(TOOL_REGISTRY), ...RESERVED_TOOL_NAMES];
+export const TOOL_NAMES: readonly string[] = Object.keys(TOOL_REGISTRY);
 
 /** A tool name, as the proto option spells it. */
 export type ToolName = keyof typeof TOOL_REGISTRY;

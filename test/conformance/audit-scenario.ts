@@ -6,6 +6,7 @@
 import type { ExecutionContext, TestFn } from "ava";
 import { randomBytes } from "node:crypto";
 import { AuditOutcome } from "../../gen/agentworkspace/v1/audit_pb.js";
+import { ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
 import type { OtlpReceiver } from "../helpers/otlp-receiver.ts";
 import { type ClientSet, newWorkspace } from "../helpers/server.ts";
@@ -32,16 +33,26 @@ export function registerAuditScenario<C>(test: TestFn<C>, provider: string, clie
       for await (const _ of tools.streamGrep({ workspaceId: ws, pattern: "content" })) void _;
       await tools.bash({ workspaceId: ws, command: "cat a.txt" });
       for await (const _ of tools.streamBash({ workspaceId: ws, command: "cat a.txt; exit 2" })) void _;
+      await tools.bash({ workspaceId: ws, command: "git init -q -b main ." });
+      await tools.gitCommit({ workspaceId: ws, message: `add ${content}`, files: ["a.txt"] });
+      await tools.gitStatus({ workspaceId: ws });
+      await tools.gitDiff({ workspaceId: ws });
+      await tools.gitCheckout({ workspaceId: ws, branch: "feature", create: true });
+      // No repository to push to: recorded as the failure it is.
+      await tools.gitPush({ workspaceId: ws }).catch(() => undefined);
       await tools.deleteFile({ workspaceId: ws, path: "a.txt" });
       const { events } = await c.audit.listAuditEvents({ workspaceId: ws, pageSize: 100 });
       const calls = events.filter((e) => e.tool !== "");
-      t.deepEqual(calls.map((e) => e.procedure.split("/").pop()).sort(), ToolService.methods.map((m) => m.name).sort(), "each RPC once");
+      t.deepEqual(calls.map((e) => e.procedure.split("/").pop()).sort(), [...ToolService.methods.map((m) => m.name), "Bash"].sort(), "each RPC once (Bash twice)");
       for (const e of calls) {
         t.is(e.provider, provider);
         t.is(e.workspaceId, ws);
-        t.is(e.outcome, AuditOutcome.OK, e.procedure);
+        const push = e.procedure.endsWith("/GitPush");
+        t.is(e.outcome, push ? AuditOutcome.ERROR : AuditOutcome.OK, e.procedure);
+        if (push) t.is(e.reason, ErrorReason.NO_REPOSITORY);
         t.truthy(e.duration);
       }
+      t.is(calls.find((e) => e.procedure.endsWith("/GitCommit"))?.request.message_bytes, String(Buffer.byteLength(`add ${content}`)));
       t.is(calls.find((e) => e.procedure.endsWith("/StreamBash"))?.exitCode, 2);
       t.false(JSON.stringify(events.map((e) => [e.request, e.result, e.name])).includes(content), "no content in any record");
       if (otlp) {

@@ -18,6 +18,11 @@ import path from "node:path";
 export interface GitServerOptions {
   /** The token (password) of Basic authentication. */
   token: string;
+  /**
+   * Accepts further tokens (a GitHub App's installation tokens, valid until they expire); the
+   * request is authorised when its Basic password is `token` or this says yes.
+   */
+  acceptToken?: (token: string) => boolean;
   /** The user name of Basic authentication; default "x-access-token", as GitHub's installation tokens use. */
   username?: string;
   /** Names of repositories (as given to `createRepo`) anyone may read without credentials. */
@@ -106,6 +111,14 @@ export async function startGitServer(options: GitServerOptions): Promise<GitServ
 
   const expected = `Basic ${Buffer.from(`${options.username ?? "x-access-token"}:${options.token}`).toString("base64")}`;
   const publicRepos = new Set(options.publicRepos ?? []);
+  const username = options.username ?? "x-access-token";
+  /** Whether `authorization` is Basic for `username` with a token `acceptToken` takes. */
+  const acceptedByCallback = (authorization: string | undefined): boolean => {
+    if (options.acceptToken === undefined || authorization === undefined || !authorization.startsWith("Basic ")) return false;
+    const decoded = Buffer.from(authorization.slice(6), "base64").toString("utf8");
+    const colon = decoded.indexOf(":");
+    return colon > 0 && decoded.slice(0, colon) === username && options.acceptToken(decoded.slice(colon + 1));
+  };
   const cleanEnv = { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: home, GIT_CONFIG_NOSYSTEM: "1" };
   const log: GitRequestRecord[] = [];
   const children = new Set<ChildProcess>();
@@ -128,7 +141,7 @@ export async function startGitServer(options: GitServerOptions): Promise<GitServ
   async function handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "http://git.invalid");
     const authorization = req.headers.authorization;
-    const entry: GitRequestRecord = { method: req.method ?? "GET", path: url.pathname, authorized: authorization === expected, status: 0, authorization };
+    const entry: GitRequestRecord = { method: req.method ?? "GET", path: url.pathname, authorized: authorization === expected || acceptedByCallback(authorization), status: 0, authorization };
     // Logged when the head goes out, so a client that has exited already finds its requests here.
     const writeHead = res.writeHead.bind(res) as (...args: unknown[]) => http.ServerResponse;
     res.writeHead = ((...args: unknown[]) => {

@@ -27,6 +27,11 @@ const CALLS: Record<string, Call> = {
   glob: (c, workspaceId) => c.tools.glob({ workspaceId, pattern: "*" }),
   grep: (c, workspaceId) => c.tools.grep({ workspaceId, pattern: "hello" }),
   streamGrep: (c, workspaceId) => drain(c.tools.streamGrep({ workspaceId, pattern: "hello" })),
+  gitStatus: (c, workspaceId) => c.tools.gitStatus({ workspaceId }),
+  gitDiff: (c, workspaceId) => c.tools.gitDiff({ workspaceId }),
+  gitCommit: (c, workspaceId) => c.tools.gitCommit({ workspaceId, message: "m", files: ["README"] }),
+  gitCheckout: (c, workspaceId) => c.tools.gitCheckout({ workspaceId, branch: "b", create: true }),
+  gitPush: (c, workspaceId) => c.tools.gitPush({ workspaceId }),
 };
 
 /** Every ToolService RPC: its name, the tool it declares, and a call of it. */

@@ -199,6 +199,13 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
    * @generated from field: agentworkspace.v1.SensitiveFiles sensitive_files = 16;
    */
   sensitiveFiles?: SensitiveFiles | undefined;
+
+  /**
+   * What GitPush may push to.
+   *
+   * @generated from field: agentworkspace.v1.GitPolicy git = 18;
+   */
+  git?: GitPolicy | undefined;
 };
 
 /**
@@ -206,6 +213,28 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
  * Use `create(WorkspaceConfigSchema)` to create a new message.
  */
 export declare const WorkspaceConfigSchema: GenMessage<WorkspaceConfig>;
+
+/**
+ * GitPolicy limits GitPush. Pushes always go to the workspace's own repository, never forced.
+ *
+ * @generated from message agentworkspace.v1.GitPolicy
+ */
+export declare type GitPolicy = Message<"agentworkspace.v1.GitPolicy"> & {
+  /**
+   * Branch patterns GitPush refuses (PERMISSION_DENIED, PROTECTED_BRANCH): `*` within one path
+   * segment, `**` across segments ("main", "release/*"). Empty: the session's base branch and the
+   * repository's default branch.
+   *
+   * @generated from field: repeated string protected_branches = 1;
+   */
+  protectedBranches: string[];
+};
+
+/**
+ * Describes the message agentworkspace.v1.GitPolicy.
+ * Use `create(GitPolicySchema)` to create a new message.
+ */
+export declare const GitPolicySchema: GenMessage<GitPolicy>;
 
 /**
  * CommandPolicy decides which commands of a script may run. A script is parsed as bash (a real

@@ -10,7 +10,7 @@ import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
  * Describes the file agentworkspace/v1/config.proto.
  */
 export const file_agentworkspace_v1_config = /*@__PURE__*/
-  fileDesc("Ch5hZ2VudHdvcmtzcGFjZS92MS9jb25maWcucHJvdG8SEWFnZW50d29ya3NwYWNlLnYxIjcKClJlcG9Tb3VyY2USDAoEdHlwZRgBIAEoCRILCgN1cmwYAiABKAkSDgoGYnJhbmNoGAMgASgJIh0KDU5ldHdvcmtDb25maWcSDAoEbW9kZRgBIAEoCSLdBAoPV29ya3NwYWNlQ29uZmlnEg8KB2VuYWJsZWQYASABKAgSMgoLcmVwb19zb3VyY2UYAiABKAsyHS5hZ2VudHdvcmtzcGFjZS52MS5SZXBvU291cmNlEg0KBXRvb2xzGAMgAygJEjoKD3Jlc291cmNlX2xpbWl0cxgEIAEoCzIhLmFnZW50d29ya3NwYWNlLnYxLlJlc291cmNlTGltaXRzEhkKEWNoZWNrb3V0X29uX3N0YXJ0GAUgASgIEhIKCmJhc2VfaW1hZ2UYBiABKAkSFgoOc2V0dXBfY29tbWFuZHMYByADKAkSEAoIcHJvdmlkZXIYCCABKAkSGQoRZmFsbGJhY2tfcHJvdmlkZXIYCSABKAkSMQoHbmV0d29yaxgKIAEoCzIgLmFnZW50d29ya3NwYWNlLnYxLk5ldHdvcmtDb25maWcSFgoOd2FybV9wb29sX3NpemUYCyABKAUSIgoaZGVmYXVsdF9jb21tYW5kX3RpbWVvdXRfbXMYDCABKAMSHgoWbWF4X2NvbW1hbmRfdGltZW91dF9tcxgNIAEoAxIgChhzZXR1cF9jb21tYW5kX3RpbWVvdXRfbXMYDiABKAMSHwoXc2Vzc2lvbl9pZGxlX3RpbWVvdXRfbXMYESABKAMSOAoOY29tbWFuZF9wb2xpY3kYDyABKAsyIC5hZ2VudHdvcmtzcGFjZS52MS5Db21tYW5kUG9saWN5EjoKD3NlbnNpdGl2ZV9maWxlcxgQIAEoCzIhLmFnZW50d29ya3NwYWNlLnYxLlNlbnNpdGl2ZUZpbGVzIkQKDUNvbW1hbmRQb2xpY3kSFgoOZGVmYXVsdF9hY3Rpb24YASABKAkSDQoFYWxsb3cYAiADKAkSDAoEZGVueRgDIAMoCSI3Cg5TZW5zaXRpdmVGaWxlcxIMCgRkZW55GAEgAygJEhcKD3dyaXRlX3Byb3RlY3RlZBgCIAMoCSLrAQoJQWdlbnRUeXBlEgoKAmlkGAEgASgJEhQKDGRpc3BsYXlfbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRI1Cgl3b3Jrc3BhY2UYBCABKAsyIi5hZ2VudHdvcmtzcGFjZS52MS5Xb3Jrc3BhY2VDb25maWcSEAoIcmV2aXNpb24YBSABKAMSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSgoWQ3JlYXRlQWdlbnRUeXBlUmVxdWVzdBIwCgphZ2VudF90eXBlGAEgASgLMhwuYWdlbnR3b3Jrc3BhY2UudjEuQWdlbnRUeXBlIksKF0NyZWF0ZUFnZW50VHlwZVJlc3BvbnNlEjAKCmFnZW50X3R5cGUYASABKAsyHC5hZ2VudHdvcmtzcGFjZS52MS5BZ2VudFR5cGUiIQoTR2V0QWdlbnRUeXBlUmVxdWVzdBIKCgJpZBgBIAEoCSJIChRHZXRBZ2VudFR5cGVSZXNwb25zZRIwCgphZ2VudF90eXBlGAEgASgLMhwuYWdlbnR3b3Jrc3BhY2UudjEuQWdlbnRUeXBlIhcKFUxpc3RBZ2VudFR5cGVzUmVxdWVzdCJLChZMaXN0QWdlbnRUeXBlc1Jlc3BvbnNlEjEKC2FnZW50X3R5cGVzGAEgAygLMhwuYWdlbnR3b3Jrc3BhY2UudjEuQWdlbnRUeXBlIkoKFlVwZGF0ZUFnZW50VHlwZVJlcXVlc3QSMAoKYWdlbnRfdHlwZRgBIAEoCzIcLmFnZW50d29ya3NwYWNlLnYxLkFnZW50VHlwZSJLChdVcGRhdGVBZ2VudFR5cGVSZXNwb25zZRIwCgphZ2VudF90eXBlGAEgASgLMhwuYWdlbnR3b3Jrc3BhY2UudjEuQWdlbnRUeXBlIiQKFkRlbGV0ZUFnZW50VHlwZVJlcXVlc3QSCgoCaWQYASABKAkiGQoXRGVsZXRlQWdlbnRUeXBlUmVzcG9uc2UiMgoZR2V0V29ya3NwYWNlQ29uZmlnUmVxdWVzdBIVCg1hZ2VudF90eXBlX2lkGAEgASgJIloKGkdldFdvcmtzcGFjZUNvbmZpZ1Jlc3BvbnNlEjwKEHdvcmtzcGFjZV9jb25maWcYASABKAsyIi5hZ2VudHdvcmtzcGFjZS52MS5Xb3Jrc3BhY2VDb25maWcicwocVXBkYXRlV29ya3NwYWNlQ29uZmlnUmVxdWVzdBIVCg1hZ2VudF90eXBlX2lkGAEgASgJEjwKEHdvcmtzcGFjZV9jb25maWcYAiABKAsyIi5hZ2VudHdvcmtzcGFjZS52MS5Xb3Jrc3BhY2VDb25maWciXQodVXBkYXRlV29ya3NwYWNlQ29uZmlnUmVzcG9uc2USPAoQd29ya3NwYWNlX2NvbmZpZxgBIAEoCzIiLmFnZW50d29ya3NwYWNlLnYxLldvcmtzcGFjZUNvbmZpZzKEBgoNQ29uZmlnU2VydmljZRJoCg9DcmVhdGVBZ2VudFR5cGUSKS5hZ2VudHdvcmtzcGFjZS52MS5DcmVhdGVBZ2VudFR5cGVSZXF1ZXN0GiouYWdlbnR3b3Jrc3BhY2UudjEuQ3JlYXRlQWdlbnRUeXBlUmVzcG9uc2USXwoMR2V0QWdlbnRUeXBlEiYuYWdlbnR3b3Jrc3BhY2UudjEuR2V0QWdlbnRUeXBlUmVxdWVzdBonLmFnZW50d29ya3NwYWNlLnYxLkdldEFnZW50VHlwZVJlc3BvbnNlEmUKDkxpc3RBZ2VudFR5cGVzEiguYWdlbnR3b3Jrc3BhY2UudjEuTGlzdEFnZW50VHlwZXNSZXF1ZXN0GikuYWdlbnR3b3Jrc3BhY2UudjEuTGlzdEFnZW50VHlwZXNSZXNwb25zZRJoCg9VcGRhdGVBZ2VudFR5cGUSKS5hZ2VudHdvcmtzcGFjZS52MS5VcGRhdGVBZ2VudFR5cGVSZXF1ZXN0GiouYWdlbnR3b3Jrc3BhY2UudjEuVXBkYXRlQWdlbnRUeXBlUmVzcG9uc2USaAoPRGVsZXRlQWdlbnRUeXBlEikuYWdlbnR3b3Jrc3BhY2UudjEuRGVsZXRlQWdlbnRUeXBlUmVxdWVzdBoqLmFnZW50d29ya3NwYWNlLnYxLkRlbGV0ZUFnZW50VHlwZVJlc3BvbnNlEnEKEkdldFdvcmtzcGFjZUNvbmZpZxIsLmFnZW50d29ya3NwYWNlLnYxLkdldFdvcmtzcGFjZUNvbmZpZ1JlcXVlc3QaLS5hZ2VudHdvcmtzcGFjZS52MS5HZXRXb3Jrc3BhY2VDb25maWdSZXNwb25zZRJ6ChVVcGRhdGVXb3Jrc3BhY2VDb25maWcSLy5hZ2VudHdvcmtzcGFjZS52MS5VcGRhdGVXb3Jrc3BhY2VDb25maWdSZXF1ZXN0GjAuYWdlbnR3b3Jrc3BhY2UudjEuVXBkYXRlV29ya3NwYWNlQ29uZmlnUmVzcG9uc2ViBnByb3RvMw", [file_agentworkspace_v1_workspace, file_google_protobuf_timestamp]);
+  fileDesc("Ch5hZ2VudHdvcmtzcGFjZS92MS9jb25maWcucHJvdG8SEWFnZW50d29ya3NwYWNlLnYxIjcKClJlcG9Tb3VyY2USDAoEdHlwZRgBIAEoCRILCgN1cmwYAiABKAkSDgoGYnJhbmNoGAMgASgJIh0KDU5ldHdvcmtDb25maWcSDAoEbW9kZRgBIAEoCSKIBQoPV29ya3NwYWNlQ29uZmlnEg8KB2VuYWJsZWQYASABKAgSMgoLcmVwb19zb3VyY2UYAiABKAsyHS5hZ2VudHdvcmtzcGFjZS52MS5SZXBvU291cmNlEg0KBXRvb2xzGAMgAygJEjoKD3Jlc291cmNlX2xpbWl0cxgEIAEoCzIhLmFnZW50d29ya3NwYWNlLnYxLlJlc291cmNlTGltaXRzEhkKEWNoZWNrb3V0X29uX3N0YXJ0GAUgASgIEhIKCmJhc2VfaW1hZ2UYBiABKAkSFgoOc2V0dXBfY29tbWFuZHMYByADKAkSEAoIcHJvdmlkZXIYCCABKAkSGQoRZmFsbGJhY2tfcHJvdmlkZXIYCSABKAkSMQoHbmV0d29yaxgKIAEoCzIgLmFnZW50d29ya3NwYWNlLnYxLk5ldHdvcmtDb25maWcSFgoOd2FybV9wb29sX3NpemUYCyABKAUSIgoaZGVmYXVsdF9jb21tYW5kX3RpbWVvdXRfbXMYDCABKAMSHgoWbWF4X2NvbW1hbmRfdGltZW91dF9tcxgNIAEoAxIgChhzZXR1cF9jb21tYW5kX3RpbWVvdXRfbXMYDiABKAMSHwoXc2Vzc2lvbl9pZGxlX3RpbWVvdXRfbXMYESABKAMSOAoOY29tbWFuZF9wb2xpY3kYDyABKAsyIC5hZ2VudHdvcmtzcGFjZS52MS5Db21tYW5kUG9saWN5EjoKD3NlbnNpdGl2ZV9maWxlcxgQIAEoCzIhLmFnZW50d29ya3NwYWNlLnYxLlNlbnNpdGl2ZUZpbGVzEikKA2dpdBgSIAEoCzIcLmFnZW50d29ya3NwYWNlLnYxLkdpdFBvbGljeSInCglHaXRQb2xpY3kSGgoScHJvdGVjdGVkX2JyYW5jaGVzGAEgAygJIkQKDUNvbW1hbmRQb2xpY3kSFgoOZGVmYXVsdF9hY3Rpb24YASABKAkSDQoFYWxsb3cYAiADKAkSDAoEZGVueRgDIAMoCSI3Cg5TZW5zaXRpdmVGaWxlcxIMCgRkZW55GAEgAygJEhcKD3dyaXRlX3Byb3RlY3RlZBgCIAMoCSLrAQoJQWdlbnRUeXBlEgoKAmlkGAEgASgJEhQKDGRpc3BsYXlfbmFtZRgCIAEoCRITCgtkZXNjcmlwdGlvbhgDIAEoCRI1Cgl3b3Jrc3BhY2UYBCABKAsyIi5hZ2VudHdvcmtzcGFjZS52MS5Xb3Jrc3BhY2VDb25maWcSEAoIcmV2aXNpb24YBSABKAMSLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSgoWQ3JlYXRlQWdlbnRUeXBlUmVxdWVzdBIwCgphZ2VudF90eXBlGAEgASgLMhwuYWdlbnR3b3Jrc3BhY2UudjEuQWdlbnRUeXBlIksKF0NyZWF0ZUFnZW50VHlwZVJlc3BvbnNlEjAKCmFnZW50X3R5cGUYASABKAsyHC5hZ2VudHdvcmtzcGFjZS52MS5BZ2VudFR5cGUiIQoTR2V0QWdlbnRUeXBlUmVxdWVzdBIKCgJpZBgBIAEoCSJIChRHZXRBZ2VudFR5cGVSZXNwb25zZRIwCgphZ2VudF90eXBlGAEgASgLMhwuYWdlbnR3b3Jrc3BhY2UudjEuQWdlbnRUeXBlIhcKFUxpc3RBZ2VudFR5cGVzUmVxdWVzdCJLChZMaXN0QWdlbnRUeXBlc1Jlc3BvbnNlEjEKC2FnZW50X3R5cGVzGAEgAygLMhwuYWdlbnR3b3Jrc3BhY2UudjEuQWdlbnRUeXBlIkoKFlVwZGF0ZUFnZW50VHlwZVJlcXVlc3QSMAoKYWdlbnRfdHlwZRgBIAEoCzIcLmFnZW50d29ya3NwYWNlLnYxLkFnZW50VHlwZSJLChdVcGRhdGVBZ2VudFR5cGVSZXNwb25zZRIwCgphZ2VudF90eXBlGAEgASgLMhwuYWdlbnR3b3Jrc3BhY2UudjEuQWdlbnRUeXBlIiQKFkRlbGV0ZUFnZW50VHlwZVJlcXVlc3QSCgoCaWQYASABKAkiGQoXRGVsZXRlQWdlbnRUeXBlUmVzcG9uc2UiMgoZR2V0V29ya3NwYWNlQ29uZmlnUmVxdWVzdBIVCg1hZ2VudF90eXBlX2lkGAEgASgJIloKGkdldFdvcmtzcGFjZUNvbmZpZ1Jlc3BvbnNlEjwKEHdvcmtzcGFjZV9jb25maWcYASABKAsyIi5hZ2VudHdvcmtzcGFjZS52MS5Xb3Jrc3BhY2VDb25maWcicwocVXBkYXRlV29ya3NwYWNlQ29uZmlnUmVxdWVzdBIVCg1hZ2VudF90eXBlX2lkGAEgASgJEjwKEHdvcmtzcGFjZV9jb25maWcYAiABKAsyIi5hZ2VudHdvcmtzcGFjZS52MS5Xb3Jrc3BhY2VDb25maWciXQodVXBkYXRlV29ya3NwYWNlQ29uZmlnUmVzcG9uc2USPAoQd29ya3NwYWNlX2NvbmZpZxgBIAEoCzIiLmFnZW50d29ya3NwYWNlLnYxLldvcmtzcGFjZUNvbmZpZzKEBgoNQ29uZmlnU2VydmljZRJoCg9DcmVhdGVBZ2VudFR5cGUSKS5hZ2VudHdvcmtzcGFjZS52MS5DcmVhdGVBZ2VudFR5cGVSZXF1ZXN0GiouYWdlbnR3b3Jrc3BhY2UudjEuQ3JlYXRlQWdlbnRUeXBlUmVzcG9uc2USXwoMR2V0QWdlbnRUeXBlEiYuYWdlbnR3b3Jrc3BhY2UudjEuR2V0QWdlbnRUeXBlUmVxdWVzdBonLmFnZW50d29ya3NwYWNlLnYxLkdldEFnZW50VHlwZVJlc3BvbnNlEmUKDkxpc3RBZ2VudFR5cGVzEiguYWdlbnR3b3Jrc3BhY2UudjEuTGlzdEFnZW50VHlwZXNSZXF1ZXN0GikuYWdlbnR3b3Jrc3BhY2UudjEuTGlzdEFnZW50VHlwZXNSZXNwb25zZRJoCg9VcGRhdGVBZ2VudFR5cGUSKS5hZ2VudHdvcmtzcGFjZS52MS5VcGRhdGVBZ2VudFR5cGVSZXF1ZXN0GiouYWdlbnR3b3Jrc3BhY2UudjEuVXBkYXRlQWdlbnRUeXBlUmVzcG9uc2USaAoPRGVsZXRlQWdlbnRUeXBlEikuYWdlbnR3b3Jrc3BhY2UudjEuRGVsZXRlQWdlbnRUeXBlUmVxdWVzdBoqLmFnZW50d29ya3NwYWNlLnYxLkRlbGV0ZUFnZW50VHlwZVJlc3BvbnNlEnEKEkdldFdvcmtzcGFjZUNvbmZpZxIsLmFnZW50d29ya3NwYWNlLnYxLkdldFdvcmtzcGFjZUNvbmZpZ1JlcXVlc3QaLS5hZ2VudHdvcmtzcGFjZS52MS5HZXRXb3Jrc3BhY2VDb25maWdSZXNwb25zZRJ6ChVVcGRhdGVXb3Jrc3BhY2VDb25maWcSLy5hZ2VudHdvcmtzcGFjZS52MS5VcGRhdGVXb3Jrc3BhY2VDb25maWdSZXF1ZXN0GjAuYWdlbnR3b3Jrc3BhY2UudjEuVXBkYXRlV29ya3NwYWNlQ29uZmlnUmVzcG9uc2ViBnByb3RvMw", [file_agentworkspace_v1_workspace, file_google_protobuf_timestamp]);
 
 /**
  * Describes the message agentworkspace.v1.RepoSource.
@@ -34,123 +34,130 @@ export const WorkspaceConfigSchema = /*@__PURE__*/
   messageDesc(file_agentworkspace_v1_config, 2);
 
 /**
+ * Describes the message agentworkspace.v1.GitPolicy.
+ * Use `create(GitPolicySchema)` to create a new message.
+ */
+export const GitPolicySchema = /*@__PURE__*/
+  messageDesc(file_agentworkspace_v1_config, 3);
+
+/**
  * Describes the message agentworkspace.v1.CommandPolicy.
  * Use `create(CommandPolicySchema)` to create a new message.
  */
 export const CommandPolicySchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 3);
+  messageDesc(file_agentworkspace_v1_config, 4);
 
 /**
  * Describes the message agentworkspace.v1.SensitiveFiles.
  * Use `create(SensitiveFilesSchema)` to create a new message.
  */
 export const SensitiveFilesSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 4);
+  messageDesc(file_agentworkspace_v1_config, 5);
 
 /**
  * Describes the message agentworkspace.v1.AgentType.
  * Use `create(AgentTypeSchema)` to create a new message.
  */
 export const AgentTypeSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 5);
+  messageDesc(file_agentworkspace_v1_config, 6);
 
 /**
  * Describes the message agentworkspace.v1.CreateAgentTypeRequest.
  * Use `create(CreateAgentTypeRequestSchema)` to create a new message.
  */
 export const CreateAgentTypeRequestSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 6);
+  messageDesc(file_agentworkspace_v1_config, 7);
 
 /**
  * Describes the message agentworkspace.v1.CreateAgentTypeResponse.
  * Use `create(CreateAgentTypeResponseSchema)` to create a new message.
  */
 export const CreateAgentTypeResponseSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 7);
+  messageDesc(file_agentworkspace_v1_config, 8);
 
 /**
  * Describes the message agentworkspace.v1.GetAgentTypeRequest.
  * Use `create(GetAgentTypeRequestSchema)` to create a new message.
  */
 export const GetAgentTypeRequestSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 8);
+  messageDesc(file_agentworkspace_v1_config, 9);
 
 /**
  * Describes the message agentworkspace.v1.GetAgentTypeResponse.
  * Use `create(GetAgentTypeResponseSchema)` to create a new message.
  */
 export const GetAgentTypeResponseSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 9);
+  messageDesc(file_agentworkspace_v1_config, 10);
 
 /**
  * Describes the message agentworkspace.v1.ListAgentTypesRequest.
  * Use `create(ListAgentTypesRequestSchema)` to create a new message.
  */
 export const ListAgentTypesRequestSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 10);
+  messageDesc(file_agentworkspace_v1_config, 11);
 
 /**
  * Describes the message agentworkspace.v1.ListAgentTypesResponse.
  * Use `create(ListAgentTypesResponseSchema)` to create a new message.
  */
 export const ListAgentTypesResponseSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 11);
+  messageDesc(file_agentworkspace_v1_config, 12);
 
 /**
  * Describes the message agentworkspace.v1.UpdateAgentTypeRequest.
  * Use `create(UpdateAgentTypeRequestSchema)` to create a new message.
  */
 export const UpdateAgentTypeRequestSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 12);
+  messageDesc(file_agentworkspace_v1_config, 13);
 
 /**
  * Describes the message agentworkspace.v1.UpdateAgentTypeResponse.
  * Use `create(UpdateAgentTypeResponseSchema)` to create a new message.
  */
 export const UpdateAgentTypeResponseSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 13);
+  messageDesc(file_agentworkspace_v1_config, 14);
 
 /**
  * Describes the message agentworkspace.v1.DeleteAgentTypeRequest.
  * Use `create(DeleteAgentTypeRequestSchema)` to create a new message.
  */
 export const DeleteAgentTypeRequestSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 14);
+  messageDesc(file_agentworkspace_v1_config, 15);
 
 /**
  * Describes the message agentworkspace.v1.DeleteAgentTypeResponse.
  * Use `create(DeleteAgentTypeResponseSchema)` to create a new message.
  */
 export const DeleteAgentTypeResponseSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 15);
+  messageDesc(file_agentworkspace_v1_config, 16);
 
 /**
  * Describes the message agentworkspace.v1.GetWorkspaceConfigRequest.
  * Use `create(GetWorkspaceConfigRequestSchema)` to create a new message.
  */
 export const GetWorkspaceConfigRequestSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 16);
+  messageDesc(file_agentworkspace_v1_config, 17);
 
 /**
  * Describes the message agentworkspace.v1.GetWorkspaceConfigResponse.
  * Use `create(GetWorkspaceConfigResponseSchema)` to create a new message.
  */
 export const GetWorkspaceConfigResponseSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 17);
+  messageDesc(file_agentworkspace_v1_config, 18);
 
 /**
  * Describes the message agentworkspace.v1.UpdateWorkspaceConfigRequest.
  * Use `create(UpdateWorkspaceConfigRequestSchema)` to create a new message.
  */
 export const UpdateWorkspaceConfigRequestSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 18);
+  messageDesc(file_agentworkspace_v1_config, 19);
 
 /**
  * Describes the message agentworkspace.v1.UpdateWorkspaceConfigResponse.
  * Use `create(UpdateWorkspaceConfigResponseSchema)` to create a new message.
  */
 export const UpdateWorkspaceConfigResponseSchema = /*@__PURE__*/
-  messageDesc(file_agentworkspace_v1_config, 19);
+  messageDesc(file_agentworkspace_v1_config, 20);
 
 /**
  * ConfigService manages agent types: named kinds of agent ("code-reviewer", "infra-bot"), each

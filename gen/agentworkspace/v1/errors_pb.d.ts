@@ -437,6 +437,84 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_SENSITIVE_FILE = 36;
    */
   SENSITIVE_FILE = 36,
+
+  /**
+   * The workspace's root is not a git work tree, so the git tools have nothing to act on. Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_NOT_A_GIT_REPOSITORY = 37;
+   */
+  NOT_A_GIT_REPOSITORY = 37,
+
+  /**
+   * GitCommit found no change to commit in the files it was given (or, with all, in any tracked file). Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_NOTHING_TO_COMMIT = 38;
+   */
+  NOTHING_TO_COMMIT = 38,
+
+  /**
+   * The branch, tag or commit named does not exist in the workspace's repository; metadata "revision" names it. Code NOT_FOUND.
+   *
+   * @generated from enum value: ERROR_REASON_REVISION_NOT_FOUND = 39;
+   */
+  REVISION_NOT_FOUND = 39,
+
+  /**
+   * GitCheckout was asked to create a branch that already exists; metadata "branch" names it. Code ALREADY_EXISTS.
+   *
+   * @generated from enum value: ERROR_REASON_BRANCH_EXISTS = 40;
+   */
+  BRANCH_EXISTS = 40,
+
+  /**
+   * Switching branches would overwrite uncommitted changes; metadata "paths" lists some of the files. Commit them first. Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_CHECKOUT_CONFLICT = 41;
+   */
+  CHECKOUT_CONFLICT = 41,
+
+  /**
+   * GitPush needs a workspace made from a configured repository (a session's repo_source); this one has none. Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_NO_REPOSITORY = 42;
+   */
+  NO_REPOSITORY = 42,
+
+  /**
+   * A push that would rewrite the repository's history (force, or not a fast-forward of the branch) is refused. Code PERMISSION_DENIED.
+   *
+   * @generated from enum value: ERROR_REASON_FORCE_PUSH_DENIED = 43;
+   */
+  FORCE_PUSH_DENIED = 43,
+
+  /**
+   * The branch matches a protected pattern of the agent type (by default its base branch); metadata "branch" and "rule". Code PERMISSION_DENIED.
+   *
+   * @generated from enum value: ERROR_REASON_PROTECTED_BRANCH = 44;
+   */
+  PROTECTED_BRANCH = 44,
+
+  /**
+   * The workspace's repository could not be reached, refused the credential, or rejected the push; the message carries git's explanation with every credential removed. Code UNAVAILABLE.
+   *
+   * @generated from enum value: ERROR_REASON_GIT_REMOTE_FAILED = 45;
+   */
+  GIT_REMOTE_FAILED = 45,
+
+  /**
+   * No push credential could be issued for the repository (no credential configured for its host, or the GitHub App token request failed). Code UNAVAILABLE.
+   *
+   * @generated from enum value: ERROR_REASON_GIT_CREDENTIAL_UNAVAILABLE = 46;
+   */
+  GIT_CREDENTIAL_UNAVAILABLE = 46,
+
+  /**
+   * git refused the operation for a reason of the repository's state (a lock file left by another
+   * git, a corrupt object); the message carries git's explanation. Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_GIT_FAILED = 47;
+   */
+  GIT_FAILED = 47,
 }
 
 /**

@@ -5,6 +5,7 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import type { GitCheckoutRequestSchema, GitCheckoutResponseSchema, GitCommitRequestSchema, GitCommitResponseSchema, GitDiffRequestSchema, GitDiffResponseSchema, GitPushRequestSchema, GitPushResponseSchema, GitStatusRequestSchema, GitStatusResponseSchema } from "./git_pb.js";
 
 /**
  * Describes the file agentworkspace/v1/tool.proto.
@@ -1335,6 +1336,60 @@ export declare const ToolService: GenService<{
     methodKind: "server_streaming";
     input: typeof StreamGrepRequestSchema;
     output: typeof StreamGrepResponseSchema;
+  },
+  /**
+   * GitStatus describes the workspace's repository: branch, upstream, ahead/behind, and each
+   * changed, staged or untracked file.
+   *
+   * @generated from rpc agentworkspace.v1.ToolService.GitStatus
+   */
+  gitStatus: {
+    methodKind: "unary";
+    input: typeof GitStatusRequestSchema;
+    output: typeof GitStatusResponseSchema;
+  },
+  /**
+   * GitDiff returns the staged and unstaged diffs (or the diff against a ref) as unified text
+   * plus per-file line counts. Sensitive files are counted, never shown.
+   *
+   * @generated from rpc agentworkspace.v1.ToolService.GitDiff
+   */
+  gitDiff: {
+    methodKind: "unary";
+    input: typeof GitDiffRequestSchema;
+    output: typeof GitDiffResponseSchema;
+  },
+  /**
+   * GitCommit stages exactly the given files (or every tracked change) and commits them as the
+   * server's bot identity. Nothing to commit is FAILED_PRECONDITION, NOTHING_TO_COMMIT.
+   *
+   * @generated from rpc agentworkspace.v1.ToolService.GitCommit
+   */
+  gitCommit: {
+    methodKind: "unary";
+    input: typeof GitCommitRequestSchema;
+    output: typeof GitCommitResponseSchema;
+  },
+  /**
+   * GitCheckout switches to a branch, creating it first when asked.
+   *
+   * @generated from rpc agentworkspace.v1.ToolService.GitCheckout
+   */
+  gitCheckout: {
+    methodKind: "unary";
+    input: typeof GitCheckoutRequestSchema;
+    output: typeof GitCheckoutResponseSchema;
+  },
+  /**
+   * GitPush pushes a branch to the workspace's repository with a short-lived credential the
+   * workspace never sees. Force pushes and pushes to protected branches are PERMISSION_DENIED.
+   *
+   * @generated from rpc agentworkspace.v1.ToolService.GitPush
+   */
+  gitPush: {
+    methodKind: "unary";
+    input: typeof GitPushRequestSchema;
+    output: typeof GitPushResponseSchema;
   },
 }>;
 
