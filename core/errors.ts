@@ -53,7 +53,9 @@ export type Reason =
   | "PROTECTED_BRANCH"
   | "GIT_REMOTE_FAILED"
   | "GIT_CREDENTIAL_UNAVAILABLE"
-  | "GIT_FAILED";
+  | "GIT_FAILED"
+  | "HOST_PATH_NOT_ALLOWED"
+  | "MOUNT_TOO_LARGE";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

@@ -107,6 +107,18 @@ export interface WorkspaceRecord {
   session?: WorkspaceSession;
   /** Set by the server while the workspace waits in a warm pool; providers neither set nor read it. */
   pool?: PoolMembership;
+  /** What the server's host mounts copied in when the workspace was made; providers neither set nor read it. */
+  mounts?: MountRecord[];
+}
+
+/** What one host mount copied (MountPreview in the API). */
+export interface MountRecord {
+  hostPath: string;
+  mountPath: string;
+  filesCopied: number;
+  bytesCopied: number;
+  skipped: Array<{ path: string; reason: string }>;
+  skippedTruncated: boolean;
 }
 
 /** What a session's task says about its repository (TaskContext in the API). */

@@ -7,6 +7,7 @@ import { loadShellParser } from "./security/shell-parser.ts";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import path from "node:path";
 import { createCredentialProvider } from "./git/credentials.ts";
+import { canonicalRoots } from "./mounts/host-mounts.ts";
 import { Pusher } from "./git/push.ts";
 import type { GitContext } from "./tools/context.ts";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
@@ -131,7 +132,14 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       throw err;
     }
   }
+  let mountRoots: string[];
+  try {
+    mountRoots = await canonicalRoots(settings.mounts.allowedRoots);
+  } catch (err) {
+    throw new SettingsError(`AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: ${(err as NodeJS.ErrnoException).path ?? ""} cannot be used (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+  }
   const workspaces = new WorkspaceManager({
+    mounts: { allowedRoots: mountRoots, maxBytes: settings.mounts.maxBytes },
     providers: built.providers,
     defaultProvider: settings.defaultProvider,
     defaultLimits: settings.workspaceDefaults,

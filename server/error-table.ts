@@ -61,4 +61,6 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   GIT_REMOTE_FAILED: { code: Code.Unavailable, reason: ErrorReason.GIT_REMOTE_FAILED },
   GIT_CREDENTIAL_UNAVAILABLE: { code: Code.Unavailable, reason: ErrorReason.GIT_CREDENTIAL_UNAVAILABLE },
   GIT_FAILED: { code: Code.FailedPrecondition, reason: ErrorReason.GIT_FAILED },
+  HOST_PATH_NOT_ALLOWED: { code: Code.PermissionDenied, reason: ErrorReason.HOST_PATH_NOT_ALLOWED },
+  MOUNT_TOO_LARGE: { code: Code.ResourceExhausted, reason: ErrorReason.MOUNT_TOO_LARGE },
 };

@@ -50,6 +50,7 @@ export interface Settings {
   agentTypesFile: string;
   sessions: SessionSettings;
   git: GitSettings;
+  mounts: MountSettingsInput;
   audit: AuditSettings;
 }
 
@@ -100,6 +101,14 @@ export interface GitSettings {
   githubApp: GitHubAppSettings | undefined;
   /** How long one GitPush may take, in milliseconds. */
   pushTimeoutMs: number;
+}
+
+/** Where host mounts may come from. */
+export interface MountSettingsInput {
+  /** Absolute directories (made canonical at start); empty refuses every mount. */
+  allowedRoots: string[];
+  /** The most one mount may copy, in bytes. */
+  maxBytes: number;
 }
 
 /** A setting that cannot be used; the message names the variable or flag and what it accepts. */
@@ -298,6 +307,16 @@ function apiKeys(env: NodeJS.ProcessEnv, file: string | undefined, fileName: str
   return [...new Set(keys.map(([k]) => k))];
 }
 
+/** AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: absolute directories separated by ':' (as PATH is). */
+function allowedRoots(value: string | undefined): string[] {
+  if (value === undefined) return [];
+  const roots = value.split(":").map((r) => r.trim()).filter((r) => r !== "");
+  for (const r of roots) {
+    if (!path.isAbsolute(r) || r.split("/").includes("..")) throw new SettingsError(`AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: '${r.slice(0, 200)}' must be an absolute path without '..'`);
+  }
+  return roots;
+}
+
 /** A commit name or email: one line of printable text without git's delimiters. */
 function identityPart(value: string, name: string): string {
   if (value.trim() === "" || value.length > 200 || /[<>\n\r\x00-\x1f]/.test(value)) throw new SettingsError(`${name} must be one line of at most 200 characters without < or >`);
@@ -481,6 +500,10 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
       botEmail: identityPart(read(env, "AGENT_WORKSPACE_GIT_BOT_EMAIL") ?? "agent-workspace[bot]@users.noreply.localhost", "AGENT_WORKSPACE_GIT_BOT_EMAIL"),
       githubApp: githubApp(env),
       pushTimeoutMs: integer(read(env, "AGENT_WORKSPACE_PUSH_TIMEOUT_MS"), "AGENT_WORKSPACE_PUSH_TIMEOUT_MS", 5 * 60_000, 1000, 24 * 3_600_000),
+    },
+    mounts: {
+      allowedRoots: allowedRoots(read(env, "AGENT_WORKSPACE_ALLOWED_HOST_ROOTS")),
+      maxBytes: parseSize(limit(read(env, "AGENT_WORKSPACE_MOUNT_MAX_BYTES"), "AGENT_WORKSPACE_MOUNT_MAX_BYTES", parseSize) || "1G", "AGENT_WORKSPACE_MOUNT_MAX_BYTES"),
     },
     audit: {
       maxAgeMs: integer(read(env, "AGENT_WORKSPACE_AUDIT_MAX_AGE_MS"), "AGENT_WORKSPACE_AUDIT_MAX_AGE_MS", 30 * 24 * 3_600_000, 0, 10 * 365 * 24 * 3_600_000),

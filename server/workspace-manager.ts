@@ -10,6 +10,7 @@ import type { AgentTypes } from "./agent-types/agent-types.ts";
 import type { Logger } from "./logger.ts";
 import type { WorkspaceStore } from "./store/store.ts";
 import { type LimitStrings, resolveLimits } from "./workspace-limits.ts";
+import { copyMounts, type HostMount, type MountSettings, mountFromProto, planMounts } from "./mounts/host-mounts.ts";
 
 /** What CreateWorkspace asks for. Empty fields take the agent type's values, then the server's. */
 export interface CreateRequest {
@@ -23,6 +24,8 @@ export interface CreateRequest {
   session?: WorkspaceSession;
   /** The warm pool the workspace is made for. */
   pool?: PoolMembership;
+  /** Host files to copy in, after the agent type's own mounts. */
+  mounts?: HostMount[];
 }
 
 /** A workspace as the API shows it. */
@@ -54,6 +57,8 @@ export interface WorkspaceManagerOptions {
   store: WorkspaceStore;
   agentTypes: AgentTypes;
   logger: Logger;
+  /** Where host mounts may come from, and how much one may copy. */
+  mounts: MountSettings;
   /** Told when a workspace starts being made, is ready, fails to be made or is deleted (live events). */
   onStatus?: (change: WorkspaceStatusChange) => void;
 }
@@ -162,12 +167,23 @@ export class WorkspaceManager {
     }
   }
 
+  /**
+   * Checks mounts a request names as a workspace's creation would (allowed roots, links, sizes),
+   * so that a session is refused at once rather than degraded later.
+   */
+  async checkMounts(mounts: HostMount[], field: string): Promise<void> {
+    if (mounts.length > 0) await planMounts(mounts, this.#options.mounts, undefined, field);
+  }
+
   async create(req: CreateRequest): Promise<WorkspaceView> {
     const plan = this.#plan(req);
     // An unknown provider is refused before anything is made, unless a fallback may stand in.
     if (plan.providers.length === 1) this.#provider(plan.providers[0]);
     validateLabels(req.labels);
     const limits = resolveLimits(plan.limits, this.#options.defaultLimits);
+    // Mounts are checked and walked on the host first: a refused or oversized one makes nothing.
+    const typeMounts = plan.binding ? (this.#options.agentTypes.find(plan.binding.id)?.workspace?.mounts ?? []).map(mountFromProto) : [];
+    const mountPlans = await planMounts([...typeMounts, ...(req.mounts ?? [])], this.#options.mounts, plan.binding?.sensitiveFiles);
     const id = `ws-${randomBytes(8).toString("hex")}`;
     this.#creating.add(id);
     const status = (status: WorkspaceView["status"], provider: string, message = "", deleted = false) =>
@@ -182,7 +198,12 @@ export class WorkspaceManager {
       // no workspace on record then): a workspace is never left bound to an agent type that is gone.
       if (plan.binding && !this.#options.agentTypes.find(plan.binding.id)) this.#options.agentTypes.get(plan.binding.id, "agent_type");
       this.#records.set(id, record);
-      await this.handle(id);
+      const handle = await this.handle(id);
+      if (mountPlans.length > 0) {
+        record = { ...record, mounts: await copyMounts(handle, mountPlans, plan.binding?.sensitiveFiles) };
+        await this.#options.store.put(record);
+        this.#records.set(id, record);
+      }
       this.#options.logger.info("workspace created", { workspace_id: id, provider: record.provider, agent_type: plan.binding?.id });
       status("ready", record.provider);
       return { record, status: "ready", statusMessage: "" };

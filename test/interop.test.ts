@@ -137,7 +137,7 @@ if (commandGate(test, ["/usr/bin/python3", "-c", "import grpc"], "Python grpcio 
       { method, stream: true, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "head -c 3000000 /dev/urandom | tee out.bin; sha256sum out.bin >&2" }) },
       { method, stream: true, timeout: 3, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "echo begun; sleep 30" }) },
       { method, stream: true, cancel_after: 2, request: encode(StreamBashRequestSchema, { workspaceId: id, command: "echo $$ > cancelled.pid; echo begun; sleep 30" }) },
-      { method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { workspaceId: id, command: "sleep 0.5; kill -0 $(cat cancelled.pid) 2>/dev/null && echo alive || echo gone" }) },
+      { method: "/agentworkspace.v1.ToolService/Bash", request: encode(BashRequestSchema, { workspaceId: id, command: "p=$(cat cancelled.pid); for i in $(seq 100); do kill -0 $p 2>/dev/null || { echo gone; exit; }; sleep 0.1; done; echo alive" }) },
     ]);
     const events = (r: Result) => (r.responses ?? []).map((hex) => decode(StreamBashResponseSchema, hex).event);
     t.is(bulk.code, "OK");

@@ -111,6 +111,9 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_GITHUB_APP_ID: "42", AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE: "/nonexistent/k.pem" }, [], /cannot read \/nonexistent\/k\.pem \(ENOENT\)$/],
     [{ AGENT_WORKSPACE_GIT_BOT_EMAIL: "bot <evil>" }, [], /^AGENT_WORKSPACE_GIT_BOT_EMAIL must be one line/],
     [{ AGENT_WORKSPACE_PUSH_TIMEOUT_MS: "5" }, [], /^AGENT_WORKSPACE_PUSH_TIMEOUT_MS must be a whole number from 1000/],
+    [{ AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: "/srv/ok:relative/dir" }, [], /^AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: 'relative\/dir' must be an absolute path without '\.\.'$/],
+    [{ AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: "/srv/../etc" }, [], /must be an absolute path without '\.\.'$/],
+    [{ AGENT_WORKSPACE_MOUNT_MAX_BYTES: "lots" }, [], /^AGENT_WORKSPACE_MOUNT_MAX_BYTES 'lots' is not a size/],
   ];
   for (const [env, argv, message] of cases) {
     const err = t.throws(() => parseSettings(env, argv), { instanceOf: SettingsError }, `${JSON.stringify(env)} ${argv.join(" ")}`);

@@ -157,6 +157,16 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
 
   const policy = normalizeCommandPolicy(cfg.commandPolicy, f);
   const files = normalizeSensitiveFiles(cfg.sensitiveFiles, f);
+  if (cfg.mounts.length > 32) throw invalid(f("mounts"), "mounts may hold at most 32 host mounts");
+  cfg.mounts.forEach((m, i) => {
+    const mf = (name: string) => f(`mounts[${i}].${name}`);
+    if (m.hostPath.trim() === "" || m.hostPath.includes("\0")) throw invalid(mf("host_path"), `mounts[${i}].host_path is required`);
+    if (m.hostPath.split("/").includes("..")) throw invalid(mf("host_path"), `mounts[${i}].host_path may not contain '..'`);
+    if (m.maxBytes < 0n) throw invalid(mf("max_bytes"), `mounts[${i}].max_bytes must not be negative`);
+    const target = m.mountPath.trim() !== "" ? m.mountPath : m.hostPath.split("/").filter((x) => x !== "").at(-1) ?? "";
+    if (target.startsWith("/") ? !target.startsWith("/workspace") : target.split("/").includes("..")) throw invalid(mf("mount_path"), `mounts[${i}].mount_path must stay inside the workspace`);
+    for (const g of [...m.includeGlob, ...m.excludeGlob]) if (g.trim() === "") throw invalid(mf("include_glob"), `mounts[${i}]: glob patterns may not be empty`);
+  });
   const protectedBranches = [...new Set((cfg.git?.protectedBranches ?? []).map((p) => p.trim()))];
   if (protectedBranches.length > MAX_POLICY_ENTRIES) throw invalid(f("git.protected_branches"), `git.protected_branches may hold at most ${MAX_POLICY_ENTRIES} patterns`);
   protectedBranches.forEach((p, i) => {
@@ -211,6 +221,7 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     commandPolicy: policy,
     sensitiveFiles: files,
     git: { protectedBranches },
+    mounts: cfg.mounts.map((m) => ({ ...m })),
   });
 }
 

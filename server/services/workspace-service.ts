@@ -1,5 +1,6 @@
 /** WorkspaceService: thin mapping between the API and the workspace and session managers. */
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { mountFromProto } from "../mounts/host-mounts.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
   type SessionSchema,
@@ -45,6 +46,7 @@ function toProto(v: WorkspaceView): MessageInitShape<typeof WorkspaceSchema> {
     statusMessage: v.statusMessage,
     agentType: r.agentType?.id ?? "",
     ...(r.session ? { task: taskToProto(r.session.task), sessionId: r.session.id } : {}),
+    mounts: (r.mounts ?? []).map((m) => ({ ...m, bytesCopied: BigInt(m.bytesCopied) })),
   };
 }
 
@@ -155,6 +157,7 @@ export function createWorkspaceService(workspaces: WorkspaceManager, sessions: S
         limits: { cpu: limits.cpu, memory: limits.memory, disk: limits.disk, pids: Number(limits.pids) },
         image: req.image,
         agentType: req.agentType,
+        mounts: req.mounts.map(mountFromProto),
       });
       return { workspace: toProto(view) };
     },
@@ -172,7 +175,7 @@ export function createWorkspaceService(workspaces: WorkspaceManager, sessions: S
       return {};
     },
     async startSession(req) {
-      const { record, token } = await sessions.start({ agentType: req.agentType, task: task(req.task), labels: req.labels });
+      const { record, token } = await sessions.start({ agentType: req.agentType, task: task(req.task), labels: req.labels, mounts: req.mounts.map(mountFromProto) });
       return { session: sessionToProto(record), sessionToken: token };
     },
     async getSession(req, hctx) {

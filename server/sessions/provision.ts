@@ -13,6 +13,7 @@
  * setup").
  */
 import { DomainError } from "../../core/errors.ts";
+import type { HostMount } from "../mounts/host-mounts.ts";
 import type { CheckoutInfo, PoolMembership, ProvisioningWarning, WorkspaceSession } from "../../providers/types.ts";
 import type { WorkspaceConfig } from "../../gen/agentworkspace/v1/config_pb.js";
 import { DEFAULT_SETUP_TIMEOUT_MS } from "../agent-types/validate.ts";
@@ -40,6 +41,8 @@ export interface BuildSpec {
   pool?: PoolMembership;
   /** Variables setup commands see (AGENT_TASK_*). */
   env: Record<string, string>;
+  /** The session's own host mounts (the agent type's are added by the workspace manager). */
+  mounts?: HostMount[];
 }
 
 /** What was built. */
@@ -139,6 +142,7 @@ export class Provisioner {
         agentType: spec.agentType,
         session: spec.session,
         pool: spec.pool,
+        ...(spec.mounts ? { mounts: spec.mounts } : {}),
       });
       workspaceId = view.record.id;
     } catch (err) {

@@ -13,6 +13,7 @@
  * of it, and the reaper resumes with the rest.
  */
 import { randomBytes } from "node:crypto";
+import type { HostMount } from "../mounts/host-mounts.ts";
 import { DomainError } from "../../core/errors.ts";
 import type { TaskContext } from "../../providers/types.ts";
 import type { AgentTypes } from "../agent-types/agent-types.ts";
@@ -57,6 +58,8 @@ export interface StartRequest {
   agentType: string;
   task: TaskContext;
   labels: Record<string, string>;
+  /** Host files to copy into the session's workspace; a session with mounts never takes a warm-pool workspace. */
+  mounts?: HostMount[];
 }
 
 /** A session in memory: its record, its events, and what only a running server knows. */
@@ -207,6 +210,8 @@ export class SessionManager implements SessionTokenLookup {
     const type = this.#o.agentTypes.get(req.agentType, "agent_type");
     validateTask(req.task);
     validateLabels(req.labels);
+    const mounts = req.mounts ?? [];
+    await this.#o.workspaces.checkMounts(mounts, "mounts");
     const cfg = type.workspace;
     const enabled = cfg?.enabled === true;
     const now = new Date().toISOString();
@@ -229,11 +234,13 @@ export class SessionManager implements SessionTokenLookup {
       fromWarmPool: false,
       idleTimeoutMs: Number(cfg?.sessionIdleTimeoutMs ?? 0n) || this.#o.idleTimeoutMs,
       resumes: 0,
+      ...(mounts.length > 0 ? { mounts } : {}),
     };
     const live: Live = { record, events: new SessionEvents(), inflight: 0, used: false, fingerprint: "", dirty: false };
     if (enabled && cfg) {
       live.fingerprint = this.#o.pools.fingerprint(type.id, cfg, cloneTarget(cfg, record.task));
-      const pooled = this.#o.pools.claim(live.fingerprint);
+      // A pooled workspace was made without this session's mounts.
+      const pooled = mounts.length > 0 ? undefined : this.#o.pools.claim(live.fingerprint);
       if (pooled) {
         try {
           const began = Date.now();
@@ -288,6 +295,7 @@ export class SessionManager implements SessionTokenLookup {
       labels: r.labels,
       session: { id: r.id, task: r.task },
       env: taskEnv(r.task),
+      ...(r.mounts ? { mounts: r.mounts } : {}),
     };
     const abort = new AbortController();
     live.abort = abort;

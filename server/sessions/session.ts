@@ -4,6 +4,7 @@
  * maps them to the API.
  */
 import type { CheckoutInfo, ProvisioningWarning, TaskContext } from "../../providers/types.ts";
+import type { HostMount } from "../mounts/host-mounts.ts";
 
 export type SessionStatus = "provisioning" | "active" | "degraded" | "ended";
 export type Stage = ProvisioningWarning["stage"];
@@ -22,6 +23,8 @@ export function taskEnv(task: TaskContext | undefined): Record<string, string> {
 /** One session, as persisted. */
 export interface SessionRecord {
   id: string;
+  /** The session's own host mounts, kept so that provisioning resumed after a restart copies them too. */
+  mounts?: HostMount[];
   agentType: string;
   status: SessionStatus;
   /** SHA-256 of the token, hex; the token itself is never kept. */

@@ -4,7 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
-import type { ResourceLimits } from "./workspace_pb.js";
+import type { HostMount, ResourceLimits } from "./workspace_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
@@ -206,6 +206,13 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
    * @generated from field: agentworkspace.v1.GitPolicy git = 18;
    */
   git?: GitPolicy | undefined;
+
+  /**
+   * Host files copied into every workspace of this agent type when it is made.
+   *
+   * @generated from field: repeated agentworkspace.v1.HostMount mounts = 19;
+   */
+  mounts: HostMount[];
 };
 
 /**

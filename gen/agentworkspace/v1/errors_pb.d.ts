@@ -515,6 +515,23 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_GIT_FAILED = 47;
    */
   GIT_FAILED = 47,
+
+  /**
+   * A host mount names a path outside the server's allowed host roots, one with "..", a symbolic
+   * link it may not follow, or the server allows no mounts at all; metadata "host_path" and
+   * "field". Code PERMISSION_DENIED.
+   *
+   * @generated from enum value: ERROR_REASON_HOST_PATH_NOT_ALLOWED = 48;
+   */
+  HOST_PATH_NOT_ALLOWED = 48,
+
+  /**
+   * A host mount would copy more than its max_bytes (or the server's limit); nothing of it is
+   * left in the workspace. Metadata "host_path", "limit_bytes". Code RESOURCE_EXHAUSTED.
+   *
+   * @generated from enum value: ERROR_REASON_MOUNT_TOO_LARGE = 49;
+   */
+  MOUNT_TOO_LARGE = 49,
 }
 
 /**

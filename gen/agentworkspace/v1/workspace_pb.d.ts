@@ -145,6 +145,13 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
    * @generated from field: string session_id = 12;
    */
   sessionId: string;
+
+  /**
+   * What each host mount copied into the workspace when it was made, and what it skipped.
+   *
+   * @generated from field: repeated agentworkspace.v1.MountPreview mounts = 13;
+   */
+  mounts: MountPreview[];
 };
 
 /**
@@ -152,6 +159,151 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
  * Use `create(WorkspaceSchema)` to create a new message.
  */
 export declare const WorkspaceSchema: GenMessage<Workspace>;
+
+/**
+ * HostMount copies files from the server's host into the workspace when the workspace is made.
+ * The host path must lie in one of the server's allowed host roots (AGENT_WORKSPACE_ALLOWED_HOST_ROOTS);
+ * without any configured, mounts are refused. Files are copied, never shared: the workspace's copy
+ * is the agent's, and the host's files never change.
+ *
+ * @generated from message agentworkspace.v1.HostMount
+ */
+export declare type HostMount = Message<"agentworkspace.v1.HostMount"> & {
+  /**
+   * The file or directory on the host: absolute, or relative to the first allowed root. No ".."
+   * segments.
+   *
+   * @generated from field: string host_path = 1;
+   */
+  hostPath: string;
+
+  /**
+   * Where it goes in the workspace, relative to the workspace root; empty takes the host path's
+   * last segment. It can never leave the workspace.
+   *
+   * @generated from field: string mount_path = 2;
+   */
+  mountPath: string;
+
+  /**
+   * Glob patterns of paths (relative to host_path) to copy; empty copies everything.
+   *
+   * @generated from field: repeated string include_glob = 3;
+   */
+  includeGlob: string[];
+
+  /**
+   * Glob patterns of paths (relative to host_path) not to copy; they win over include_glob.
+   *
+   * @generated from field: repeated string exclude_glob = 4;
+   */
+  excludeGlob: string[];
+
+  /**
+   * The most bytes the mount may copy; 0 takes the server's limit. A mount that would copy more
+   * fails as a whole (RESOURCE_EXHAUSTED, MOUNT_TOO_LARGE) and leaves nothing behind.
+   *
+   * @generated from field: int64 max_bytes = 5;
+   */
+  maxBytes: bigint;
+
+  /**
+   * Follow symbolic links, as long as they stay inside the allowed roots; by default links are
+   * skipped (and a host_path that is one is refused).
+   *
+   * @generated from field: bool follow_symlinks = 6;
+   */
+  followSymlinks: boolean;
+};
+
+/**
+ * Describes the message agentworkspace.v1.HostMount.
+ * Use `create(HostMountSchema)` to create a new message.
+ */
+export declare const HostMountSchema: GenMessage<HostMount>;
+
+/**
+ * MountSkip is one path a mount did not copy.
+ *
+ * @generated from message agentworkspace.v1.MountSkip
+ */
+export declare type MountSkip = Message<"agentworkspace.v1.MountSkip"> & {
+  /**
+   * Path relative to host_path.
+   *
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * Why: "symlink" (not followed), "outside_roots" (a link leaving the allowed roots),
+   * "sensitive" (a sensitive file of the server's lists), "not_regular" (a FIFO, socket or device).
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.MountSkip.
+ * Use `create(MountSkipSchema)` to create a new message.
+ */
+export declare const MountSkipSchema: GenMessage<MountSkip>;
+
+/**
+ * MountPreview says what one host mount did, so an agent's prompt can show it.
+ *
+ * @generated from message agentworkspace.v1.MountPreview
+ */
+export declare type MountPreview = Message<"agentworkspace.v1.MountPreview"> & {
+  /**
+   * The host path as resolved (canonical).
+   *
+   * @generated from field: string host_path = 1;
+   */
+  hostPath: string;
+
+  /**
+   * Where it went in the workspace.
+   *
+   * @generated from field: string mount_path = 2;
+   */
+  mountPath: string;
+
+  /**
+   * Files copied.
+   *
+   * @generated from field: int32 files_copied = 3;
+   */
+  filesCopied: number;
+
+  /**
+   * Bytes copied.
+   *
+   * @generated from field: int64 bytes_copied = 4;
+   */
+  bytesCopied: bigint;
+
+  /**
+   * Paths not copied and why, at most 200 (glob exclusions are not listed).
+   *
+   * @generated from field: repeated agentworkspace.v1.MountSkip skipped = 5;
+   */
+  skipped: MountSkip[];
+
+  /**
+   * True when more paths were skipped than listed.
+   *
+   * @generated from field: bool skipped_truncated = 6;
+   */
+  skippedTruncated: boolean;
+};
+
+/**
+ * Describes the message agentworkspace.v1.MountPreview.
+ * Use `create(MountPreviewSchema)` to create a new message.
+ */
+export declare const MountPreviewSchema: GenMessage<MountPreview>;
 
 /**
  * CreateWorkspaceRequest describes the workspace to create.
@@ -195,6 +347,13 @@ export declare type CreateWorkspaceRequest = Message<"agentworkspace.v1.CreateWo
    * @generated from field: string agent_type = 5;
    */
   agentType: string;
+
+  /**
+   * Host files to copy into the workspace (after the agent type's own mounts).
+   *
+   * @generated from field: repeated agentworkspace.v1.HostMount mounts = 6;
+   */
+  mounts: HostMount[];
 };
 
 /**
@@ -643,6 +802,14 @@ export declare type StartSessionRequest = Message<"agentworkspace.v1.StartSessio
    * @generated from field: map<string, string> labels = 3;
    */
   labels: { [key: string]: string };
+
+  /**
+   * Host files to copy into the session's workspace (after the agent type's own mounts). A session
+   * with mounts never takes a warm-pool workspace.
+   *
+   * @generated from field: repeated agentworkspace.v1.HostMount mounts = 4;
+   */
+  mounts: HostMount[];
 };
 
 /**

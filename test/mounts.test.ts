@@ -1,0 +1,174 @@
+/**
+ * Host mounts (seed 001) through a real server on every provider: files copied in when a workspace
+ * is made, with globs, byte caps, links and sensitive files handled as the seed's security rules
+ * say; and the attacks on them (prefix siblings, links in and out of the roots, "..", byte caps).
+ */
+import { execFileSync } from "node:child_process";
+import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import anyTest, { type TestFn } from "ava";
+import { Code } from "@connectrpc/connect";
+import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
+import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { gate, probeEngines } from "./helpers/engines.ts";
+import { type ClientSet, expectError, LOCAL_ONLY, startServer, type TestServer } from "./helpers/server.ts";
+import { watchUntilReady } from "./helpers/sessions.ts";
+
+interface Ctx {
+  server: TestServer;
+  dir: string;
+  allowed: string;
+  sibling: string;
+  outside: string;
+}
+const test = anyTest as TestFn<Ctx>;
+const engines = await probeEngines();
+const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "host mounts"))];
+
+test.before(async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), "aw-mounts-"));
+  const allowed = path.join(dir, "allowed");
+  const sibling = path.join(dir, "allowed-secrets");
+  const outside = path.join(dir, "outside");
+  for (const d of [allowed, sibling, outside, path.join(allowed, "project/src/deep"), path.join(allowed, "other")]) await mkdir(d, { recursive: true });
+  await writeFile(path.join(allowed, "project/README.md"), "# project\n");
+  await writeFile(path.join(allowed, "project/src/main.ts"), "export const main = 1;\n");
+  await writeFile(path.join(allowed, "project/src/deep/util.ts"), "export const util = 2;\n");
+  await writeFile(path.join(allowed, "project/src/main.test.ts"), "test\n");
+  await writeFile(path.join(allowed, "project/.env"), "SECRET=mount-secret\n");
+  await writeFile(path.join(allowed, "project/big.bin"), Buffer.alloc(64 * 1024, 7));
+  await writeFile(path.join(allowed, "other/shared.txt"), "shared inside the root\n");
+  await writeFile(path.join(sibling, "token.txt"), "sibling secret\n");
+  await writeFile(path.join(outside, "passwd"), "outside secret\n");
+  await symlink(path.join(allowed, "other/shared.txt"), path.join(allowed, "project/link-in.txt"));
+  await symlink(path.join(outside, "passwd"), path.join(allowed, "project/link-out.txt"));
+  await symlink(outside, path.join(allowed, "project/dir-out"));
+  await symlink("..", path.join(allowed, "project/loop"));
+  execFileSync("mkfifo", [path.join(allowed, "project/pipe")]);
+  await symlink(outside, path.join(allowed, "escape"));
+  const server = await startServer({ env: { AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: allowed, AGENT_WORKSPACE_MOUNT_MAX_BYTES: "1M" } });
+  t.context = { server, dir, allowed, sibling, outside };
+});
+
+test.after.always(async (t) => {
+  await t.context.server?.close();
+  if (t.context.dir) await rm(t.context.dir, { recursive: true, force: true });
+});
+
+const mount = (m: { hostPath: string; mountPath?: string; includeGlob?: string[]; excludeGlob?: string[]; maxBytes?: bigint; followSymlinks?: boolean }) => ({
+  mountPath: "",
+  includeGlob: [],
+  excludeGlob: [],
+  maxBytes: 0n,
+  followSymlinks: false,
+  ...m,
+});
+
+async function read(c: ClientSet, ws: string, p: string): Promise<string> {
+  return (await c.tools.bash({ workspaceId: ws, command: `cat ${p} 2>&1 || echo MISSING` })).stdout;
+}
+
+for (const provider of PROVIDERS) {
+  test(`${provider}: a directory is copied with its tree; links, FIFOs and sensitive files are skipped and listed in the preview`, async (t) => {
+    const c = t.context.server.clients.grpc;
+    const { workspace } = await c.workspaces.createWorkspace({ provider, mounts: [mount({ hostPath: path.join(t.context.allowed, "project"), excludeGlob: ["**/*.bin"] })] });
+    const ws = workspace!.id;
+    try {
+      const [preview] = workspace!.mounts;
+      t.is(preview.mountPath, "project");
+      t.is(preview.hostPath, path.join(t.context.allowed, "project"));
+      t.is(preview.filesCopied, 4);
+      t.deepEqual(preview.skipped.map((s) => `${s.path}:${s.reason}`).sort(), [".env:sensitive", "dir-out:symlink", "link-in.txt:symlink", "link-out.txt:symlink", "loop:symlink", "pipe:not_regular"]);
+      t.is(await read(c, ws, "project/src/deep/util.ts"), "export const util = 2;\n");
+      t.is(await read(c, ws, "project/README.md"), "# project\n");
+      t.false((await c.tools.bash({ workspaceId: ws, command: "ls -a project" })).stdout.split("\n").includes(".env"));
+      t.regex(await read(c, ws, "project/big.bin"), /MISSING/);
+      t.regex(await read(c, ws, "project/link-out.txt"), /MISSING/);
+      // The preview is kept on the workspace.
+      const { workspace: again } = await c.workspaces.getWorkspace({ id: ws });
+      t.is(again!.mounts[0]?.filesCopied, 4);
+      // The copy is the agent's: changing it leaves the host alone.
+      await c.tools.writeFile({ workspaceId: ws, path: "project/README.md", content: "changed\n" });
+      t.is(execFileSync("cat", [path.join(t.context.allowed, "project/README.md")], { encoding: "utf8" }), "# project\n");
+    } finally {
+      await c.workspaces.deleteWorkspace({ id: ws });
+    }
+  });
+
+  test(`${provider}: include globs, a file mount, mount_path, and follow_symlinks inside the roots only`, async (t) => {
+    const c = t.context.server.clients.grpc;
+    const { workspace } = await c.workspaces.createWorkspace({
+      provider,
+      mounts: [
+        mount({ hostPath: "project", mountPath: "code", includeGlob: ["src/**/*.ts"], excludeGlob: ["**/*.test.ts"] }),
+        mount({ hostPath: path.join(t.context.allowed, "other/shared.txt"), mountPath: "/workspace/cfg/shared.txt" }),
+        mount({ hostPath: path.join(t.context.allowed, "project"), mountPath: "followed", followSymlinks: true, includeGlob: ["link-*", "dir-out/**"] }),
+      ],
+    });
+    const ws = workspace!.id;
+    try {
+      t.deepEqual((await c.tools.glob({ workspaceId: ws, pattern: "code/**" })).paths.sort(), ["code/src/deep/util.ts", "code/src/main.ts"]);
+      t.is(await read(c, ws, "cfg/shared.txt"), "shared inside the root\n");
+      const followed = workspace!.mounts[2];
+      t.is(await read(c, ws, "followed/link-in.txt"), "shared inside the root\n");
+      t.regex(await read(c, ws, "followed/link-out.txt"), /MISSING/);
+      t.deepEqual(followed.skipped.map((s) => `${s.path}:${s.reason}`).sort(), ["dir-out:outside_roots", "link-out.txt:outside_roots"]);
+    } finally {
+      await c.workspaces.deleteWorkspace({ id: ws });
+    }
+  });
+}
+
+test("red team: prefix siblings, '..', links out of the roots, mount paths out of the workspace and byte caps are refused, and a refused mount leaves no workspace", async (t) => {
+  const c = t.context.server.clients.grpc;
+  const { allowed, sibling, outside } = t.context;
+  const labels = { suite: `mounts-refused-${process.pid}` };
+  const refused: Array<[ReturnType<typeof mount>, Code, ErrorReason]> = [
+    [mount({ hostPath: sibling }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+    [mount({ hostPath: path.join(sibling, "token.txt") }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+    [mount({ hostPath: `${allowed}/../allowed-secrets` }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+    [mount({ hostPath: "project/../../outside" }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+    [mount({ hostPath: outside }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+    [mount({ hostPath: "/etc/passwd" }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+    [mount({ hostPath: path.join(allowed, "escape") }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+    [mount({ hostPath: path.join(allowed, "escape"), followSymlinks: true }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+    [mount({ hostPath: path.join(allowed, "project/link-out.txt"), followSymlinks: true }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+    [mount({ hostPath: path.join(allowed, "project"), mountPath: "../up" }), Code.PermissionDenied, ErrorReason.PATH_OUTSIDE_WORKSPACE],
+    [mount({ hostPath: path.join(allowed, "project"), mountPath: "/etc" }), Code.PermissionDenied, ErrorReason.PATH_OUTSIDE_WORKSPACE],
+    [mount({ hostPath: path.join(allowed, "project"), maxBytes: 1000n }), Code.ResourceExhausted, ErrorReason.MOUNT_TOO_LARGE],
+    [mount({ hostPath: path.join(allowed, "nothing-here") }), Code.NotFound, ErrorReason.FILE_NOT_FOUND],
+  ];
+  for (const [m, code, reason] of refused) {
+    const { detail } = await expectError(t, c.workspaces.createWorkspace({ provider: "local", labels, mounts: [m] }), code, reason);
+    t.false(/sibling secret|outside secret|mount-secret/.test(JSON.stringify(detail)), JSON.stringify(detail));
+  }
+  // The byte cap counts the whole mount: under the cap it works, one byte over it fails whole.
+  const ok = await c.workspaces.createWorkspace({ provider: "local", mounts: [mount({ hostPath: path.join(allowed, "project"), excludeGlob: ["big.bin"], maxBytes: 80n })] });
+  t.true(ok.workspace!.mounts[0].bytesCopied <= 80n);
+  await c.workspaces.deleteWorkspace({ id: ok.workspace!.id });
+  await expectError(t, c.workspaces.createWorkspace({ provider: "local", labels, mounts: [mount({ hostPath: path.join(allowed, "project"), excludeGlob: ["big.bin"], maxBytes: ok.workspace!.mounts[0].bytesCopied - 1n })] }), Code.ResourceExhausted, ErrorReason.MOUNT_TOO_LARGE);
+  t.is((await c.workspaces.listWorkspaces({ labels, pageSize: 1000 })).workspaces.length, 0, "no refused mount left a workspace behind");
+});
+
+test("a server without allowed roots refuses every mount; sessions copy the agent type's mounts and their own", async (t) => {
+  const closed = await startServer({ env: LOCAL_ONLY });
+  try {
+    await expectError(t, closed.clients.grpc.workspaces.createWorkspace({ mounts: [mount({ hostPath: t.context.allowed })] }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED);
+  } finally {
+    await closed.close();
+  }
+  const c = t.context.server.clients.grpc;
+  await c.config.createAgentType({
+    agentType: { id: "mounting", workspace: { enabled: true, tools: ["bash", "read"], mounts: [mount({ hostPath: "other", mountPath: "ref" })] } },
+  });
+  const started = await c.workspaces.startSession({ agentType: "mounting", task: {}, mounts: [mount({ hostPath: "project/src", mountPath: "src" })] });
+  const { session } = await watchUntilReady(c, started.session!.id, 60_000);
+  t.is(session.status, SessionStatus.ACTIVE, session.statusMessage);
+  t.is(await read(c, session.workspaceId, "ref/shared.txt"), "shared inside the root\n");
+  t.is(await read(c, session.workspaceId, "src/main.ts"), "export const main = 1;\n");
+  const { workspace } = await c.workspaces.getWorkspace({ id: session.workspaceId });
+  t.deepEqual(workspace!.mounts.map((m) => m.mountPath), ["ref", "src"]);
+  await expectError(t, c.workspaces.startSession({ agentType: "mounting", task: {}, mounts: [mount({ hostPath: t.context.sibling })] }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED);
+  await c.workspaces.endSession({ id: session.id });
+});
