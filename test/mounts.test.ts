@@ -38,6 +38,10 @@ test.before(async (t) => {
   await writeFile(path.join(allowed, "project/src/main.test.ts"), "test\n");
   await writeFile(path.join(allowed, "project/.env"), "SECRET=mount-secret\n");
   await writeFile(path.join(allowed, "project/big.bin"), Buffer.alloc(64 * 1024, 7));
+  await mkdir(path.join(allowed, "project/.git/hooks"), { recursive: true });
+  await writeFile(path.join(allowed, "project/.git/HEAD"), "ref: refs/heads/main\n");
+  await writeFile(path.join(allowed, "project/.git/config"), "[core]\n\tfsmonitor = touch /tmp/owned\n");
+  await writeFile(path.join(allowed, "project/.git/hooks/pre-commit"), "#!/bin/sh\ntouch /tmp/owned\n");
   await writeFile(path.join(allowed, "other/shared.txt"), "shared inside the root\n");
   await writeFile(path.join(sibling, "token.txt"), "sibling secret\n");
   await writeFile(path.join(outside, "passwd"), "outside secret\n");
@@ -78,8 +82,18 @@ for (const provider of PROVIDERS) {
       const [preview] = workspace!.mounts;
       t.is(preview.mountPath, "project");
       t.is(preview.hostPath, path.join(t.context.allowed, "project"));
-      t.is(preview.filesCopied, 4);
-      t.deepEqual(preview.skipped.map((s) => `${s.path}:${s.reason}`).sort(), [".env:sensitive", "dir-out:symlink", "link-in.txt:symlink", "link-out.txt:symlink", "loop:symlink", "pipe:not_regular"]);
+      t.is(preview.filesCopied, 5);
+      t.deepEqual(preview.skipped.map((s) => `${s.path}:${s.reason}`).sort(), [
+        ".env:sensitive",
+        ".git/config:write_protected",
+        ".git/hooks/pre-commit:write_protected",
+        "dir-out:symlink",
+        "link-in.txt:symlink",
+        "link-out.txt:symlink",
+        "loop:symlink",
+        "pipe:not_regular",
+      ]);
+      t.is(await read(c, ws, "project/.git/HEAD"), "ref: refs/heads/main\n");
       t.is(await read(c, ws, "project/src/deep/util.ts"), "export const util = 2;\n");
       t.is(await read(c, ws, "project/README.md"), "# project\n");
       t.false((await c.tools.bash({ workspaceId: ws, command: "ls -a project" })).stdout.split("\n").includes(".env"));
@@ -87,7 +101,7 @@ for (const provider of PROVIDERS) {
       t.regex(await read(c, ws, "project/link-out.txt"), /MISSING/);
       // The preview is kept on the workspace.
       const { workspace: again } = await c.workspaces.getWorkspace({ id: ws });
-      t.is(again!.mounts[0]?.filesCopied, 4);
+      t.is(again!.mounts[0]?.filesCopied, 5);
       // The copy is the agent's: changing it leaves the host alone.
       await c.tools.writeFile({ workspaceId: ws, path: "project/README.md", content: "changed\n" });
       t.is(execFileSync("cat", [path.join(t.context.allowed, "project/README.md")], { encoding: "utf8" }), "# project\n");
@@ -144,8 +158,8 @@ test("red team: prefix siblings, '..', links out of the roots, mount paths out o
     t.false(/sibling secret|outside secret|mount-secret/.test(JSON.stringify(detail)), JSON.stringify(detail));
   }
   // The byte cap counts the whole mount: under the cap it works, one byte over it fails whole.
-  const ok = await c.workspaces.createWorkspace({ provider: "local", mounts: [mount({ hostPath: path.join(allowed, "project"), excludeGlob: ["big.bin"], maxBytes: 80n })] });
-  t.true(ok.workspace!.mounts[0].bytesCopied <= 80n);
+  const ok = await c.workspaces.createWorkspace({ provider: "local", mounts: [mount({ hostPath: path.join(allowed, "project"), excludeGlob: ["big.bin"], maxBytes: 200n })] });
+  t.true(ok.workspace!.mounts[0].bytesCopied <= 200n);
   await c.workspaces.deleteWorkspace({ id: ok.workspace!.id });
   await expectError(t, c.workspaces.createWorkspace({ provider: "local", labels, mounts: [mount({ hostPath: path.join(allowed, "project"), excludeGlob: ["big.bin"], maxBytes: ok.workspace!.mounts[0].bytesCopied - 1n })] }), Code.ResourceExhausted, ErrorReason.MOUNT_TOO_LARGE);
   t.is((await c.workspaces.listWorkspaces({ labels, pageSize: 1000 })).workspaces.length, 0, "no refused mount left a workspace behind");

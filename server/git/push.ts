@@ -22,6 +22,7 @@ import { createWriteStream } from "node:fs";
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import { once } from "node:events";
+import picomatch from "picomatch";
 import { DomainError } from "../../core/errors.ts";
 import { guardFor } from "../../providers/executor/sensitive-files.ts";
 import type { FileRules } from "../../providers/executor/sensitive-files.ts";
@@ -56,13 +57,9 @@ export interface PushTarget {
   fileRules: FileRules | undefined;
 }
 
-/** Whether `branch` matches a protected pattern: `*` within one segment, `**` across segments. */
+/** The first protected pattern `branch` matches (picomatch: `*` within one segment, `**` across), or undefined. */
 export function protectedRule(branch: string, patterns: string[]): string | undefined {
-  for (const p of patterns) {
-    const re = new RegExp(`^${p.split("**").map((part) => part.split("*").map((t) => t.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join("[^/]*")).join(".*")}$`);
-    if (re.test(branch)) return p;
-  }
-  return undefined;
+  return patterns.find((p) => picomatch.isMatch(branch, p, { dot: true }));
 }
 
 /** A chain of promises per key: one push per mirror at a time. */

@@ -50,7 +50,7 @@ export interface MountPreview {
   mountPath: string;
   filesCopied: number;
   bytesCopied: number;
-  skipped: Array<{ path: string; reason: "symlink" | "outside_roots" | "sensitive" | "not_regular" }>;
+  skipped: Array<{ path: string; reason: "symlink" | "outside_roots" | "sensitive" | "write_protected" | "not_regular" }>;
   skippedTruncated: boolean;
 }
 
@@ -158,10 +158,14 @@ async function plan(m: HostMount, settings: MountSettings, rules: FileRules | un
   const add = (rel: string, within: string, size: number) => {
     if (!include(within) || exclude(within)) return;
     if (fs.guard.check(within, "read") !== undefined || fs.guard.check(rel, "read") !== undefined) return skip(within, "sensitive");
+    const dest = within === "" ? target : target === "" ? within : `${target}/${within}`;
+    // The workspace's write-protected files (git hooks and config, shell start-up files) are never
+    // written by anyone but the sandbox's own programs, mounts included.
+    if (fs.guard.check(dest, "write") !== undefined) return skip(within, "write_protected");
     total += size;
     if (total > limit) throw tooLarge();
     if (files.length >= MAX_FILES) throw new DomainError("MOUNT_TOO_LARGE", `Host mount '${m.hostPath.slice(0, 300)}' holds more than ${MAX_FILES} files`, { metadata: { host_path: m.hostPath.slice(0, 300) } });
-    files.push({ rel, target: within === "" ? target : target === "" ? within : `${target}/${within}`, size });
+    files.push({ rel, target: dest, size });
   };
   try {
     const top = fs.stat(base);

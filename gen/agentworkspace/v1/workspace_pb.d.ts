@@ -237,7 +237,8 @@ export declare type MountSkip = Message<"agentworkspace.v1.MountSkip"> & {
 
   /**
    * Why: "symlink" (not followed), "outside_roots" (a link leaving the allowed roots),
-   * "sensitive" (a sensitive file of the server's lists), "not_regular" (a FIFO, socket or device).
+   * "sensitive" (a sensitive file of the server's lists), "write_protected" (a file the workspace's
+   * tools never write, such as .git/config or git hooks), "not_regular" (a FIFO, socket or device).
    *
    * @generated from field: string reason = 2;
    */
