@@ -8,12 +8,12 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
-import { Code } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { GitChange } from "../gen/agentworkspace/v1/git_pb.js";
 import { gate, probeEngines } from "./helpers/engines.ts";
 import { type GitServer, startGitServer } from "./helpers/git-server.ts";
-import { remoteGit, repoSession as sharedRepoSession } from "./helpers/git-repos.ts";
+import { remoteGit, remoteTip, repoSession as sharedRepoSession } from "./helpers/git-repos.ts";
 import { type ClientSet, expectError, startServer, type TestServer } from "./helpers/server.ts";
 import { bashOk as bashIn, credentialsFile } from "./helpers/sessions.ts";
 
@@ -206,3 +206,20 @@ for (const provider of PROVIDERS) {
     }
   });
 }
+
+test("local: a push whose caller gives up at its deadline lands nothing in the repository afterwards", async (t) => {
+  const { op: c, ws, bare } = await repoSession(t, "local");
+  await c.tools.gitCheckout({ workspaceId: ws, branch: "late", create: true });
+  await c.tools.writeFile({ workspaceId: ws, path: "late.txt", content: "late\n" });
+  await c.tools.gitCommit({ workspaceId: ws, message: "late", files: ["late.txt"] });
+  t.context.git.delayMs = 2500;
+  try {
+    const err = await t.throwsAsync(c.tools.gitPush({ workspaceId: ws }, { timeoutMs: 1500 }));
+    t.is(ConnectError.from(err).code, Code.DeadlineExceeded);
+    // The push would land a few delayed requests later if the server went on without its caller.
+    await new Promise((resolve) => setTimeout(resolve, 9000));
+  } finally {
+    t.context.git.delayMs = 0;
+  }
+  t.is(remoteTip(bare, "late"), undefined);
+});

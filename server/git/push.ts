@@ -26,7 +26,7 @@ import picomatch from "picomatch";
 import { DomainError } from "../../core/errors.ts";
 import { guardFor } from "../../providers/executor/sensitive-files.ts";
 import type { FileRules } from "../../providers/executor/sensitive-files.ts";
-import type { PushResult, ToolContext } from "../tools/context.ts";
+import { type PushResult, remainingMs, type ToolContext } from "../tools/context.ts";
 import type { CredentialProvider } from "./credentials.ts";
 import { type GitRun, hostGit, hostGitEnv, lastLine, redactor } from "./host-git.ts";
 import { gitArgv, gitMessage, gitToolEnv, runGit } from "./sandbox-git.ts";
@@ -108,7 +108,9 @@ export class Pusher {
 
   async #push(ctx: ToolContext, target: PushTarget, branch: string, commit: string, mirror: string): Promise<PushResult> {
     const url = target.repositoryUrl;
-    const stop = AbortSignal.any([ctx.signal, AbortSignal.timeout(this.#s.timeoutMs)]);
+    // The push's own limit, the client's deadline, and the client going away all stop it.
+    const left = remainingMs(ctx);
+    const stop = AbortSignal.any([ctx.signal, AbortSignal.timeout(left === undefined ? this.#s.timeoutMs : Math.min(left, this.#s.timeoutMs))]);
     const scratch = await mkdtemp(path.join(this.#s.mirrorDir, "push-"));
     const incoming = `refs/agent-workspace/incoming/${randomBytes(8).toString("hex")}`;
     let secrets: string[] = [scratch, mirror];
@@ -135,7 +137,7 @@ export class Pusher {
 
       // 1. What the repository has now: its default branch, and the branch's tip (absent for a new branch).
       const listed = await remote(["ls-remote", "--symref", "--", url, "HEAD", `refs/heads/${branch}`]);
-      if (listed.code !== 0) throw remoteFailed(`Reaching ${url} failed: ${lastLine(listed.stderr) || `git exited with ${listed.code}`}`, stop);
+      if (listed.code !== 0) throw remoteFailed(`Reaching ${url} failed: ${lastLine(listed.stderr) || `git exited with ${listed.code}`}`, stop, ctx.signal);
       const defaultBranch = /^ref: refs\/heads\/(\S+)\tHEAD$/m.exec(listed.stdout)?.[1];
       if (target.protectDefaultBranch && defaultBranch === branch) {
         throw new DomainError("PROTECTED_BRANCH", `'${branch}' is the repository's default branch, which is protected; push to a branch of your own and open a pull request`, {
@@ -146,7 +148,7 @@ export class Pusher {
       if (remoteTip === commit) return { branch, commit, repositoryUrl: url, created: false, commitsPushed: 0 };
       if (remoteTip !== undefined) {
         const fetched = await remote(["fetch", "--quiet", "--no-tags", "--", url, `+refs/heads/${branch}:refs/remotes/origin/${branch}`]);
-        if (fetched.code !== 0) throw remoteFailed(`Fetching ${branch} from ${url} failed: ${lastLine(fetched.stderr)}`, stop);
+        if (fetched.code !== 0) throw remoteFailed(`Fetching ${branch} from ${url} failed: ${lastLine(fetched.stderr)}`, stop, ctx.signal);
       } else {
         // A new branch grows from something the repository has: its default branch, at least.
         // An empty repository has none, and everything is new.
@@ -195,7 +197,7 @@ export class Pusher {
         const why = /non-fast-forward|fetch first|\[rejected\]/.test(pushed.stdout + pushed.stderr)
           ? `the repository's '${branch}' moved while pushing; push again`
           : lastLine(`${pushed.stderr}\n${pushed.stdout}`) || `git exited with ${pushed.code}`;
-        throw remoteFailed(`Pushing to ${url} failed: ${why}`, stop);
+        throw remoteFailed(`Pushing to ${url} failed: ${why}`, stop, ctx.signal);
       }
       await local(["update-ref", `refs/remotes/origin/${branch}`, commit]);
       // The workspace learns where its branch now is, as after a push of its own.
@@ -238,7 +240,7 @@ export class Pusher {
     if (bytes > this.#s.maxBytes) {
       throw new DomainError("RESOURCE_EXHAUSTED", `The commits to push exceed the push size limit (${this.#s.maxBytes} bytes)`, { metadata: { limit_bytes: String(this.#s.maxBytes) } });
     }
-    if (stop.aborted) throw remoteFailed("The push was cancelled or took too long", stop);
+    if (stop.aborted) throw remoteFailed("The push was cancelled or took too long", stop, ctx.signal);
     if (exitCode !== 0) throw new DomainError("GIT_FAILED", `Bundling the workspace's commits failed: ${gitMessage(stderr) || `git exited with ${exitCode}`}`, { metadata: { branch: revs[0] ?? "" } });
     if ((await stat(file)).size === 0) throw new DomainError("GIT_FAILED", "The workspace's git wrote an empty bundle", {});
   }
@@ -260,8 +262,9 @@ function must(r: GitRun, what: string, redact: (s: string) => string): GitRun {
   return r;
 }
 
-/** GIT_REMOTE_FAILED (already redacted text), or CANCELLED/timeout wording when `stop` fired. */
-function remoteFailed(message: string, stop: AbortSignal): DomainError {
-  if (stop.aborted) return new DomainError("GIT_REMOTE_FAILED", "The push was cancelled or ran past its time limit", {});
+/** GIT_REMOTE_FAILED (already redacted text); CANCELLED when the client went away, a timeout when `stop` fired. */
+function remoteFailed(message: string, stop: AbortSignal, client?: AbortSignal): DomainError {
+  if (client?.aborted) return new DomainError("CANCELLED", "The push was cancelled by the client");
+  if (stop.aborted) return new DomainError("COMMAND_TIMEOUT", "The push ran past its time limit (AGENT_WORKSPACE_PUSH_TIMEOUT_MS or the call's deadline) and was stopped", {});
   return new DomainError("GIT_REMOTE_FAILED", message, {});
 }

@@ -15,7 +15,7 @@
  *   without a repository is NOT_A_GIT_REPOSITORY, never a repository around it on the host.
  */
 import { DomainError } from "../../core/errors.ts";
-import type { ToolContext } from "../tools/context.ts";
+import { remainingMs, type ToolContext } from "../tools/context.ts";
 
 /** Command-line configuration of every git the tools run. */
 const HARDENING: Array<[string, string]> = [
@@ -99,7 +99,8 @@ const STDERR_KEPT = 16 * 1024;
  */
 export async function runGit(ctx: ToolContext, args: string[], options: GitRunOptions = {}): Promise<GitOutput> {
   const maxStdout = options.maxStdout ?? 16 * 1024 * 1024;
-  const timeoutMs = options.timeoutMs ?? ctx.limits.defaultTimeoutMs;
+  // A client's deadline bounds git too: nothing keeps running for a caller that has given up.
+  const timeoutMs = Math.min(options.timeoutMs ?? ctx.limits.defaultTimeoutMs, remainingMs(ctx) ?? Number.POSITIVE_INFINITY);
   const out: Buffer[] = [];
   let kept = 0;
   let total = 0;
