@@ -6,12 +6,12 @@
  *
  * The merged stream keeps the provider boundary's contract: `started` first, output chunks of at
  * most 64 KiB read only as fast as they are consumed, `exited` last and only after stdout ended
- * (or, like the executor's own pipes, at most PIPE_DRAIN_MS after the exit: a process that escaped
- * every kill must not hold the call open). Stopping early kills the command through `abort`.
+ * (or, like the executor's own pipes, once it stayed quiet for PIPE_DRAIN_MS after the exit: a
+ * process that escaped every kill must not hold the call open). Stopping early kills the command through `abort`.
  */
 import type { Readable } from "node:stream";
-import { OutputQueue, pumpOutput } from "./executor/output-queue.ts";
-import { PIPE_DRAIN_MS } from "./executor/process-runner.ts";
+import { giveUpWhenQuiet, OutputQueue, pumpOutput } from "./executor/output-queue.ts";
+import { PIPE_DRAIN_CAP_MS, PIPE_DRAIN_MS } from "./executor/process-runner.ts";
 import type { ExecEvent } from "./types.ts";
 
 /** How long after the exit a pipe still on its way is waited for. */
@@ -42,20 +42,25 @@ export async function* withDirectStdout(events: AsyncGenerator<ExecEvent>, stdou
     let failure: { error: unknown } | undefined;
     let framesDone = false;
     let stdoutDone = false;
-    let drainTimer: NodeJS.Timeout | undefined;
+    let lateTimer: NodeJS.Timeout | undefined;
+    let stopDrain = () => {};
     let pipeSettled = false;
-    // The drain cap runs from the later of the exit and the pipe's arrival: the pipe travels on
+    // The drain runs from the later of the exit and the pipe's arrival: the pipe travels on
     // another channel than the frames (and Node passes one descriptor at a time, each
-    // acknowledged), so under load it can come well after the exit frame; what the cap bounds is
-    // a pipe held open by an escaped process, not a pipe still on its way.
+    // acknowledged), so under load it can come well after the exit frame; what the drain bounds is
+    // a pipe held open by an escaped process (giveUpWhenQuiet), not a pipe still on its way.
     // A pipe that never comes (its message lost with a failed send) is given up on after
     // PIPE_LATE_MS, so nothing can hold the call open for ever.
     let drainArmed = false;
     const armDrain = () => {
       if (!exit || drainArmed) return;
-      clearTimeout(drainTimer);
-      drainArmed = pipeSettled;
-      drainTimer = setTimeout(close, pipeSettled ? PIPE_DRAIN_MS : PIPE_LATE_MS);
+      if (!pipeSettled) {
+        lateTimer ??= setTimeout(close, PIPE_LATE_MS);
+        return;
+      }
+      drainArmed = true;
+      clearTimeout(lateTimer);
+      stopDrain = giveUpWhenQuiet(pipe ? [pipe] : [], queue, close, PIPE_DRAIN_MS, PIPE_DRAIN_CAP_MS);
     };
     const frames = (async () => {
       try {
@@ -82,11 +87,11 @@ export async function* withDirectStdout(events: AsyncGenerator<ExecEvent>, stdou
       // undefined); one that has not come by the time the call closes is not waited for.
       const received = await Promise.race([stdout, closing]);
       pipeSettled = true;
-      armDrain();
       if (closed) void stdout.then((late) => late?.destroy());
-      else if (received) {
-        pipe = received;
-        await pumpOutput(received, queue, (data): ExecEvent => ({ type: "stdout", data }));
+      else pipe = received;
+      armDrain();
+      if (pipe) {
+        await pumpOutput(pipe, queue, (data): ExecEvent => ({ type: "stdout", data }));
       }
       stdoutDone = true;
       queue.notify();
@@ -101,7 +106,8 @@ export async function* withDirectStdout(events: AsyncGenerator<ExecEvent>, stdou
       if (failure) throw failure.error;
       if (exit) yield exit;
     } finally {
-      clearTimeout(drainTimer);
+      clearTimeout(lateTimer);
+      stopDrain();
     }
   } finally {
     // Whatever ended the call (the consumer stopping early, a failure), nothing stays open: the

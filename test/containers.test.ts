@@ -97,10 +97,17 @@ for (const provider of ["docker", "gvisor"] as const) {
     const outcome = await bomb;
     t.regex(outcome.stderr, /fork: (retry: )?Resource temporarily unavailable/);
     // Afterwards nothing of the bomb is left, the workspace works, and its sandbox survived.
-    // Counted until it reads at most the counting shell's own (a gVisor sandbox reaps a bomb's
-    // orphans a moment after the command ended), at most ~10 s.
-    const ps = await bash(t, id, "for i in $(seq 1 50); do n=$(ps -e --no-headers -o comm | grep -c bash); [ \"$n\" -le 2 ] && break; sleep 0.2; done; echo \"$n\"");
-    t.true(Number(ps.stdout.trim()) <= 2, ps.stdout);
+    // Counted until it reads 0, at most ~30 s, one call per look: just past a fork bomb the
+    // sandbox may still be at its process limit, where a shell loop cannot fork its own ps or
+    // sleep (a full CI run saw such a loop hang for its whole timeout under gVisor); a look that
+    // cannot start at all counts as not yet.
+    const look = () => bash(t, id, "pgrep -fc 'bomb[.]sh'; true").then((r) => r.stdout.trim(), (e: unknown) => String(e));
+    let left = await look();
+    for (let i = 0; i < 60 && left !== "0"; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      left = await look();
+    }
+    t.is(left, "0");
     t.is((await bash(t, id, "echo ok")).stdout, "ok\n");
     t.is((await docker.getContainer((await containerOf(id))!.Id).inspect()).State.StartedAt, startedAt);
   });

@@ -21,6 +21,17 @@ export class OutputQueue<T> {
   // forever and deadlock the command on a full pipe).
   readonly #room: Array<() => void> = [];
   #closed = false;
+  #taken = 0;
+
+  /** Items the consumer has taken so far (a measure of its progress). */
+  get taken(): number {
+    return this.#taken;
+  }
+
+  /** Whether a producer is waiting for room (the consumer, not the producer, is behind). */
+  get full(): boolean {
+    return this.#room.length > 0;
+  }
 
   /** Adds an item; resolves once there is room for another. */
   async push(item: T): Promise<void> {
@@ -50,6 +61,7 @@ export class OutputQueue<T> {
     for (;;) {
       const item = this.#items.shift();
       if (item !== undefined) {
+        this.#taken++;
         for (const w of this.#room.splice(0)) w();
         return item;
       }
@@ -71,4 +83,36 @@ export async function pumpOutput<T>(stream: Readable, queue: OutputQueue<T>, ite
   } catch {
     // A destroyed pipe ends its pump; the exit event still follows.
   }
+}
+
+/**
+ * Gives up on pipes that a process which has exited still holds open (one that escaped every kill
+ * must not keep the call open for ever): `giveUp` runs once the pipes and their consumer made no
+ * progress for `quietMs` (nothing read from a pipe, nothing taken from `queue`, no producer waiting
+ * for room), or `capMs` after the start whatever happens. Each check runs one poll of the event
+ * loop after its timer: a timer that fires late because the loop was busy must not beat output the
+ * kernel already holds (timers run before the poll that would read it). Returns a cancel function.
+ */
+export function giveUpWhenQuiet(pipes: readonly Readable[], queue: { readonly taken: number; readonly full: boolean }, giveUp: () => void, quietMs: number, capMs: number): () => void {
+  const progress = () => `${queue.taken} ${pipes.map((p) => `${(p as { bytesRead?: number }).bytesRead ?? 0}/${p.readableLength}`).join(" ")}`;
+  const deadline = performance.now() + capMs;
+  let last = progress();
+  let timer: NodeJS.Timeout | undefined;
+  let immediate: NodeJS.Immediate | undefined;
+  const arm = () => {
+    timer = setTimeout(() => (immediate = setImmediate(check)), Math.max(0, Math.min(quietMs, deadline - performance.now())));
+  };
+  const check = () => {
+    const now = progress();
+    if (performance.now() >= deadline || (now === last && !queue.full)) giveUp();
+    else {
+      last = now;
+      arm();
+    }
+  };
+  arm();
+  return () => {
+    clearTimeout(timer);
+    clearImmediate(immediate);
+  };
 }

@@ -22,14 +22,18 @@ import { readFileSync } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
-import { OutputQueue, pumpOutput } from "./output-queue.ts";
+import { giveUpWhenQuiet, OutputQueue, pumpOutput } from "./output-queue.ts";
 import type { ExecRequest } from "./protocol.ts";
 import type { ExecEvent, ExecExit } from "./types.ts";
 
 /** Name of the environment variable that marks every process of one execution. */
 export const EXEC_MARKER_VAR = "AGENT_WORKSPACE_EXEC_ID";
-/** How long to wait for output pipes to drain after the process tree is gone. */
+/**
+ * How long output pipes may stay quiet after the process exited before they are given up on (a
+ * process that escaped every kill holding them), and how long they may keep going at most.
+ */
 export const PIPE_DRAIN_MS = 2000;
+export const PIPE_DRAIN_CAP_MS = 10_000;
 
 /** Where and as whom a process is launched. */
 export interface LaunchSpec {
@@ -176,14 +180,12 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     });
   });
   let exitedDone = false;
+  let stopDrain = () => {};
+  let over = false;
   void exited.then(() => {
     exitedDone = true;
     // Pipes held open by a process that escaped every kill must not keep the call open forever.
-    timers.push(
-      setTimeout(() => {
-        for (const pipe of pipes) pipe.destroy();
-      }, PIPE_DRAIN_MS),
-    );
+    if (!over) stopDrain = giveUpWhenQuiet(pipes, queue, () => pipes.forEach((pipe) => pipe.destroy()), PIPE_DRAIN_MS, PIPE_DRAIN_CAP_MS);
     queue.notify();
   });
 
@@ -220,6 +222,8 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     yield { type: "exited", exit };
   } finally {
     for (const t of timers) clearTimeout(t);
+    over = true;
+    stopDrain();
     spec.signal?.removeEventListener("abort", onAbort);
     if (!finished || !exitedDone) killTree("SIGKILL");
     for (const pipe of pipes) pipe.destroy();
