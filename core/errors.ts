@@ -55,7 +55,13 @@ export type Reason =
   | "GIT_CREDENTIAL_UNAVAILABLE"
   | "GIT_FAILED"
   | "HOST_PATH_NOT_ALLOWED"
-  | "MOUNT_TOO_LARGE";
+  | "MOUNT_TOO_LARGE"
+  | "PROCESSES_UNSUPPORTED"
+  | "CONTENT_TOO_LONG"
+  | "PATH_TOO_DEEP"
+  | "PATH_SEGMENT_TOO_LONG"
+  | "PATH_NOT_ASCII"
+  | "BINARY_CONTENT";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

@@ -1,5 +1,5 @@
 /**
- * Builds the providers from validated settings: the local provider always, and `docker` and
+ * Builds the providers from validated settings: the local and memory providers always, and `docker` and
  * `gvisor` when the engine answers, when container workspaces are already on record, or always
  * with mode "on" (calls then fail with UNAVAILABLE until the engine is up). Also owns the start-up
  * chores of container providers: the server instance id and the report of orphaned containers.
@@ -12,6 +12,7 @@ import { errnoCode } from "../core/errors.ts";
 import { createDockerProvider, engineAvailable, runtimeAvailable } from "./docker.ts";
 import { buildExecutor } from "./executor-build.ts";
 import { createLocalProvider } from "./local.ts";
+import { createMemoryProvider } from "./memory.ts";
 import type { Provider, ProviderLog } from "./types.ts";
 
 /** How to reach the Docker engine: a local socket, or a TCP endpoint (TLS when a cert dir is given). */
@@ -67,7 +68,7 @@ function describe(connection: DockerConnection): string {
  */
 export async function createProviders(settings: ProviderSettings, log: ProviderLog, onRecord: Set<string>): Promise<ProviderSet> {
   const executor = await buildExecutor(settings.dataDir);
-  const providers: Provider[] = [createLocalProvider({ baseDir: path.join(settings.dataDir, "workspaces"), log, executor })];
+  const providers: Provider[] = [createLocalProvider({ baseDir: path.join(settings.dataDir, "workspaces"), log, executor }), createMemoryProvider()];
   const containers: ContainerProvider[] = [];
   const set: ProviderSet = { providers, reconcileOrphans: (known) => reconcileOrphans(containers, known, settings.docker.cleanupOrphans, log) };
   const { docker: cfg } = settings;

@@ -188,6 +188,11 @@ export interface WorkspaceHandle {
   exec(spec: ExecSpec): AsyncIterable<ExecEvent>;
   /** Path of a ripgrep binary as seen inside the workspace, or undefined when there is none. */
   readonly ripgrepPath: string | undefined;
+  /**
+   * False when the provider runs no processes (memory): `exec` then always fails with
+   * PROCESSES_UNSUPPORTED, and tools that can do without a process (grep) work in the server.
+   */
+  readonly processes?: false;
   /** Current state of the sandbox. */
   health(): Promise<{ status: "ready" | "stopped" | "failed"; message: string }>;
   /** Releases server-side resources (connections) without destroying the workspace. */
@@ -223,8 +228,13 @@ export interface OpenOptions {
 
 /** A way of providing workspaces. */
 export interface Provider {
-  /** "local", "docker", "gvisor", … */
+  /** "local", "docker", "gvisor", "memory", … */
   readonly name: string;
+  /**
+   * True when workspaces end with the server process (memory): the server drops their records at
+   * start instead of reopening them.
+   */
+  readonly ephemeral?: boolean;
   /** Provisions a new workspace; the returned record is persisted by the server. */
   create(options: CreateOptions): Promise<WorkspaceRecord>;
   /**

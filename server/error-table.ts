@@ -63,4 +63,10 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   GIT_FAILED: { code: Code.FailedPrecondition, reason: ErrorReason.GIT_FAILED },
   HOST_PATH_NOT_ALLOWED: { code: Code.PermissionDenied, reason: ErrorReason.HOST_PATH_NOT_ALLOWED },
   MOUNT_TOO_LARGE: { code: Code.ResourceExhausted, reason: ErrorReason.MOUNT_TOO_LARGE },
+  PROCESSES_UNSUPPORTED: { code: Code.FailedPrecondition, reason: ErrorReason.PROCESSES_UNSUPPORTED },
+  CONTENT_TOO_LONG: { code: Code.InvalidArgument, reason: ErrorReason.CONTENT_TOO_LONG },
+  PATH_TOO_DEEP: { code: Code.InvalidArgument, reason: ErrorReason.PATH_TOO_DEEP },
+  PATH_SEGMENT_TOO_LONG: { code: Code.InvalidArgument, reason: ErrorReason.PATH_SEGMENT_TOO_LONG },
+  PATH_NOT_ASCII: { code: Code.InvalidArgument, reason: ErrorReason.PATH_NOT_ASCII },
+  BINARY_CONTENT: { code: Code.InvalidArgument, reason: ErrorReason.BINARY_CONTENT },
 };

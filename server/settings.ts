@@ -120,7 +120,7 @@ export class SettingsError extends Error {
 }
 
 /** Providers a request or the default may name. */
-export const PROVIDER_NAMES = ["local", "docker", "gvisor"] as const;
+export const PROVIDER_NAMES = ["local", "docker", "gvisor", "memory"] as const;
 
 /** Command-line flags and the variables they override. */
 const FLAGS = {

@@ -95,7 +95,15 @@ export class WorkspaceManager {
 
   /** Loads persisted records; call once before serving. */
   async init(): Promise<void> {
-    for (const r of await this.#options.store.load()) this.#records.set(r.id, r);
+    for (const r of await this.#options.store.load()) {
+      // A workspace of a provider whose workspaces end with the process (memory) is gone now.
+      if (this.#providers.get(r.provider)?.ephemeral) {
+        await this.#options.store.delete(r.id);
+        this.#options.logger.info("workspace ended with the previous server process", { workspace_id: r.id, provider: r.provider, session_id: r.session?.id });
+        continue;
+      }
+      this.#records.set(r.id, r);
+    }
   }
 
   #provider(name: string): Provider {

@@ -50,6 +50,14 @@ test.before(async (t) => {
   await symlink(outside, path.join(allowed, "project/dir-out"));
   await symlink("..", path.join(allowed, "project/loop"));
   execFileSync("mkfifo", [path.join(allowed, "project/pipe")]);
+  // What a memory workspace cannot hold: binary content, more than 48,000 characters, odd paths.
+  const deep = path.join(allowed, "textual", ...Array.from({ length: 16 }, (_, i) => `d${i}`));
+  await mkdir(deep, { recursive: true });
+  await writeFile(path.join(deep, "too-deep.txt"), "deep\n");
+  await writeFile(path.join(allowed, "textual/ok.txt"), "plain text ✓\n");
+  await writeFile(path.join(allowed, "textual/image.png"), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00]));
+  await writeFile(path.join(allowed, "textual/long.txt"), "x".repeat(48_001));
+  await writeFile(path.join(allowed, "textual/café.txt"), "accent\n");
   await symlink(outside, path.join(allowed, "escape"));
   const server = await startServer({ env: { AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: allowed, AGENT_WORKSPACE_MOUNT_MAX_BYTES: "1M" } });
   t.context = { server, dir, allowed, sibling, outside };
@@ -72,6 +80,26 @@ const mount = (m: { hostPath: string; mountPath?: string; includeGlob?: string[]
 async function read(c: ClientSet, ws: string, p: string): Promise<string> {
   return (await c.tools.bash({ workspaceId: ws, command: `cat ${p} 2>&1 || echo MISSING` })).stdout;
 }
+
+test("memory: a mount copies what a memory workspace can hold and lists the rest as skipped with its reason", async (t) => {
+  const c = t.context.server.clients.grpc;
+  const { workspace } = await c.workspaces.createWorkspace({ provider: "memory", mounts: [mount({ hostPath: path.join(t.context.allowed, "textual") })] });
+  const ws = workspace!.id;
+  try {
+    const [preview] = workspace!.mounts;
+    t.is(preview.filesCopied, 1);
+    t.deepEqual(preview.skipped.map((s) => `${s.path}:${s.reason}`).sort(), [
+      "café.txt:path_not_supported",
+      `${Array.from({ length: 16 }, (_, i) => `d${i}`).join("/")}/too-deep.txt:path_not_supported`,
+      "image.png:not_text",
+      "long.txt:too_long",
+    ]);
+    t.is((await c.tools.readFile({ workspaceId: ws, path: "textual/ok.txt" })).content, "1: plain text ✓");
+    await expectError(t, c.tools.readFile({ workspaceId: ws, path: "textual/long.txt" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
+  } finally {
+    await c.workspaces.deleteWorkspace({ id: ws });
+  }
+});
 
 for (const provider of PROVIDERS) {
   test(`${provider}: a directory is copied with its tree; links, FIFOs and sensitive files are skipped and listed in the preview`, async (t) => {

@@ -49,7 +49,7 @@ function entryType(st: Stats): EntryType {
 
 const info = (st: Stats): FileStat => ({ type: entryType(st), size: st.size, mtimeMs: st.mtimeMs });
 
-function isDirectory(rel: string, message = `'${displayPath(rel)}' is a directory`): Fault {
+export function isDirectory(rel: string, message = `'${displayPath(rel)}' is a directory`): Fault {
   return new Fault("IS_DIRECTORY", message, { path: rel });
 }
 
@@ -57,8 +57,8 @@ function unsupported(rel: string): Fault {
   return new Fault("UNSUPPORTED_FILE_TYPE", `'${displayPath(rel)}' is not a regular file (FIFO, socket or device)`, { path: rel });
 }
 
-function notDirectory(rel: string): Fault {
-  return new Fault("NOT_A_DIRECTORY", `'${displayPath(rel)}' is not a directory`, { path: rel });
+export function notDirectory(rel: string, message = `'${displayPath(rel)}' is not a directory`): Fault {
+  return new Fault("NOT_A_DIRECTORY", message, { path: rel });
 }
 
 /** True when `name` in the directory open as `fd` is a directory (not following a symlink). */

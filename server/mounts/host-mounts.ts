@@ -21,7 +21,7 @@
 import { realpath } from "node:fs/promises";
 import path from "node:path";
 import picomatch from "picomatch";
-import { DomainError } from "../../core/errors.ts";
+import { DomainError, hasReason } from "../../core/errors.ts";
 import { Jail, toWorkspacePath } from "../../providers/executor/jail.ts";
 import { Fault } from "../../providers/executor/fault.ts";
 import { JailedFs } from "../../providers/executor/jailed-fs.ts";
@@ -50,7 +50,7 @@ export interface MountPreview {
   mountPath: string;
   filesCopied: number;
   bytesCopied: number;
-  skipped: Array<{ path: string; reason: "symlink" | "outside_roots" | "sensitive" | "write_protected" | "not_regular" }>;
+  skipped: Array<{ path: string; reason: "symlink" | "outside_roots" | "sensitive" | "write_protected" | "not_regular" | "not_text" | "too_long" | "path_not_supported" }>;
   skippedTruncated: boolean;
 }
 
@@ -80,6 +80,8 @@ export async function canonicalRoots(roots: string[]): Promise<string[]> {
 /** One file to copy: where it is below the root, where it goes, how big it was when planned. */
 interface PlannedFile {
   rel: string;
+  /** Its path relative to host_path (what a skip names). */
+  within: string;
   target: string;
   size: number;
 }
@@ -165,7 +167,7 @@ async function plan(m: HostMount, settings: MountSettings, rules: FileRules | un
     total += size;
     if (total > limit) throw tooLarge();
     if (files.length >= MAX_FILES) throw new DomainError("MOUNT_TOO_LARGE", `Host mount '${m.hostPath.slice(0, 300)}' holds more than ${MAX_FILES} files`, { metadata: { host_path: m.hostPath.slice(0, 300) } });
-    files.push({ rel, target: dest, size });
+    files.push({ rel, within, target: dest, size });
   };
   try {
     const top = fs.stat(base);
@@ -251,7 +253,17 @@ export async function copyMounts(handle: WorkspaceHandle, plans: MountPlans, rul
           throw toDomainError(err);
         }
         left -= bytes.length;
-        await handle.fs.writeFile(f.target, bytes);
+        try {
+          await handle.fs.writeFile(f.target, bytes);
+        } catch (err) {
+          // What a workspace cannot hold (the memory provider: text only, its path and size rules)
+          // is skipped with its reason; anything else fails the mount.
+          const reason = hasReason(err, "BINARY_CONTENT") ? "not_text" : hasReason(err, "CONTENT_TOO_LONG") ? "too_long" : hasReason(err, "PATH_TOO_DEEP", "PATH_SEGMENT_TOO_LONG", "PATH_NOT_ASCII") ? "path_not_supported" : undefined;
+          if (reason === undefined) throw err;
+          if (p.preview.skipped.length < MAX_SKIPS_LISTED) p.preview.skipped.push({ path: f.within, reason });
+          else p.preview.skippedTruncated = true;
+          continue;
+        }
         p.preview.filesCopied++;
         p.preview.bytesCopied += bytes.length;
       }

@@ -16,6 +16,7 @@
 import { DomainError } from "../../core/errors.ts";
 import { MAX_ARG_BYTES } from "./bash.ts";
 import { remainingMs, type ToolContext } from "./context.ts";
+import { grepInServer } from "./grep-memory.ts";
 import { jailPath } from "./paths.ts";
 
 export interface GrepInput {
@@ -51,7 +52,7 @@ function rgBytes(t: RgText | undefined): Buffer {
   return t.bytes !== undefined ? Buffer.from(t.bytes, "base64") : Buffer.alloc(0);
 }
 
-function clean(raw: Buffer, max: number): string {
+export function clean(raw: Buffer, max: number): string {
   let s = raw.toString("utf8");
   if (s.endsWith("\n")) s = s.slice(0, -1);
   if (s.endsWith("\r")) s = s.slice(0, -1);
@@ -76,7 +77,7 @@ interface Candidate {
  * Accumulates the lines of one file and releases each match once its after-context is known, so
  * matches stream in order with their own context block.
  */
-class ContextAssembler {
+export class ContextAssembler {
   readonly #context: number;
   readonly #lines = new Map<number, Line>();
   #pending: number[] = [];
@@ -201,6 +202,10 @@ export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<
     throw new DomainError("UNSUPPORTED_FILE_TYPE", `'${rel === "" ? "." : rel}' is not a regular file or directory (FIFO, socket or device)`, {
       metadata: { path: rel },
     });
+  }
+  if (ws.processes === false) {
+    yield* grepInServer(ctx, input, rel, st.type);
+    return;
   }
   if (!ws.ripgrepPath) throw new DomainError("RIPGREP_NOT_FOUND", "ripgrep is not available in this workspace");
   // ripgrep runs in the search directory (a file's parent) and reports paths relative to it.

@@ -28,6 +28,11 @@ export interface ScenarioEnv {
   workspaces: Client<typeof WorkspaceService>;
   /** Creates a fresh, empty, ready workspace and returns its id. */
   createWorkspace(): Promise<string>;
+  /**
+   * Reads a file's raw content around the tools, for a provider where no command can (memory:
+   * straight from the provider's tree). Absent: `cat` in the workspace.
+   */
+  rawRead?(workspaceId: string, path: string): Promise<string>;
 }
 
 /** Scenario clients over one protocol's client set, creating workspaces of `provider`. */
@@ -65,7 +70,8 @@ interface Ws {
   cat(path: string): Promise<string>;
 }
 
-function workspace(tools: Client<typeof ToolService>, id: string): Ws {
+function workspace(env: ScenarioEnv, id: string): Ws {
+  const { tools } = env;
   const ws: Ws = {
     id,
     tools,
@@ -78,7 +84,7 @@ function workspace(tools: Client<typeof ToolService>, id: string): Ws {
     async write(path, content) {
       await tools.writeFile({ workspaceId: id, path, content });
     },
-    cat: (path) => ws.sh(`cat -- '${path}'`),
+    cat: (path) => (env.rawRead ? env.rawRead(id, path) : ws.sh(`cat -- '${path}'`)),
   };
   return ws;
 }
@@ -112,24 +118,31 @@ async function collect<T>(stream: AsyncIterable<T>): Promise<T[]> {
 const byPathAndLine = (a: GrepMatch, b: GrepMatch) => (a.path < b.path ? -1 : a.path > b.path ? 1 : a.line - b.line);
 const located = (ms: GrepMatch[]) => [...ms].sort(byPathAndLine).map((m) => `${m.path}:${m.line}`);
 
+/** Marks a scenario that runs commands (to make or check its files, or as its subject). */
+const PROCESSES = Symbol("needs processes");
+
 /**
  * Registers every tool scenario as one ava test named `${name}: <Tool> › <scenario>`. `setup`
- * is called in each test (after the caller's `before` hooks) and returns the clients to use.
+ * is called in each test (after the caller's `before` hooks) and returns the clients to use. With
+ * `processes: false` only the scenarios that run no command are registered.
  */
 export function registerToolScenarios<C>(
   test: TestFn<C>,
   name: string,
   setup: (t: ExecutionContext<C>) => ScenarioEnv | Promise<ScenarioEnv>,
+  options: { processes?: boolean } = {},
 ): void {
   // The server runs in this process; a command must not see this.
   process.env[SERVER_SECRET_NAME] = SERVER_SECRET_VALUE;
 
-  const scenario = (title: string, body: (t: ExecutionContext<C>, ws: Ws) => Promise<void>) => {
+  const scenario = (title: string, body: (t: ExecutionContext<C>, ws: Ws) => Promise<void>, needs?: typeof PROCESSES) => {
+    // A provider without processes (memory) runs the scenarios that need none.
+    if (needs === PROCESSES && options.processes === false) return;
     test(`${name}: ${title}`, async (t) => {
       const env = await setup(t);
       const id = await env.createWorkspace();
       try {
-        await body(t, workspace(env.tools, id));
+        await body(t, workspace(env, id));
       } finally {
         await env.workspaces.deleteWorkspace({ id }).catch(() => undefined);
       }
@@ -149,7 +162,7 @@ export function registerToolScenarios<C>(
     t.false(r.stdoutTruncated);
     t.is(r.stdoutTotalBytes, BigInt(utf8Length(r.stdout)));
     t.is(r.signal, "");
-  });
+  }, PROCESSES);
 
   scenario("Bash › Command with non-zero exit code", async (t, ws) => {
     const r = await ws.bash("echo out; echo err >&2; exit 3");
@@ -160,7 +173,7 @@ export function registerToolScenarios<C>(
     const missing = await ws.bash("no-such-command-aw");
     t.is(missing.exitCode, 127);
     t.regex(missing.stderr, /not found/);
-  });
+  }, PROCESSES);
 
   scenario("Bash › Command timeout", async (t, ws) => {
     const { error, detail } = await expectError(
@@ -180,7 +193,7 @@ export function registerToolScenarios<C>(
     t.true((detail.partialOutput?.durationMs ?? 0n) >= 2000n);
     // The whole process group got the signal, the background sleep included.
     t.regex(await waitGone(ws, ["child.pid"]), /child\.pid=gone/);
-  });
+  }, PROCESSES);
 
   scenario("Bash › Command timeout › a command ignoring SIGTERM is killed after the 5 s grace", async (t, ws) => {
     const started = Date.now();
@@ -197,7 +210,7 @@ export function registerToolScenarios<C>(
     t.is(detail.partialOutput?.stdout, "still-here\n");
     t.true((detail.partialOutput?.durationMs ?? 0n) >= 8000n);
     t.regex(await waitGone(ws, ["shell.pid"]), /shell\.pid=gone/);
-  });
+  }, PROCESSES);
 
   scenario("Bash › Command timeout › StreamBash ends with one exited event marked timed_out", async (t, ws) => {
     const events = await collect(ws.tools.streamBash({ workspaceId: ws.id, command: "echo partial; sleep 30", timeoutMs: 2000n }));
@@ -211,7 +224,7 @@ export function registerToolScenarios<C>(
     t.is(exited?.exitCode, 128 + 15);
     const stdout = events.flatMap((e) => (e.event.case === "stdout" ? [text(e.event.value)] : [])).join("");
     t.is(stdout, "partial\n");
-  });
+  }, PROCESSES);
 
   scenario("Bash › Command with custom working directory", async (t, ws) => {
     await ws.write("src/marker.txt", "in src\n");
@@ -222,20 +235,20 @@ export function registerToolScenarios<C>(
     t.is(rel.stdout, "in src\n");
     const root = await ws.bash("cat src/marker.txt", { workdir: "" });
     t.is(root.stdout, "in src\n");
-  });
+  }, PROCESSES);
 
   scenario("Bash › Command with custom working directory › outside the workspace is refused", async (t, ws) => {
     await ws.sh("ln -s /tmp tmp-link");
     for (const workdir of ["/etc", "..", "src/../..", "/workspace/../etc", "tmp-link"]) {
       await expectError(t, ws.bash("pwd", { workdir }), Code.PermissionDenied, ErrorReason.PATH_OUTSIDE_WORKSPACE);
     }
-  });
+  }, PROCESSES);
 
   scenario("Bash › Command with custom working directory › a file is not a directory", async (t, ws) => {
     await ws.write("file.txt", "x");
     await expectError(t, ws.bash("pwd", { workdir: "file.txt" }), Code.FailedPrecondition, ErrorReason.NOT_A_DIRECTORY);
     await expectError(t, ws.bash("pwd", { workdir: "missing-dir" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
-  });
+  }, PROCESSES);
 
   scenario("Bash › Long-running command output", async (t, ws) => {
     const out = await ws.bash("head -c 200000 /dev/zero | tr '\\0' a");
@@ -256,14 +269,14 @@ export function registerToolScenarios<C>(
     const exact = await ws.bash(`head -c ${OUTPUT_LIMIT} /dev/zero | tr '\\0' x`);
     t.false(exact.stdoutTruncated);
     t.is(exact.stdoutTotalBytes, BigInt(OUTPUT_LIMIT));
-  });
+  }, PROCESSES);
 
   scenario("Bash › stdin is /dev/null", async (t, ws) => {
     // With any other stdin, cat would block until the timeout and the call would fail.
     const r = await ws.bash("cat; read -r line; echo \"read=$?\"", { timeoutMs: 30_000n });
     t.is(r.exitCode, 0);
     t.is(r.stdout, "read=1\n");
-  });
+  }, PROCESSES);
 
   scenario("Bash › the environment is minimal and holds no server secrets", async (t, ws) => {
     t.is(process.env[SERVER_SECRET_NAME], SERVER_SECRET_VALUE);
@@ -273,13 +286,13 @@ export function registerToolScenarios<C>(
     t.false(r.stdout.includes(SERVER_SECRET_VALUE));
     t.regex(r.stdout, /^PATH=/m);
     t.regex(r.stdout, /^HOME=/m);
-  });
+  }, PROCESSES);
 
   scenario("Bash › env request field sets variables", async (t, ws) => {
     const r = await ws.bash(`printf '%s|%s' "$GREETING" "$EMPTY_ONE"`, { env: { GREETING: "hello world", EMPTY_ONE: "" } });
     t.is(r.stdout, "hello world|");
     await expectError(t, ws.bash("true", { env: { "BAD NAME": "x" } }), Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
-  });
+  }, PROCESSES);
 
   for (const [label, launch] of [
     ["background children", "sleep 100 &"],
@@ -293,7 +306,7 @@ export function registerToolScenarios<C>(
       t.is(r.stdout, "launched\n");
       t.regex((await ws.cat("bg.pid")).trim(), /^\d+$/);
       t.is(await waitGone(ws, ["bg.pid"]), "bg.pid=gone");
-    });
+    }, PROCESSES);
   }
 
   // Children that shed every mark a sweep could find by process group or environment. They are
@@ -320,7 +333,7 @@ export function registerToolScenarios<C>(
         await sleep(100);
       }
       t.is(seen, "checked\n", "the child still runs after the call returned");
-    });
+    }, PROCESSES);
   }
 
   scenario("Bash › StreamBash › a cancelled call kills the command", async (t, ws) => {
@@ -346,7 +359,7 @@ export function registerToolScenarios<C>(
     t.true(caught instanceof ConnectError);
     t.is(ConnectError.from(caught).code, Code.Canceled);
     t.is(await waitGone(ws, ["shell.pid", "child.pid"]), "shell.pid=gone child.pid=gone");
-  });
+  }, PROCESSES);
 
   scenario("Bash › StreamBash › events: started, byte chunks of at most 64 KiB, exactly one exited last", async (t, ws) => {
     const events: StreamBashResponse[] = await collect(
@@ -377,7 +390,7 @@ export function registerToolScenarios<C>(
     t.is(exited?.stdoutTotalBytes, 300_000n);
     t.is(exited?.stderrTotalBytes, 5n);
     t.false(exited?.stdoutTruncated);
-  });
+  }, PROCESSES);
 
   scenario("Bash › StreamBash › output printed the instant a command starts is never lost (40 quick commands)", async (t, ws) => {
     // Locally stdout is handed from the executor to the server right after the spawn: a command
@@ -390,7 +403,7 @@ export function registerToolScenarios<C>(
       }),
     );
     t.deepEqual(outputs, Array.from({ length: 40 }, (_, i) => `run-${i}|err-${i}|exited`));
-  });
+  }, PROCESSES);
 
   scenario("Bash › StreamBash › max_output_bytes caps what is forwarded", async (t, ws) => {
     const events = await collect(
@@ -407,7 +420,7 @@ export function registerToolScenarios<C>(
     t.false(exited?.stderrTruncated);
     t.is(exited?.stdoutTotalBytes, 100_000n);
     t.is(exited?.stderrTotalBytes, 6n);
-  });
+  }, PROCESSES);
 
   // ──────────────────────── Provider-agnostic interface ────────────────────────
 
@@ -420,14 +433,14 @@ export function registerToolScenarios<C>(
     t.false(r.stderrTruncated);
     t.is(r.signal, "");
     t.false(r.oomKilled);
-  });
+  }, PROCESSES);
 
   scenario("Provider-agnostic › Provider abstraction for file operations", async (t, ws) => {
     // Written by a command inside the sandbox, read by the file tool: same numbered format.
     await ws.sh("printf '# README\\n\\nContent...\\n' > README.md");
     const r = await ws.tools.readFile({ workspaceId: ws.id, path: "/workspace/README.md" });
     t.is(r.content, "1: # README\n2: \n3: Content...");
-  });
+  }, PROCESSES);
 
   // ───────────────────────────── ReadFile ─────────────────────────────
 
@@ -480,7 +493,7 @@ export function registerToolScenarios<C>(
     t.is(r.content, "a.txt\nempty/\nsub/");
     t.is(r.totalLines, 3);
     t.is(r.mimeType, "inode/directory");
-  });
+  }, PROCESSES);
 
   scenario("ReadFile › Read binary file", async (t, ws) => {
     await ws.sh("printf '\\x89PNG\\r\\n\\x1a\\n\\x00\\x00' > img.png");
@@ -490,14 +503,14 @@ export function registerToolScenarios<C>(
     t.is(r.mimeType, "image/png");
     t.is(r.content, "");
     t.is(r.totalLines, 0);
-  });
+  }, PROCESSES);
 
   // gVisor keeps FIFOs made inside the sandbox in its own kernel; they never reach the shared
   // storage the file tools read, so there the FIFO simply is not a file.
   scenario("ReadFile › a FIFO is refused without blocking", async (t, ws) => {
     await ws.sh("mkfifo f");
     await expectError(t, ws.tools.readFile({ workspaceId: ws.id, path: "f" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
-  });
+  }, PROCESSES);
 
   // ───────────────────────────── WriteFile ─────────────────────────────
 
@@ -523,7 +536,7 @@ export function registerToolScenarios<C>(
     t.true(r.created);
     t.is(await ws.cat("src/new/deep/file.ts"), "export {};\n");
     t.is(await ws.sh("test -d src/new/deep && echo dir"), "dir\n");
-  });
+  }, PROCESSES);
 
   scenario("WriteFile › bytes_written counts UTF-8 bytes", async (t, ws) => {
     const content = "héllo ✓ 🚀 日本\n";
@@ -532,7 +545,7 @@ export function registerToolScenarios<C>(
     t.not(r.bytesWritten, BigInt(content.length));
     t.is((await ws.sh("wc -c < utf8.txt")).trim(), String(Buffer.byteLength(content)));
     t.is(await ws.cat("utf8.txt"), content);
-  });
+  }, PROCESSES);
 
   scenario("WriteFile › a directory path is refused with IS_DIRECTORY", async (t, ws) => {
     await ws.write("d/inner.txt", "x");
@@ -562,14 +575,14 @@ export function registerToolScenarios<C>(
     await expectError(t, ws.tools.writeFile({ workspaceId: ws.id, path: "keep.txt/child", content: "x" }), Code.FailedPrecondition, ErrorReason.NOT_A_DIRECTORY);
     t.is(await ws.cat("keep.txt"), "old content\n");
     t.is(await ws.sh("ls -A"), "a.txt\nb.txt\nbig.txt\nkeep.txt\nstop\n");
-  });
+  }, PROCESSES);
 
   scenario("WriteFile › a FIFO is refused without blocking", async (t, ws) => {
     await ws.sh("mkfifo pipe");
     await expectError(t, ws.tools.writeFile({ workspaceId: ws.id, path: "pipe", content: "x" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
     await expectError(t, ws.tools.editFile({ workspaceId: ws.id, path: "pipe", oldString: "a", newString: "b" }), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
     t.is(await ws.sh("test -p pipe && echo fifo"), "fifo\n");
-  });
+  }, PROCESSES);
 
   // ───────────────────────────── EditFile ─────────────────────────────
 
@@ -688,7 +701,7 @@ export function registerToolScenarios<C>(
     await ws.tools.deleteFile({ workspaceId: ws.id, path: "/workspace/gone.txt" });
     await expectError(t, ws.tools.readFile({ workspaceId: ws.id, path: "gone.txt" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
     t.is(await ws.sh("ls -A"), "stays.txt\n");
-  });
+  }, PROCESSES);
 
   scenario("DeleteFile › a directory is refused with IS_DIRECTORY", async (t, ws) => {
     await ws.write("d/f.txt", "x");
@@ -709,7 +722,7 @@ export function registerToolScenarios<C>(
     t.is(await ws.sh("ls -A"), "target.txt\n");
     t.is(await ws.cat("target.txt"), "still here\n");
     t.regex(await ws.sh("head -c 5 /etc/passwd"), /^root:/);
-  });
+  }, PROCESSES);
 
   // ───────────────────────────── ListFiles ─────────────────────────────
 
@@ -731,7 +744,7 @@ export function registerToolScenarios<C>(
     const modifiedMs = Number(r.files[0].modified?.seconds ?? 0n) * 1000;
     t.true(Math.abs(before - modifiedMs) < 10 * 60_000, "modified is a recent timestamp");
     t.false(r.truncated);
-  });
+  }, PROCESSES);
 
   scenario("ListFiles › glob patterns **/*.ts and *.py", async (t, ws) => {
     for (const p of ["setup.py", "src/a.ts", "src/b.py", "src/lib/c.ts", "src/lib/d.tsx", "root.ts"]) await ws.write(p, "x\n");
@@ -760,6 +773,14 @@ export function registerToolScenarios<C>(
   // ───────────────────────────── Glob ─────────────────────────────
 
   const globTree = async (ws: Ws) => {
+    if (options.processes === false) {
+      // No command can set a modification time here: the files are written oldest first instead.
+      for (const p of ["tests/t.test.ts", "src/a.ts", "src/d.ts", "src/b/c.ts", "tests/unit/u.test.ts", "src/e.js", "top.ts"]) {
+        await ws.write(p, "x\n");
+        await sleep(5);
+      }
+      return;
+    }
     for (const p of ["src/a.ts", "src/b/c.ts", "src/d.ts", "src/e.js", "tests/t.test.ts", "tests/unit/u.test.ts", "top.ts"]) await ws.write(p, "x\n");
     await ws.sh(
       [
@@ -816,7 +837,7 @@ export function registerToolScenarios<C>(
       for await (const _ of ws.tools.streamGrep({ workspaceId: ws.id, pattern: "x", path: "pipe" })) void _;
     };
     await expectError(t, stream(), Code.FailedPrecondition, ErrorReason.UNSUPPORTED_FILE_TYPE);
-  });
+  }, PROCESSES);
 
   scenario("Glob › hundreds of files with 3 KB paths are all found", async (t, ws) => {
     // 14 nested directories of 200-byte names: each path is about 2,900 bytes; 600 of them are
@@ -828,7 +849,7 @@ export function registerToolScenarios<C>(
     t.true(r.paths.every((p) => p.startsWith(`${dir}/f`)));
     const listed = await ws.tools.listFiles({ workspaceId: ws.id, pattern: "**/*.txt" });
     t.is(listed.files.length, 600);
-  });
+  }, PROCESSES);
 
   scenario("Grep › Search for pattern across files", async (t, ws) => {
     await grepTree(ws);
@@ -978,7 +999,7 @@ export function registerToolScenarios<C>(
     t.is(await ws.sh("test -e ../evil.txt || test -e ../x.txt || echo clean"), "clean\n");
     t.false(existsSync("/tmp/evil.txt"));
     t.regex(readFileSync("/etc/passwd", "utf8"), /^root:/);
-  });
+  }, PROCESSES);
 
   scenario("Paths › a path component longer than 255 bytes is INVALID_ARGUMENT for every tool", async (t, ws) => {
     const long = `dir/${"a".repeat(300)}`;
@@ -995,7 +1016,7 @@ export function registerToolScenarios<C>(
     await ws.write(longest, "fits\n");
     t.is((await ws.tools.readFile({ workspaceId: ws.id, path: longest })).content, "1: fits");
     t.is(await ws.cat(longest), "fits\n");
-  });
+  }, PROCESSES);
 
   scenario("Paths › a symlink to /etc/passwd is refused", async (t, ws) => {
     await ws.sh("ln -s /etc/passwd link");
@@ -1019,7 +1040,7 @@ export function registerToolScenarios<C>(
     } finally {
       await ws.sh(`rm -f ${victim}`);
     }
-  });
+  }, PROCESSES);
 
   scenario("Paths › a dangling symlink pointing outside is refused and creates nothing", async (t, ws) => {
     const target = `/nonexistent-aw-${unique()}`;
@@ -1031,7 +1052,7 @@ export function registerToolScenarios<C>(
     t.is(await ws.sh(`test -e ${target} || test -e /nonexistent || echo absent`), "absent\n");
     t.false(existsSync(target));
     t.false(existsSync("/nonexistent"));
-  });
+  }, PROCESSES);
 
   scenario("Paths › a symlinked parent directory pointing outside is refused", async (t, ws) => {
     await ws.sh("ln -s /tmp tdir");
@@ -1046,7 +1067,7 @@ export function registerToolScenarios<C>(
     await deny(ws.bash("true", { workdir: "tdir" }));
     t.is(await ws.sh(`test -e /tmp/${name} || test -e /tmp/deeper || echo absent`), "absent\n");
     t.false(existsSync(`/tmp/${name}`));
-  });
+  }, PROCESSES);
 
   scenario("Paths › symlinks that stay inside the workspace work", async (t, ws) => {
     await ws.write("real.txt", "real\n");
@@ -1063,5 +1084,5 @@ export function registerToolScenarios<C>(
     t.is(await ws.cat("real.txt"), "through the link\n");
     const listed = await ws.tools.listFiles({ workspaceId: ws.id, path: "dir-link" });
     t.deepEqual(listed.files.map((f) => f.path), ["dir/inner.txt"]);
-  });
+  }, PROCESSES);
 }

@@ -532,6 +532,54 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_MOUNT_TOO_LARGE = 49;
    */
   MOUNT_TOO_LARGE = 49,
+
+  /**
+   * The workspace's provider runs no processes (the memory provider): Bash, StreamBash and the
+   * git tools are not available in it. Metadata "provider". Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_PROCESSES_UNSUPPORTED = 50;
+   */
+  PROCESSES_UNSUPPORTED = 50,
+
+  /**
+   * A write to a memory workspace holds more than 48,000 characters. Metadata "path",
+   * "max_chars". Code INVALID_ARGUMENT.
+   *
+   * @generated from enum value: ERROR_REASON_CONTENT_TOO_LONG = 51;
+   */
+  CONTENT_TOO_LONG = 51,
+
+  /**
+   * A path of a memory workspace has more than 16 segments. Metadata "path", "max_depth".
+   * Code INVALID_ARGUMENT.
+   *
+   * @generated from enum value: ERROR_REASON_PATH_TOO_DEEP = 52;
+   */
+  PATH_TOO_DEEP = 52,
+
+  /**
+   * A segment of a memory workspace's path has more than 80 characters. Metadata "path",
+   * "max_segment_chars". Code INVALID_ARGUMENT.
+   *
+   * @generated from enum value: ERROR_REASON_PATH_SEGMENT_TOO_LONG = 53;
+   */
+  PATH_SEGMENT_TOO_LONG = 53,
+
+  /**
+   * A path of a memory workspace holds a character outside printable ASCII. Metadata "path".
+   * Code INVALID_ARGUMENT.
+   *
+   * @generated from enum value: ERROR_REASON_PATH_NOT_ASCII = 54;
+   */
+  PATH_NOT_ASCII = 54,
+
+  /**
+   * A write to a memory workspace is not UTF-8 text (invalid UTF-8, or a NUL byte). Metadata
+   * "path". Code INVALID_ARGUMENT.
+   *
+   * @generated from enum value: ERROR_REASON_BINARY_CONTENT = 55;
+   */
+  BINARY_CONTENT = 55,
 }
 
 /**

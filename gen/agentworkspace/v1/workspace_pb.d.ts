@@ -66,7 +66,7 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
   id: string;
 
   /**
-   * The provider backing the workspace: "local", "docker" or "gvisor".
+   * The provider backing the workspace: "local", "docker", "gvisor" or "memory".
    *
    * @generated from field: string provider = 2;
    */
@@ -238,7 +238,9 @@ export declare type MountSkip = Message<"agentworkspace.v1.MountSkip"> & {
   /**
    * Why: "symlink" (not followed), "outside_roots" (a link leaving the allowed roots),
    * "sensitive" (a sensitive file of the server's lists), "write_protected" (a file the workspace's
-   * tools never write, such as .git/config or git hooks), "not_regular" (a FIFO, socket or device).
+   * tools never write, such as .git/config or git hooks), "not_regular" (a FIFO, socket or device);
+   * in a memory workspace also "not_text" (binary content), "too_long" (more than 48,000
+   * characters) and "path_not_supported" (a path past its depth, segment or ASCII rules).
    *
    * @generated from field: string reason = 2;
    */
@@ -313,7 +315,7 @@ export declare const MountPreviewSchema: GenMessage<MountPreview>;
  */
 export declare type CreateWorkspaceRequest = Message<"agentworkspace.v1.CreateWorkspaceRequest"> & {
   /**
-   * The provider to use: "local", "docker" or "gvisor". Empty selects the server's default provider.
+   * The provider to use: "local", "docker", "gvisor" or "memory" (files only, no processes). Empty selects the server's default provider.
    *
    * @generated from field: string provider = 1;
    */
