@@ -12,7 +12,7 @@ export type Allowed = ReadonlyArray<Principal["kind"]>;
 const OPERATOR: Allowed = ["operator"];
 /** Tool calls: operators anywhere, session tokens in their own session's workspace (tool-access.ts). */
 const TOOL_CALLERS: Allowed = ["operator", "session"];
-/** Reading one session: operators, and a session token its own (workspace-service.ts). */
+/** One session's state and digests: operators, and a session token its own (workspace-service.ts). */
 const SESSION_READERS: Allowed = ["operator", "session"];
 /** The audit trail: operators all of it, a session token its own session's (audit-service.ts). */
 const AUDIT_READERS: Allowed = ["operator", "session"];
@@ -41,6 +41,8 @@ export const POLICY: Readonly<Record<string, Allowed>> = {
   "/agentworkspace.v1.WorkspaceService/ListSessions": OPERATOR,
   "/agentworkspace.v1.WorkspaceService/EndSession": OPERATOR,
   "/agentworkspace.v1.WorkspaceService/WatchSession": SESSION_READERS,
+  "/agentworkspace.v1.WorkspaceService/SetWorkspaceDigest": SESSION_READERS,
+  "/agentworkspace.v1.WorkspaceService/GetWorkspaceDigest": SESSION_READERS,
 
   "/agentworkspace.v1.ToolService/Bash": TOOL_CALLERS,
   "/agentworkspace.v1.ToolService/StreamBash": TOOL_CALLERS,

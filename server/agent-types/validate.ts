@@ -16,6 +16,7 @@ import {
 } from "../../gen/agentworkspace/v1/config_pb.js";
 import { DomainError } from "../../core/errors.ts";
 import { ruleProblem } from "../security/command-policy.ts";
+import { checkDigestText, MAX_DIGESTS_PER_SESSION, sectionKeyOf } from "../sessions/digests.ts";
 import { MIN_DISK_BYTES, MIN_MEMORY_BYTES, parseCpu, sizeLimit } from "../workspace-limits.ts";
 
 /** What validation needs to know about this server. */
@@ -167,6 +168,15 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     if (target.startsWith("/") ? !target.startsWith("/workspace") : target.split("/").includes("..")) throw invalid(mf("mount_path"), `mounts[${i}].mount_path must stay inside the workspace`);
     for (const g of [...m.includeGlob, ...m.excludeGlob]) if (g.trim() === "") throw invalid(mf("include_glob"), `mounts[${i}]: glob patterns may not be empty`);
   });
+  if (cfg.digestOverrides.length > MAX_DIGESTS_PER_SESSION) throw invalid(f("digest_overrides"), `digest_overrides may hold at most ${MAX_DIGESTS_PER_SESSION} digests`);
+  const digestKeys = new Set<string>();
+  const digestOverrides = cfg.digestOverrides.map((d, i) => {
+    const key = sectionKeyOf(d.sectionKey, f(`digest_overrides[${i}].section_key`));
+    if (digestKeys.has(key)) throw invalid(f(`digest_overrides[${i}].section_key`), `digest_overrides[${i}].section_key '${key}' appears twice`);
+    digestKeys.add(key);
+    checkDigestText(d.summary, d.body, f(`digest_overrides[${i}]`));
+    return { sectionKey: key, summary: d.summary, body: d.body };
+  });
   const protectedBranches = [...new Set((cfg.git?.protectedBranches ?? []).map((p) => p.trim()))];
   if (protectedBranches.length > MAX_POLICY_ENTRIES) throw invalid(f("git.protected_branches"), `git.protected_branches may hold at most ${MAX_POLICY_ENTRIES} patterns`);
   protectedBranches.forEach((p, i) => {
@@ -222,6 +232,7 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     sensitiveFiles: files,
     git: { protectedBranches },
     mounts: cfg.mounts.map((m) => ({ ...m })),
+    digestOverrides,
   });
 }
 

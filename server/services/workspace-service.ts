@@ -3,6 +3,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { mountFromProto } from "../mounts/host-mounts.ts";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
+  DigestSource,
   type SessionSchema,
   type SessionWarningSchema,
   type WatchSessionResponseSchema,
@@ -14,6 +15,7 @@ import {
 import type { TaskContext as ProtoTask } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import type { ProvisioningWarning, TaskContext } from "../../providers/types.ts";
 import { PRINCIPAL } from "../auth/principal.ts";
+import type { ResolvedDigest } from "../sessions/digests.ts";
 import type { SessionManager } from "../sessions/session-manager.ts";
 import type { SessionEvent, SessionRecord, SessionStatus as Status, Stage } from "../sessions/session.ts";
 import { DomainError, hasReason } from "../../core/errors.ts";
@@ -22,6 +24,14 @@ import { formatSize } from "../workspace-limits.ts";
 import type { WorkspaceManager, WorkspaceView } from "../workspace-manager.ts";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { WorkspaceSchema } from "../../gen/agentworkspace/v1/workspace_pb.js";
+
+const DIGEST_SOURCE: Record<ResolvedDigest["source"], DigestSource> = {
+  session: DigestSource.SESSION,
+  agent_type: DigestSource.AGENT_TYPE,
+  placeholder: DigestSource.PLACEHOLDER,
+};
+
+const digestToProto = (d: ResolvedDigest) => ({ sectionKey: d.sectionKey, summary: d.summary, body: d.body, updatedAt: ts(d.updatedAt) });
 
 const ts = (iso: string | undefined) => (iso === undefined ? undefined : timestampFromDate(new Date(iso)));
 
@@ -194,6 +204,15 @@ export function createWorkspaceService(workspaces: WorkspaceManager, sessions: S
     },
     async *watchSession(req, hctx) {
       for await (const ev of sessions.watch(sessionIdFor(req.id, hctx), req.follow, hctx.signal)) yield eventToProto(ev);
+    },
+    async setWorkspaceDigest(req, hctx) {
+      const d = req.digest;
+      const kept = await sessions.setDigest(sessionIdFor(req.sessionId, hctx), d?.sectionKey ?? "", d?.summary ?? "", d?.body ?? "");
+      return { digest: digestToProto(kept) };
+    },
+    async getWorkspaceDigest(req, hctx) {
+      const found = sessions.digest(sessionIdFor(req.sessionId, hctx), req.sectionKey);
+      return { digest: digestToProto(found), source: DIGEST_SOURCE[found.source] };
     },
   };
 }

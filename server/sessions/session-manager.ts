@@ -22,6 +22,7 @@ import type { SessionPrincipal } from "../auth/principal.ts";
 import { newSessionToken, type SessionTokenLookup } from "../auth/session-tokens.ts";
 import type { Logger } from "../logger.ts";
 import type { SessionStore } from "../store/store.ts";
+import { checkDigestText, MAX_DIGESTS_PER_SESSION, placeholder, type ResolvedDigest, sectionKeyOf } from "./digests.ts";
 import { validateLabels, type WorkspaceManager } from "../workspace-manager.ts";
 import { type BuildSpec, ProvisioningFailed, type Provisioner, type StageSink } from "./provision.ts";
 import { type SessionEvent, SessionEvents, type SessionRecord, type SessionStatus, taskEnv } from "./session.ts";
@@ -376,6 +377,39 @@ export class SessionManager implements SessionTokenLookup {
     }
     this.#o.logger.info("session ended", { session_id: r.id, agent_type: r.agentType, reason });
     return r;
+  }
+
+  /**
+   * Keeps a session's digest for a section key (replacing the one before), durably. An ended
+   * session keeps what it has but takes no new one (SESSION_NOT_READY).
+   */
+  async setDigest(id: string, key: string, summary: string, body: string): Promise<ResolvedDigest> {
+    const r = this.#live(id).record;
+    const sectionKey = sectionKeyOf(key, "digest.section_key");
+    checkDigestText(summary, body, "digest");
+    if (r.status === "ended") {
+      throw new DomainError("SESSION_NOT_READY", `Session '${r.id}' has ended; its digests can be read but not changed`, { metadata: { session_id: r.id, status: r.status } });
+    }
+    const digests = { ...r.digests };
+    if (!Object.hasOwn(digests, sectionKey) && Object.keys(digests).length >= MAX_DIGESTS_PER_SESSION) {
+      throw new DomainError("RESOURCE_EXHAUSTED", `Session '${r.id}' keeps at most ${MAX_DIGESTS_PER_SESSION} digests`, { metadata: { session_id: r.id, max_digests: String(MAX_DIGESTS_PER_SESSION) } });
+    }
+    digests[sectionKey] = { summary, body, updatedAt: new Date().toISOString() };
+    await this.#persist({ ...r, digests });
+    r.digests = digests;
+    return { sectionKey, ...digests[sectionKey], source: "session" };
+  }
+
+  /** Resolves a section key for a session: its own digest, the agent type's override, a placeholder. */
+  digest(id: string, key: string): ResolvedDigest {
+    const r = this.#live(id).record;
+    const sectionKey = sectionKeyOf(key, "section_key");
+    const own = r.digests && Object.hasOwn(r.digests, sectionKey) ? r.digests[sectionKey] : undefined;
+    if (own) return { sectionKey, ...own, source: "session" };
+    const override = this.#o.agentTypes.find(r.agentType)?.workspace?.digestOverrides.find((d) => d.sectionKey === sectionKey);
+    if (override) return { sectionKey, summary: override.summary, body: override.body, source: "agent_type" };
+    this.#o.logger.warn("no workspace digest for the section: a placeholder was returned", { session_id: r.id, agent_type: r.agentType, section_key: sectionKey });
+    return placeholder(sectionKey);
   }
 
   /** The session's events: those so far, then live ones, until provisioning is over (or, with `follow`, the end). */

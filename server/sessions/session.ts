@@ -5,6 +5,7 @@
  */
 import type { CheckoutInfo, ProvisioningWarning, TaskContext } from "../../providers/types.ts";
 import type { HostMount } from "../mounts/host-mounts.ts";
+import type { StoredDigest } from "./digests.ts";
 
 export type SessionStatus = "provisioning" | "active" | "degraded" | "ended";
 export type Stage = ProvisioningWarning["stage"];
@@ -47,6 +48,8 @@ export interface SessionRecord {
   idleTimeoutMs: number;
   /** How often provisioning was restarted after the server stopped in the middle of it. */
   resumes: number;
+  /** The latest workspace digest per section key (digests.ts). */
+  digests?: Record<string, StoredDigest>;
 }
 
 /** One event of a session, in the order it happened. */

@@ -4,7 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
-import type { HostMount, ResourceLimits } from "./workspace_pb.js";
+import type { HostMount, ResourceLimits, WorkspaceDigest } from "./workspace_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 
 /**
@@ -213,6 +213,14 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
    * @generated from field: repeated agentworkspace.v1.HostMount mounts = 19;
    */
   mounts: HostMount[];
+
+  /**
+   * Digests returned by GetWorkspaceDigest for a section key a session has not set itself (seed
+   * 001's override fallback); section keys are unique.
+   *
+   * @generated from field: repeated agentworkspace.v1.WorkspaceDigest digest_overrides = 20;
+   */
+  digestOverrides: WorkspaceDigest[];
 };
 
 /**

@@ -1264,6 +1264,150 @@ export declare type WatchSessionResponse = Message<"agentworkspace.v1.WatchSessi
 export declare const WatchSessionResponseSchema: GenMessage<WatchSessionResponse>;
 
 /**
+ * WorkspaceDigest is a cached summary of a workspace: its layout and notable directories, its
+ * tooling commands (tests, linting, formatting), known caveats.
+ *
+ * @generated from message agentworkspace.v1.WorkspaceDigest
+ */
+export declare type WorkspaceDigest = Message<"agentworkspace.v1.WorkspaceDigest"> & {
+  /**
+   * The section it belongs to: 1-64 characters [a-z0-9._-], starting with a letter or digit.
+   * Empty in a request means "workspace-digest".
+   *
+   * @generated from field: string section_key = 1;
+   */
+  sectionKey: string;
+
+  /**
+   * A short summary (at most 2,000 characters).
+   *
+   * @generated from field: string summary = 2;
+   */
+  summary: string;
+
+  /**
+   * The full digest (at most 64,000 characters).
+   *
+   * @generated from field: string body = 3;
+   */
+  body: string;
+
+  /**
+   * When the session set it; unset for an override or the placeholder.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 4;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message agentworkspace.v1.WorkspaceDigest.
+ * Use `create(WorkspaceDigestSchema)` to create a new message.
+ */
+export declare const WorkspaceDigestSchema: GenMessage<WorkspaceDigest>;
+
+/**
+ * SetWorkspaceDigestRequest names a session and the digest to keep.
+ *
+ * @generated from message agentworkspace.v1.SetWorkspaceDigestRequest
+ */
+export declare type SetWorkspaceDigestRequest = Message<"agentworkspace.v1.SetWorkspaceDigestRequest"> & {
+  /**
+   * The session; empty with a session token for the token's own session.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The digest; its updated_at is ignored.
+   *
+   * @generated from field: agentworkspace.v1.WorkspaceDigest digest = 2;
+   */
+  digest?: WorkspaceDigest | undefined;
+};
+
+/**
+ * Describes the message agentworkspace.v1.SetWorkspaceDigestRequest.
+ * Use `create(SetWorkspaceDigestRequestSchema)` to create a new message.
+ */
+export declare const SetWorkspaceDigestRequestSchema: GenMessage<SetWorkspaceDigestRequest>;
+
+/**
+ * SetWorkspaceDigestResponse returns the digest as kept.
+ *
+ * @generated from message agentworkspace.v1.SetWorkspaceDigestResponse
+ */
+export declare type SetWorkspaceDigestResponse = Message<"agentworkspace.v1.SetWorkspaceDigestResponse"> & {
+  /**
+   * The digest, with its section key resolved and the time it was kept.
+   *
+   * @generated from field: agentworkspace.v1.WorkspaceDigest digest = 1;
+   */
+  digest?: WorkspaceDigest | undefined;
+};
+
+/**
+ * Describes the message agentworkspace.v1.SetWorkspaceDigestResponse.
+ * Use `create(SetWorkspaceDigestResponseSchema)` to create a new message.
+ */
+export declare const SetWorkspaceDigestResponseSchema: GenMessage<SetWorkspaceDigestResponse>;
+
+/**
+ * GetWorkspaceDigestRequest names a session and a section key.
+ *
+ * @generated from message agentworkspace.v1.GetWorkspaceDigestRequest
+ */
+export declare type GetWorkspaceDigestRequest = Message<"agentworkspace.v1.GetWorkspaceDigestRequest"> & {
+  /**
+   * The session; empty with a session token for the token's own session.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The section; empty means "workspace-digest".
+   *
+   * @generated from field: string section_key = 2;
+   */
+  sectionKey: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.GetWorkspaceDigestRequest.
+ * Use `create(GetWorkspaceDigestRequestSchema)` to create a new message.
+ */
+export declare const GetWorkspaceDigestRequestSchema: GenMessage<GetWorkspaceDigestRequest>;
+
+/**
+ * GetWorkspaceDigestResponse is the resolved digest.
+ *
+ * @generated from message agentworkspace.v1.GetWorkspaceDigestResponse
+ */
+export declare type GetWorkspaceDigestResponse = Message<"agentworkspace.v1.GetWorkspaceDigestResponse"> & {
+  /**
+   * The digest.
+   *
+   * @generated from field: agentworkspace.v1.WorkspaceDigest digest = 1;
+   */
+  digest?: WorkspaceDigest | undefined;
+
+  /**
+   * Where it came from.
+   *
+   * @generated from field: agentworkspace.v1.DigestSource source = 2;
+   */
+  source: DigestSource;
+};
+
+/**
+ * Describes the message agentworkspace.v1.GetWorkspaceDigestResponse.
+ * Use `create(GetWorkspaceDigestResponseSchema)` to create a new message.
+ */
+export declare const GetWorkspaceDigestResponseSchema: GenMessage<GetWorkspaceDigestResponse>;
+
+/**
  * WorkspaceStatus is the lifecycle state of a workspace.
  *
  * @generated from enum agentworkspace.v1.WorkspaceStatus
@@ -1406,6 +1550,46 @@ export enum ProvisioningStage {
 export declare const ProvisioningStageSchema: GenEnum<ProvisioningStage>;
 
 /**
+ * DigestSource says where GetWorkspaceDigest found its answer.
+ *
+ * @generated from enum agentworkspace.v1.DigestSource
+ */
+export enum DigestSource {
+  /**
+   * Never returned.
+   *
+   * @generated from enum value: DIGEST_SOURCE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The session's latest digest for the key.
+   *
+   * @generated from enum value: DIGEST_SOURCE_SESSION = 1;
+   */
+  SESSION = 1,
+
+  /**
+   * The agent type's override (WorkspaceConfig.digest_overrides).
+   *
+   * @generated from enum value: DIGEST_SOURCE_AGENT_TYPE = 2;
+   */
+  AGENT_TYPE = 2,
+
+  /**
+   * Neither: a placeholder text, and a warning in the server log.
+   *
+   * @generated from enum value: DIGEST_SOURCE_PLACEHOLDER = 3;
+   */
+  PLACEHOLDER = 3,
+}
+
+/**
+ * Describes the enum agentworkspace.v1.DigestSource.
+ */
+export declare const DigestSourceSchema: GenEnum<DigestSource>;
+
+/**
  * WorkspaceService creates and manages sandboxed workspaces. A workspace is a directory tree
  * seen by tools as /workspace, backed by a provider: a local directory, a Docker container or a
  * gVisor sandbox. Tools run inside a workspace through ToolService.
@@ -1510,6 +1694,30 @@ export declare const WorkspaceService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchSessionRequestSchema;
     output: typeof WatchSessionResponseSchema;
+  },
+  /**
+   * SetWorkspaceDigest caches a task-agnostic summary of the session's workspace under a section
+   * key (seed 001's workspace digest): the latest one per key is kept with the session, survives
+   * a restart, and is never shared with another session. A session token sets its own session's.
+   *
+   * @generated from rpc agentworkspace.v1.WorkspaceService.SetWorkspaceDigest
+   */
+  setWorkspaceDigest: {
+    methodKind: "unary";
+    input: typeof SetWorkspaceDigestRequestSchema;
+    output: typeof SetWorkspaceDigestResponseSchema;
+  },
+  /**
+   * GetWorkspaceDigest resolves a section key: the session's latest digest, else the agent
+   * type's override, else a placeholder (and a warning in the server log). Never NOT_FOUND for a
+   * key: source says where the answer came from.
+   *
+   * @generated from rpc agentworkspace.v1.WorkspaceService.GetWorkspaceDigest
+   */
+  getWorkspaceDigest: {
+    methodKind: "unary";
+    input: typeof GetWorkspaceDigestRequestSchema;
+    output: typeof GetWorkspaceDigestResponseSchema;
   },
 }>;
 
