@@ -61,7 +61,8 @@ export type Reason =
   | "PATH_TOO_DEEP"
   | "PATH_SEGMENT_TOO_LONG"
   | "PATH_NOT_ASCII"
-  | "BINARY_CONTENT";
+  | "BINARY_CONTENT"
+  | "WORKSPACE_NOT_SHAREABLE";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

@@ -72,8 +72,9 @@ export function createToolAccess(workspaces: WorkspaceManager, agentTypes: Agent
     admit(principal: Principal, requested: string, tool: string): Admission {
       const workspaceId = principal.kind === "session" ? admitSession(principal.sessionId, requested, tool) : requested;
       checkWorkspace(workspaceId, tool);
-      const owner = sessions.ofWorkspace(workspaceId);
-      return { workspaceId, done: owner ? sessions.enter(owner.id) : () => undefined };
+      // The call counts as activity of the caller's own session (a shared workspace has several).
+      const owner = principal.kind === "session" ? principal.sessionId : sessions.ofWorkspace(workspaceId)?.id;
+      return { workspaceId, done: owner !== undefined ? sessions.enter(owner) : () => undefined };
     },
   };
 }

@@ -42,7 +42,7 @@ const STATUS = {
   failed: WorkspaceStatus.FAILED,
 } as const;
 
-function toProto(v: WorkspaceView): MessageInitShape<typeof WorkspaceSchema> {
+function toProto(v: WorkspaceView, sessionIds: string[] = []): MessageInitShape<typeof WorkspaceSchema> {
   const r = v.record;
   return {
     id: r.id,
@@ -57,6 +57,7 @@ function toProto(v: WorkspaceView): MessageInitShape<typeof WorkspaceSchema> {
     agentType: r.agentType?.id ?? "",
     ...(r.session ? { task: taskToProto(r.session.task), sessionId: r.session.id } : {}),
     mounts: (r.mounts ?? []).map((m) => ({ ...m, bytesCopied: BigInt(m.bytesCopied) })),
+    sessionIds,
   };
 }
 
@@ -96,6 +97,7 @@ function sessionToProto(r: SessionRecord): MessageInitShape<typeof SessionSchema
     checkout: r.checkout,
     labels: r.labels,
     workspaceEnabled: r.workspaceEnabled,
+    joinedWorkspace: r.joined === true,
   };
 }
 
@@ -169,23 +171,23 @@ export function createWorkspaceService(workspaces: WorkspaceManager, sessions: S
         agentType: req.agentType,
         mounts: req.mounts.map(mountFromProto),
       });
-      return { workspace: toProto(view) };
+      return { workspace: toProto(view, sessions.sessionsOf(view.record.id)) };
     },
     async getWorkspace(req) {
-      return { workspace: toProto(await workspaces.get(req.id)) };
+      return { workspace: toProto(await workspaces.get(req.id), sessions.sessionsOf(req.id)) };
     },
     async listWorkspaces(req) {
       const { items, next } = page(workspaces.listRecords(req.provider, req.labels), req.pageSize, req.pageToken);
       // A workspace deleted between the listing and its status is left out, not an error of the whole list.
       const views = await Promise.all(items.map((r) => workspaces.get(r.id).catch((err: unknown) => (hasReason(err, "WORKSPACE_NOT_FOUND") ? undefined : Promise.reject(err)))));
-      return { workspaces: views.filter((v) => v !== undefined).map(toProto), nextPageToken: next };
+      return { workspaces: views.filter((v) => v !== undefined).map((v) => toProto(v, sessions.sessionsOf(v.record.id))), nextPageToken: next };
     },
     async deleteWorkspace(req) {
       await workspaces.delete(req.id);
       return {};
     },
     async startSession(req) {
-      const { record, token } = await sessions.start({ agentType: req.agentType, task: task(req.task), labels: req.labels, mounts: req.mounts.map(mountFromProto) });
+      const { record, token } = await sessions.start({ agentType: req.agentType, task: task(req.task), labels: req.labels, mounts: req.mounts.map(mountFromProto), workspaceId: req.workspaceId });
       return { session: sessionToProto(record), sessionToken: token };
     },
     async getSession(req, hctx) {

@@ -61,6 +61,8 @@ export interface StartRequest {
   labels: Record<string, string>;
   /** Host files to copy into the session's workspace; a session with mounts never takes a warm-pool workspace. */
   mounts?: HostMount[];
+  /** An existing session workspace to share instead of making one ("" or absent: make one). */
+  workspaceId?: string;
 }
 
 /** A session in memory: its record, its events, and what only a running server knows. */
@@ -102,7 +104,10 @@ export class SessionManager implements SessionTokenLookup {
   readonly #o: SessionManagerOptions;
   readonly #sessions = new Map<string, Live>();
   readonly #byToken = new Map<string, string>();
-  readonly #byWorkspace = new Map<string, string>();
+  /** The live (not ended) sessions of each workspace: a shared workspace's reference count. */
+  readonly #byWorkspace = new Map<string, Set<string>>();
+  /** Workspaces whose last session ended: being discarded, never joined again. */
+  readonly #releasing = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
   #lastFlush = Date.now();
   #closed = false;
@@ -128,7 +133,22 @@ export class SessionManager implements SessionTokenLookup {
     const r = live.record;
     this.#sessions.set(r.id, live);
     if (r.status !== "ended") this.#byToken.set(r.tokenHash, r.id);
-    if (r.workspaceId !== "") this.#byWorkspace.set(r.workspaceId, r.id);
+    if (r.workspaceId !== "" && r.status !== "ended") this.#attach(r.workspaceId, r.id);
+  }
+
+  #attach(workspaceId: string, sessionId: string): void {
+    const set = this.#byWorkspace.get(workspaceId) ?? new Set<string>();
+    set.add(sessionId);
+    this.#byWorkspace.set(workspaceId, set);
+  }
+
+  /** Detaches a session from its workspace; true when it was the last one (the workspace is then the caller's to release). */
+  #detach(workspaceId: string, sessionId: string): boolean {
+    const set = this.#byWorkspace.get(workspaceId);
+    if (!set?.delete(sessionId)) return false;
+    if (set.size > 0) return false;
+    this.#byWorkspace.delete(workspaceId);
+    return true;
   }
 
   /**
@@ -148,8 +168,10 @@ export class SessionManager implements SessionTokenLookup {
     await this.#o.pools.recover();
     for (const r of before) {
       if (!r.session) continue;
+      // Kept while any of its sessions (a shared workspace has several) is active in it.
+      const owners = [...(this.#byWorkspace.get(r.id) ?? [])].map((id) => this.#sessions.get(id)?.record);
+      if (owners.some((o) => o?.status === "active" && o.workspaceId === r.id)) continue;
       const owner = this.#sessions.get(r.session.id)?.record;
-      if (owner && owner.status === "active" && owner.workspaceId === r.id) continue;
       this.#o.logger.warn("removing a workspace no live session owns", { workspace_id: r.id, session_id: r.session.id, session_status: owner?.status ?? "unknown" });
       await this.#o.provisioner.discard(r.id);
     }
@@ -191,10 +213,15 @@ export class SessionManager implements SessionTokenLookup {
     return this.#live(id).record;
   }
 
-  /** The session owning a workspace, if any. */
+  /** A live session of a workspace (the first to have it, for a shared one), if any. */
   ofWorkspace(workspaceId: string): SessionRecord | undefined {
-    const id = this.#byWorkspace.get(workspaceId);
+    const [id] = this.#byWorkspace.get(workspaceId) ?? [];
     return id === undefined ? undefined : this.#sessions.get(id)?.record;
+  }
+
+  /** The ids of the live sessions sharing a workspace, oldest first. */
+  sessionsOf(workspaceId: string): string[] {
+    return [...(this.#byWorkspace.get(workspaceId) ?? [])];
   }
 
   /** Sessions matching the filter, newest first. */
@@ -212,6 +239,7 @@ export class SessionManager implements SessionTokenLookup {
     validateTask(req.task);
     validateLabels(req.labels);
     const mounts = req.mounts ?? [];
+    if ((req.workspaceId ?? "") !== "") return this.#join(type.id, req);
     await this.#o.workspaces.checkMounts(mounts, "mounts");
     const cfg = type.workspace;
     const enabled = cfg?.enabled === true;
@@ -277,6 +305,80 @@ export class SessionManager implements SessionTokenLookup {
     return { record, token };
   }
 
+  /**
+   * Starts a session in the workspace of another live session of the same agent type (seed 001's
+   * clone(session=...)): ACTIVE at once, with a token, audit trail and digests of its own. The
+   * check and the attachment happen in one turn, so a concurrent end of the last session either
+   * sees this one (and keeps the workspace) or has already released it (and this is refused).
+   */
+  async #join(agentType: string, req: StartRequest): Promise<{ record: SessionRecord; token: string }> {
+    const workspaceId = req.workspaceId ?? "";
+    if (req.task.repositoryUrl !== "" || req.task.branch !== "" || req.task.baseBranch !== "" || req.task.pullRequestNumber !== 0) {
+      throw new DomainError("INVALID_ARGUMENT", "A session that joins a workspace takes the workspace's task: leave task empty", { metadata: { field: "task" } });
+    }
+    if ((req.mounts ?? []).length > 0) {
+      throw new DomainError("INVALID_ARGUMENT", "A session that joins a workspace copies no mounts: the workspace was made already", { metadata: { field: "mounts" } });
+    }
+    const notShareable = (why: string) =>
+      new DomainError("WORKSPACE_NOT_SHAREABLE", `Workspace '${workspaceId.slice(0, 64)}' cannot be joined: ${why}`, { metadata: { workspace_id: workspaceId.slice(0, 64), field: "workspace_id" } });
+    const record = this.#o.workspaces.find(workspaceId);
+    if (!record) {
+      throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${workspaceId.slice(0, 64)}' not found`, { metadata: { workspace_id: workspaceId.slice(0, 64), field: "workspace_id" } });
+    }
+    const owner = this.ofWorkspace(workspaceId);
+    if (!owner || this.#releasing.has(workspaceId)) throw notShareable("no live session has it (only a session's workspace is shared)");
+    if (owner.agentType !== agentType) throw notShareable(`it was made for agent type '${owner.agentType}'`);
+    const now = new Date().toISOString();
+    const { token, hash } = newSessionToken();
+    const r: SessionRecord = {
+      id: `sess-${randomBytes(8).toString("hex")}`,
+      agentType,
+      status: "active",
+      tokenHash: hash,
+      workspaceId,
+      workspaceEnabled: true,
+      task: { ...owner.task },
+      labels: { ...req.labels },
+      warnings: [],
+      statusMessage: "",
+      createdAt: now,
+      readyAt: now,
+      lastActivityAt: now,
+      provider: owner.provider,
+      fromWarmPool: false,
+      ...(owner.checkout ? { checkout: { ...owner.checkout } } : {}),
+      idleTimeoutMs: Number(this.#o.agentTypes.find(agentType)?.workspace?.sessionIdleTimeoutMs ?? 0n) || this.#o.idleTimeoutMs,
+      resumes: 0,
+      joined: true,
+    };
+    const live: Live = { record: r, events: new SessionEvents(), inflight: 0, used: false, fingerprint: "", dirty: false };
+    // No wait between the check above and this: the workspace now counts this session.
+    this.#remember(live);
+    try {
+      await this.#persist(r);
+    } catch (err) {
+      this.#sessions.delete(r.id);
+      this.#byToken.delete(r.tokenHash);
+      if (this.#detach(workspaceId, r.id)) void this.#releaseOrphan(workspaceId);
+      throw err;
+    }
+    this.#emit(live, { type: "status", status: "active", message: "", workspaceId });
+    this.#o.logger.info("session joined a shared workspace", { session_id: r.id, agent_type: agentType, workspace_id: workspaceId, sessions: this.#byWorkspace.get(workspaceId)?.size ?? 0 });
+    return { record: r, token };
+  }
+
+  /** Discards a workspace left with no session (its last one ended while another failed to join). */
+  async #releaseOrphan(workspaceId: string): Promise<void> {
+    this.#releasing.add(workspaceId);
+    try {
+      await this.#o.provisioner.discard(workspaceId);
+    } catch (err) {
+      this.#o.logger.warn("could not remove a workspace left without sessions", { workspace_id: workspaceId, error: messageOf(err) });
+    } finally {
+      this.#releasing.delete(workspaceId);
+    }
+  }
+
   /** Provisions a session's workspace in the background. */
   #launch(live: Live): void {
     const r = live.record;
@@ -304,7 +406,8 @@ export class SessionManager implements SessionTokenLookup {
     live.provisioning = (async () => {
       try {
         const built = await this.#o.provisioner.build(spec, sink, abort.signal);
-        if (abort.signal.aborted) {
+        // An end that came while the build finished (before it could abort it) wins too.
+        if (abort.signal.aborted || r.status === "ended") {
           await this.#o.provisioner.discard(built.workspaceId);
           return;
         }
@@ -316,7 +419,7 @@ export class SessionManager implements SessionTokenLookup {
         r.readyAt = new Date().toISOString();
         // The idle clock starts when the session can first be used.
         r.lastActivityAt = r.readyAt;
-        this.#byWorkspace.set(built.workspaceId, r.id);
+        this.#attach(built.workspaceId, r.id);
         await this.#persist(r);
         this.#emit(live, { type: "status", status: "active", message: "", workspaceId: built.workspaceId });
         this.#o.logger.info("session active", { session_id: r.id, agent_type: r.agentType, workspace_id: built.workspaceId, provider: built.provider, warnings: r.warnings.length });
@@ -360,20 +463,29 @@ export class SessionManager implements SessionTokenLookup {
     r.statusMessage = reason;
     r.endedAt = new Date().toISOString();
     this.#byToken.delete(r.tokenHash);
+    // Decided now, before any wait: the last session of a workspace releases it, and from this
+    // moment no session can join it; one that shares it with others just leaves.
+    const last = r.workspaceId !== "" && this.#detach(r.workspaceId, r.id);
+    if (last) this.#releasing.add(r.workspaceId);
     await this.#persist(r);
     this.#emit(live, { type: "status", status: "ended", message: reason, workspaceId: r.workspaceId });
     live.abort?.abort(new Error("the session ended"));
     await live.provisioning;
     const workspaceId = r.workspaceId;
-    if (workspaceId !== "") {
-      this.#byWorkspace.delete(workspaceId);
-      const record = this.#o.workspaces.find(workspaceId);
-      if (record && !live.used && live.fingerprint !== "" && this.#o.pools.wants(live.fingerprint)) {
-        await this.#o.workspaces.annotate(workspaceId, { labels: {}, pool: { fingerprint: live.fingerprint, ready: true, warnings: r.warnings, ...(r.checkout ? { checkout: r.checkout } : {}) } });
-        this.#o.logger.info("unused workspace returned to the warm pool", { session_id: r.id, workspace_id: workspaceId });
-      } else if (record) {
-        await this.#o.provisioner.discard(workspaceId);
+    if (last) {
+      try {
+        const record = this.#o.workspaces.find(workspaceId);
+        if (record && !live.used && !r.joined && live.fingerprint !== "" && this.#o.pools.wants(live.fingerprint)) {
+          await this.#o.workspaces.annotate(workspaceId, { labels: {}, pool: { fingerprint: live.fingerprint, ready: true, warnings: r.warnings, ...(r.checkout ? { checkout: r.checkout } : {}) } });
+          this.#o.logger.info("unused workspace returned to the warm pool", { session_id: r.id, workspace_id: workspaceId });
+        } else if (record) {
+          await this.#o.provisioner.discard(workspaceId);
+        }
+      } finally {
+        this.#releasing.delete(workspaceId);
       }
+    } else if (workspaceId !== "") {
+      this.#o.logger.info("session left its shared workspace", { session_id: r.id, workspace_id: workspaceId, sessions_left: this.#byWorkspace.get(workspaceId)?.size ?? 0 });
     }
     this.#o.logger.info("session ended", { session_id: r.id, agent_type: r.agentType, reason });
     return r;

@@ -48,6 +48,8 @@ export interface SessionRecord {
   idleTimeoutMs: number;
   /** How often provisioning was restarted after the server stopped in the middle of it. */
   resumes: number;
+  /** True when the session joined an existing workspace (a shared one) instead of having one made. */
+  joined?: boolean;
   /** The latest workspace digest per section key (digests.ts). */
   digests?: Record<string, StoredDigest>;
 }

@@ -580,6 +580,15 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_BINARY_CONTENT = 55;
    */
   BINARY_CONTENT = 55,
+
+  /**
+   * StartSession's workspace_id names a workspace that cannot be shared: no live session has it
+   * (a workspace made by CreateWorkspace, or one whose sessions are ending), or it was made for
+   * another agent type. Metadata "workspace_id". Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_WORKSPACE_NOT_SHAREABLE = 56;
+   */
+  WORKSPACE_NOT_SHAREABLE = 56,
 }
 
 /**

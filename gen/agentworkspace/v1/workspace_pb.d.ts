@@ -152,6 +152,14 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
    * @generated from field: repeated agentworkspace.v1.MountPreview mounts = 13;
    */
   mounts: MountPreview[];
+
+  /**
+   * The live sessions sharing the workspace (its reference count is their number); the workspace
+   * is deleted when the last of them ends.
+   *
+   * @generated from field: repeated string session_ids = 14;
+   */
+  sessionIds: string[];
 };
 
 /**
@@ -771,6 +779,13 @@ export declare type Session = Message<"agentworkspace.v1.Session"> & {
    * @generated from field: bool workspace_enabled = 16;
    */
   workspaceEnabled: boolean;
+
+  /**
+   * True when the session was attached to an existing workspace (StartSessionRequest.workspace_id).
+   *
+   * @generated from field: bool joined_workspace = 17;
+   */
+  joinedWorkspace: boolean;
 };
 
 /**
@@ -813,6 +828,18 @@ export declare type StartSessionRequest = Message<"agentworkspace.v1.StartSessio
    * @generated from field: repeated agentworkspace.v1.HostMount mounts = 4;
    */
   mounts: HostMount[];
+
+  /**
+   * Attach the session to this existing workspace instead of making one (seed 001's
+   * clone(session=...)): the workspace of another live session of the same agent type, which it
+   * then shares, reference counted: it is deleted when the last of its sessions ends. The new
+   * session is ACTIVE at once, with its own token, audit trail and digests, and the workspace's
+   * task; task and mounts must then be empty. FAILED_PRECONDITION / WORKSPACE_NOT_SHAREABLE for a
+   * workspace of no live session or of another agent type.
+   *
+   * @generated from field: string workspace_id = 5;
+   */
+  workspaceId: string;
 };
 
 /**
