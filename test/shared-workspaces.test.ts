@@ -1,6 +1,6 @@
 /**
- * Shared workspaces (seed 001's clone(session=...)) through the real server, on the local and
- * memory providers: a second session joins the workspace of a live one; each keeps its own token,
+ * Shared workspaces (seed 001's clone(session=...)) through the real server, on every provider
+ * (the refusals, the restart and the race, which happen in the session layer, on local and memory): a second session joins the workspace of a live one; each keeps its own token,
  * audit trail and digests; the workspace is reference counted and deleted when the last session
  * ends, also across a restart; joins that cannot be are refused, and a join racing the last end
  * never leaves a session without its workspace.
@@ -14,11 +14,15 @@ import test from "ava";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { DigestSource, SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { type ClientSet, errorDetail, expectError, LOCAL_ONLY, startServer, type TestServer } from "./helpers/server.ts";
+import { gate, probeEngines } from "./helpers/engines.ts";
 import { clientsWithToken, watchUntilReady } from "./helpers/sessions.ts";
 
 const KEY = "aw_shared-operator-key-0123456789";
 
-const start = (dataDir: string) => startServer({ dataDir, apiKeys: [KEY], env: LOCAL_ONLY });
+const engines = await probeEngines();
+const CONTAINERS = (["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "shared workspaces"));
+
+const start = (dataDir: string, containers = false) => startServer({ dataDir, apiKeys: [KEY], env: containers ? {} : LOCAL_ONLY });
 
 async function agentType(op: ClientSet, id: string, provider: string): Promise<void> {
   await op.config.createAgentType({ agentType: { id, workspace: { enabled: true, provider, tools: ["read", "write", "list"] } } });
@@ -48,9 +52,9 @@ async function tempDir(t: { teardown(fn: () => Promise<void>): void }): Promise<
   return dir;
 }
 
-for (const provider of ["local", "memory"]) {
+for (const provider of ["local", "memory", ...CONTAINERS]) {
   test(`${provider}: a joined session shares the files but keeps its own token, audit trail and digests; the last end deletes the workspace`, async (t) => {
-    const s = await start(await tempDir(t));
+    const s = await start(await tempDir(t), provider === "docker" || provider === "gvisor");
     try {
       const op = s.clients.grpc;
       const type = `shared-${provider}`;
