@@ -15,7 +15,8 @@
  * each naming the input and what it must get, so none can come back unnoticed.
  */
 import { randomBytes } from "node:crypto";
-import { readdir, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
@@ -978,6 +979,68 @@ for (const provider of PROVIDERS) {
 }
 
 // ── Properties ─────────────────────────────────────────────────────────────────────────────
+
+test("host mounts on every provider: prefix siblings, '..', links out of the roots (at the top and inside a tree), mount paths out of the workspace and byte caps are refused or skipped, nothing secret is echoed, and a refused mount leaves no workspace", async (t) => {
+  t.timeout(180_000);
+  const dir = await mkdtemp(path.join(tmpdir(), "aw-redteam-mounts-"));
+  const allowed = path.join(dir, "allowed");
+  const sibling = path.join(dir, "allowed-secrets");
+  const outside = path.join(dir, "outside");
+  for (const d of [path.join(allowed, "project/src"), path.join(allowed, "other"), sibling, outside]) await mkdir(d, { recursive: true });
+  await writeFile(path.join(allowed, "project/README.md"), "# project\n");
+  await writeFile(path.join(allowed, "project/src/main.ts"), "export const main = 1;\n");
+  await writeFile(path.join(allowed, "project/big.bin"), Buffer.alloc(64 * 1024, 7));
+  await writeFile(path.join(allowed, "other/shared.txt"), "shared inside the root\n");
+  await writeFile(path.join(sibling, "token.txt"), "sibling secret\n");
+  await writeFile(path.join(outside, "passwd"), "outside secret\n");
+  await symlink(path.join(allowed, "other/shared.txt"), path.join(allowed, "project/link-in.txt"));
+  await symlink(path.join(outside, "passwd"), path.join(allowed, "project/link-out.txt"));
+  await symlink(outside, path.join(allowed, "project/dir-out"));
+  await symlink(outside, path.join(allowed, "escape"));
+  const server = await startServer({ env: { AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: allowed, AGENT_WORKSPACE_MOUNT_MAX_BYTES: "1M" } });
+  try {
+    const c = server.clients.grpc;
+    const mount = (m: { hostPath: string; mountPath?: string; excludeGlob?: string[]; maxBytes?: bigint; followSymlinks?: boolean }) => ({ mountPath: "", includeGlob: [], excludeGlob: [], maxBytes: 0n, followSymlinks: false, ...m });
+    const refused: Array<[ReturnType<typeof mount>, Code, ErrorReason]> = [
+      [mount({ hostPath: sibling }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+      [mount({ hostPath: path.join(sibling, "token.txt") }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+      [mount({ hostPath: `${allowed}/../allowed-secrets` }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+      [mount({ hostPath: "project/../../outside" }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+      [mount({ hostPath: outside }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+      [mount({ hostPath: "/etc/passwd" }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+      [mount({ hostPath: path.join(allowed, "escape") }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+      [mount({ hostPath: path.join(allowed, "escape"), followSymlinks: true }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+      [mount({ hostPath: path.join(allowed, "project/link-out.txt"), followSymlinks: true }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED],
+      [mount({ hostPath: path.join(allowed, "project"), mountPath: "../up" }), Code.PermissionDenied, ErrorReason.PATH_OUTSIDE_WORKSPACE],
+      [mount({ hostPath: path.join(allowed, "project"), mountPath: "/etc" }), Code.PermissionDenied, ErrorReason.PATH_OUTSIDE_WORKSPACE],
+      [mount({ hostPath: path.join(allowed, "project"), maxBytes: 1000n }), Code.ResourceExhausted, ErrorReason.MOUNT_TOO_LARGE],
+      [mount({ hostPath: path.join(allowed, "nothing-here") }), Code.NotFound, ErrorReason.FILE_NOT_FOUND],
+    ];
+    for (const provider of [...PROVIDERS, "memory"]) {
+      const labels = { suite: `mounts-refused-${provider}-${process.pid}` };
+      for (const [m, code, reason] of refused) {
+        const { detail } = await expectError(t, c.workspaces.createWorkspace({ provider, labels, mounts: [m] }), code, reason);
+        t.false(/sibling secret|outside secret/.test(JSON.stringify(detail)), JSON.stringify(detail));
+      }
+      // Links inside a copied tree: followed only inside the roots; the rest skipped, never copied.
+      const followed = (await c.workspaces.createWorkspace({ provider, mounts: [mount({ hostPath: path.join(allowed, "project"), excludeGlob: ["big.bin"], followSymlinks: true })] })).workspace!;
+      t.deepEqual(followed.mounts[0].skipped.map((s) => `${s.path}:${s.reason}`).sort(), ["dir-out:outside_roots", "link-out.txt:outside_roots"]);
+      t.is((await c.tools.readFile({ workspaceId: followed.id, path: "project/link-in.txt" })).content, "1: shared inside the root");
+      await expectError(t, c.tools.readFile({ workspaceId: followed.id, path: "project/link-out.txt" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
+      await c.workspaces.deleteWorkspace({ id: followed.id });
+      // The byte cap counts the whole mount: under the cap it works, one byte over it fails whole.
+      const ok = (await c.workspaces.createWorkspace({ provider, mounts: [mount({ hostPath: path.join(allowed, "project"), excludeGlob: ["big.bin"], maxBytes: 200n })] })).workspace!;
+      t.true(ok.mounts[0].bytesCopied <= 200n);
+      await c.workspaces.deleteWorkspace({ id: ok.id });
+      const over = mount({ hostPath: path.join(allowed, "project"), excludeGlob: ["big.bin"], maxBytes: ok.mounts[0].bytesCopied - 1n });
+      await expectError(t, c.workspaces.createWorkspace({ provider, labels, mounts: [over] }), Code.ResourceExhausted, ErrorReason.MOUNT_TOO_LARGE);
+      t.is((await c.workspaces.listWorkspaces({ labels, pageSize: 1000 })).workspaces.length, 0, `${provider}: no refused mount left a workspace behind`);
+    }
+  } finally {
+    await server.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
 
 test("jail property (local): paths built from '..', '.', '', '/', %2e, full-width dots, NUL and link names resolve inside the workspace or are refused, and never read or write outside", async (t) => {
   await lane(t, "local", async () => {
