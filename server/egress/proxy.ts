@@ -1,0 +1,224 @@
+/**
+ * The server's HTTP forward proxy for workspace egress (issue 16): CONNECT for TLS (a byte tunnel,
+ * no interception) and absolute-form requests for plain HTTP. Every destination is checked against
+ * the workspace's EgressPolicy twice: the name and port the client asked for, then the address the
+ * proxy resolved and will connect to, which is the address it then connects to (no second lookup,
+ * so no DNS-rebinding window). A client following a redirect makes a new request, checked again.
+ *
+ * Connections come in as plain duplex streams with their workspace (`accept`): from the executor's
+ * tunnel out of a sandbox, or a socket in tests. A refusal answers 403 with one line naming the
+ * destination and the rule, which npm, git and curl show to the agent, and is logged.
+ *
+ * Bounds per workspace: connections at once, an idle timeout on both sides of every connection,
+ * and bytes per workspace in both directions; past one, the connection closes with a logged
+ * reason. Nothing here blocks: a stalled destination holds only its own connection.
+ */
+import { lookup as dnsLookup } from "node:dns/promises";
+import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
+import { connect, isIP, type Socket } from "node:net";
+import type { Duplex } from "node:stream";
+import type { Logger } from "../logger.ts";
+import type { EgressPolicy, Refusal } from "./destinations.ts";
+
+/** Resolves a host name to its addresses (the proxy's own DNS; tests may map names). */
+export type Lookup = (host: string) => Promise<Array<{ address: string; family: number }>>;
+
+export interface EgressLimits {
+  /** Connections one workspace may hold at once. */
+  maxConnections: number;
+  /** A connection with no bytes either way for this long is closed. */
+  idleTimeoutMs: number;
+  /** Bytes one workspace may move (both directions, all connections) before its connections close. */
+  maxBytes: number;
+}
+
+/** One workspace's egress: its policy, and what it has used. */
+export interface EgressWorkspace {
+  workspaceId: string;
+  policy: EgressPolicy;
+  /** Open connections and bytes moved so far (kept by the proxy). */
+  usage: { connections: number; bytes: number };
+}
+
+const HOP_BY_HOP = ["connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "proxy-connection", "te", "trailer", "upgrade"];
+
+/** `host:port` of a CONNECT target or a URL, with IPv6 in brackets; undefined when malformed. */
+export function splitHostPort(target: string): { host: string; port: number } | undefined {
+  const m = /^\[([0-9a-fA-F:.]+)\]:(\d{1,5})$/.exec(target) ?? /^([^:\[\]\s/]+):(\d{1,5})$/.exec(target);
+  if (!m) return undefined;
+  const port = Number(m[2]);
+  return port >= 1 && port <= 65535 ? { host: m[1].toLowerCase(), port } : undefined;
+}
+
+/** A Host header's value as the URL parser writes a host (default port dropped); "" when malformed. */
+function canonicalHost(value: string): string {
+  try {
+    const u = new URL(`http://${value}`);
+    return u.pathname === "/" && u.username === "" && u.search === "" ? u.host : "";
+  } catch {
+    return "";
+  }
+}
+
+export class EgressProxy {
+  readonly #server = createServer();
+  readonly #workspaces = new WeakMap<Duplex, EgressWorkspace>();
+  readonly #limits: EgressLimits;
+  readonly #logger: Logger;
+  readonly #lookup: Lookup;
+
+  constructor(options: { limits: EgressLimits; logger: Logger; lookup?: Lookup }) {
+    this.#limits = options.limits;
+    this.#logger = options.logger;
+    this.#lookup = options.lookup ?? ((host) => dnsLookup(host, { all: true, verbatim: true }));
+    // Requests and tunnels are the proxy's alone: no keep-alive reuse across destinations.
+    this.#server.keepAliveTimeout = 0;
+    this.#server.on("connect", (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.#tunnel(req, socket, head));
+    this.#server.on("request", (req: IncomingMessage, res: ServerResponse) => void this.#forward(req, res));
+    this.#server.on("clientError", (_err, socket: Duplex) => this.#refuse(socket, 400, "malformed proxy request"));
+  }
+
+  /** Serves one client connection of `workspace` (a sandbox's tunnelled connection, a socket). */
+  accept(stream: Duplex, workspace: EgressWorkspace): void {
+    if (workspace.usage.connections >= this.#limits.maxConnections) {
+      this.#log(workspace, "", 0, { reason: "too_many_connections", message: `more than ${this.#limits.maxConnections} connections at once` });
+      this.#refuse(stream, 503, `agent-workspace egress: this workspace already holds ${this.#limits.maxConnections} connections`);
+      return;
+    }
+    workspace.usage.connections++;
+    stream.on("error", () => undefined);
+    stream.once("close", () => workspace.usage.connections--);
+    this.#workspaces.set(stream, workspace);
+    this.#server.emit("connection", stream);
+  }
+
+  #refuse(stream: Duplex, status: number, line: string): void {
+    if (stream.destroyed) return;
+    const body = `${line}\n`;
+    const reason = status === 403 ? "Forbidden" : status === 503 ? "Service Unavailable" : status === 502 ? "Bad Gateway" : "Bad Request";
+    stream.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  }
+
+  #log(ws: EgressWorkspace, host: string, port: number, refusal: Refusal): void {
+    this.#logger.warn("egress refused", { workspace_id: ws.workspaceId, host: host.slice(0, 253), port, reason: refusal.reason, detail: refusal.message.slice(0, 500) });
+  }
+
+  /** The address to connect to for `host:port`, or the refusal (checked name, then resolved address). */
+  async #resolve(ws: EgressWorkspace, host: string, port: number): Promise<{ address: string } | Refusal> {
+    const rule = ws.policy.matchName(host, port);
+    if ("reason" in rule) return rule;
+    let addresses: Array<{ address: string }>;
+    try {
+      addresses = isIP(host) !== 0 ? [{ address: host }] : await this.#lookup(host);
+    } catch {
+      return { reason: "unresolvable", message: `${host} does not resolve` };
+    }
+    let first: Refusal | undefined;
+    for (const { address } of addresses) {
+      const refusal = ws.policy.checkAddress(host, address, port);
+      if (!refusal) return { address };
+      first ??= refusal;
+    }
+    return first ?? { reason: "unresolvable", message: `${host} does not resolve` };
+  }
+
+  /** Counts bytes and idleness on one side of a connection; closes both sides past a limit. */
+  #watch(ws: EgressWorkspace, sides: Duplex[], host: string, port: number): void {
+    const close = (why: string) => {
+      this.#logger.warn("egress connection closed", { workspace_id: ws.workspaceId, host, port, reason: why });
+      for (const s of sides) s.destroy();
+    };
+    for (const side of sides) {
+      side.on("data", (chunk: Buffer) => {
+        ws.usage.bytes += chunk.length;
+        if (ws.usage.bytes > this.#limits.maxBytes) close(`the workspace moved more than ${this.#limits.maxBytes} bytes`);
+      });
+      (side as Socket).setTimeout?.(this.#limits.idleTimeoutMs, () => close(`idle for ${this.#limits.idleTimeoutMs} ms`));
+      side.on("error", () => undefined);
+      side.once("close", () => {
+        for (const s of sides) if (s !== side) s.destroy();
+      });
+    }
+  }
+
+  async #tunnel(req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> {
+    // The HTTP server let go of the socket with the CONNECT: its errors (a client reset) are ours now.
+    client.on("error", () => undefined);
+    const ws = this.#workspaces.get(req.socket);
+    if (!ws) return void client.destroy();
+    const target = splitHostPort(req.url ?? "");
+    if (!target) return this.#refuse(client, 400, `agent-workspace egress: CONNECT wants host:port, not '${(req.url ?? "").slice(0, 200)}'`);
+    const found = await this.#resolve(ws, target.host, target.port);
+    if ("reason" in found) {
+      this.#log(ws, target.host, target.port, found);
+      return this.#refuse(client, 403, `agent-workspace egress: ${found.message}`);
+    }
+    if (ws.usage.bytes > this.#limits.maxBytes) return this.#refuse(client, 403, `agent-workspace egress: this workspace moved more than ${this.#limits.maxBytes} bytes`);
+    const upstream = connect({ host: found.address, port: target.port });
+    let connected = false;
+    upstream.once("connect", () => {
+      connected = true;
+      client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+      if (head.length > 0) upstream.write(head);
+      client.pipe(upstream);
+      upstream.pipe(client);
+    });
+    upstream.once("error", (err) => {
+      if (!connected) this.#refuse(client, 502, `agent-workspace egress: ${target.host}:${target.port} could not be reached (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+      else client.destroy();
+    });
+    this.#watch(ws, [client, upstream], target.host, target.port);
+  }
+
+  async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const ws = this.#workspaces.get(req.socket);
+    if (!ws) return void req.socket.destroy();
+    const answer = (status: number, line: string) => {
+      res.writeHead(status, { "content-type": "text/plain; charset=utf-8", connection: "close" });
+      res.end(`${line}\n`);
+    };
+    let url: URL;
+    try {
+      url = new URL(req.url ?? "");
+    } catch {
+      return answer(400, "agent-workspace egress: a proxy request names an absolute http:// URL");
+    }
+    if (url.protocol !== "http:") return answer(400, `agent-workspace egress: ${url.protocol} goes through CONNECT; only http:// is forwarded as a request`);
+    if (url.username !== "" || url.password !== "") return answer(400, "agent-workspace egress: credentials in a proxied URL are not forwarded");
+    const host = url.hostname.replace(/^\[|\]$/g, "").toLowerCase();
+    const port = url.port === "" ? 80 : Number(url.port);
+    // The Host header must name what the URL names: a server behind the checked address must not
+    // be told it is serving another host.
+    // Both are compared in the URL parser's canonical form ([::ffff:127.0.0.1] is [::ffff:7f00:1]).
+    const hostHeader = (req.headers.host ?? "").toLowerCase();
+    if (hostHeader !== "" && canonicalHost(hostHeader) !== url.host) {
+      const refusal = { reason: "host_mismatch", message: `the Host header '${hostHeader.slice(0, 200)}' disagrees with the URL's host '${url.host.slice(0, 200)}'` };
+      this.#log(ws, host, port, refusal);
+      return answer(403, `agent-workspace egress: ${refusal.message}`);
+    }
+    const found = await this.#resolve(ws, host, port);
+    if ("reason" in found) {
+      this.#log(ws, host, port, found);
+      return answer(403, `agent-workspace egress: ${found.message}`);
+    }
+    const headers = { ...req.headers };
+    for (const h of HOP_BY_HOP) delete headers[h];
+    headers.host = url.host;
+    const upstream = httpRequest({ host: found.address, port, method: req.method, path: `${url.pathname}${url.search}`, headers, setHost: false, agent: false });
+    upstream.on("response", (up) => {
+      for (const h of HOP_BY_HOP) delete up.headers[h];
+      res.writeHead(up.statusCode ?? 502, { ...up.headers, connection: "close" });
+      up.pipe(res);
+    });
+    upstream.on("error", (err) => {
+      if (!res.headersSent) answer(502, `agent-workspace egress: ${host}:${port} could not be reached (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+      else res.destroy();
+    });
+    upstream.once("socket", (socket: Socket) => this.#watch(ws, [req.socket, socket], host, port));
+    req.pipe(upstream);
+  }
+
+  close(): void {
+    this.#server.close();
+  }
+}
