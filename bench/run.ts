@@ -17,7 +17,8 @@
  * mkdir / raw docker create+start; (k) `sessions` — StartSession to ACTIVE, cold and from a warm
  * pool, vs the same raw baseline; (l) `policy` — the command policy's parse-and-check vs spawning
  * `bash -c true`; (m) `audit` — a tool call unwatched, with a live WatchEvents reader and with a
- * stalled one. `--providers` applies to (a), (d), (g), (h), (i), (j) and (k).
+ * stalled one; (n) `egress` — a 100 MB download and the time to first byte through the egress
+ * proxy vs straight. `--providers` applies to (a), (d), (g), (h), (i), (j) and (k).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -41,6 +42,7 @@ import { benchMixed } from "./mixed.ts";
 import { benchPeer } from "./peer.ts";
 import { benchReads } from "./reads.ts";
 import { benchPolicy } from "./policy.ts";
+import { benchEgress } from "./egress.ts";
 import { benchSessions } from "./sessions.ts";
 import { formatTable, type Row } from "./report.ts";
 import { type Clients, type ServerProcess, createClients, startServerProcess } from "./server-process.ts";
@@ -51,7 +53,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -144,6 +146,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     k: { providers, iterations: quick ? { local: 5, docker: 3, gvisor: 2 } : { local: 20, docker: 10, gvisor: 6 }, poolSize: 3 },
     l: { iterations: quick ? 200 : 2000, warmup: quick ? 20 : 200 },
     m: { iterations: quick ? 200 : 1000, warmup: quick ? 20 : 100 },
+    n: { downloads: quick ? 2 : 5, requests: quick ? 20 : 100 },
   };
 }
 
@@ -215,6 +218,7 @@ async function main(): Promise<void> {
 
     if (opts.only.has("l")) results.policy = await benchPolicy(settings.l);
     if (opts.only.has("m")) results.audit = await withServer("audit", false, (ctx) => benchAudit(ctx, settings.m));
+    if (opts.only.has("n")) results.egress = await benchEgress(settings.n);
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];

@@ -1,0 +1,118 @@
+/**
+ * Section (n): the egress proxy (issue 16). A 100 MB download from a local HTTP server with curl,
+ * straight and through the proxy (CONNECT-less plain HTTP, absolute form, and a CONNECT tunnel),
+ * interleaved; and the time to first byte of a small file both ways. The proxy runs in this
+ * process with an allowlist naming the server; the sandbox tunnel in front of it (next part of the
+ * issue) is not measured yet.
+ *
+ * Goals: throughput through the proxy at least 0.5× the straight download (the issue's goal); the
+ * extra time to first byte is reported for information.
+ */
+import { execFile, spawn } from "node:child_process";
+import { type AddressInfo, createServer as createTcpServer } from "node:net";
+import { promisify } from "node:util";
+import { EgressPolicy, parseRule } from "../server/egress/destinations.ts";
+import { EgressProxy, type EgressWorkspace } from "../server/egress/proxy.ts";
+import { createLogger } from "../server/logger.ts";
+import type { SectionResult } from "./context.ts";
+import type { Row } from "./report.ts";
+import { round, summarize } from "./stats.ts";
+
+const run = promisify(execFile);
+
+/** Options of section (n). */
+export interface EgressOptions {
+  /** Downloads per way. */
+  downloads: number;
+  /** Small requests per way, for the time to first byte. */
+  requests: number;
+}
+
+const BIG = 100 * 1024 * 1024;
+
+/** The destination: 100 MB at /big, a few bytes elsewhere; prints its port. */
+const SOURCE_SERVER = `
+const [host, big] = process.argv.slice(1);
+const size = Number(big);
+const chunk = Buffer.alloc(1024 * 1024, 97);
+const server = require("node:http").createServer((req, res) => {
+  if (req.url !== "/big") return res.end("small");
+  res.writeHead(200, { "content-length": String(size) });
+  let sent = 0;
+  const pump = () => {
+    while (sent < size) {
+      sent += chunk.length;
+      if (!res.write(chunk)) return void res.once("drain", pump);
+    }
+    res.end();
+  };
+  pump();
+});
+server.listen(0, host, () => console.log(server.address().port));
+`;
+const HOST = "127.0.0.2";
+
+/** curl's own timings of one transfer: seconds to first byte, bytes per second. */
+async function curl(url: string, proxy?: string, tunnel = false): Promise<{ ttfb: number; speed: number; size: number }> {
+  const args = ["-sS", "-o", "/dev/null", "-w", "%{time_starttransfer} %{speed_download} %{size_download}", ...(proxy ? ["-x", proxy] : []), ...(tunnel ? ["-p"] : []), url];
+  const { stdout } = await run("curl", args, { maxBuffer: 1 << 20 });
+  const [ttfb, speed, size] = stdout.trim().split(" ").map(Number);
+  return { ttfb, speed, size };
+}
+
+/** Runs section (n). */
+export async function benchEgress(options: EgressOptions): Promise<SectionResult> {
+  // The destination runs in a process of its own, as a remote server would: the proxy's event
+  // loop (in this process) is then the only thing between curl and it.
+  const child = spawn(process.execPath, ["-e", SOURCE_SERVER, HOST, String(BIG)], { stdio: ["ignore", "pipe", "inherit"] });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.stdout.once("data", (d: Buffer) => resolve(Number(d.toString().trim())));
+    child.once("exit", (code) => reject(new Error(`the bench's file server exited (${code})`)));
+  });
+  const policy = new EgressPolicy([parseRule(`files.bench:${port}`, "bench")], { privateAllow: [`${HOST}/32`], ownEndpoints: [] });
+  const ws: EgressWorkspace = { workspaceId: "ws-bench", policy, usage: { connections: 0, bytes: 0 } };
+  const proxy = new EgressProxy({
+    limits: { maxConnections: 64, idleTimeoutMs: 60_000, maxBytes: Number.MAX_SAFE_INTEGER },
+    logger: createLogger({ level: "error", sink: () => undefined }),
+    lookup: async (host) => (host === "files.bench" ? [{ address: HOST, family: 4 }] : []),
+  });
+  const front = createTcpServer((socket) => proxy.accept(socket, ws));
+  await new Promise<void>((resolve) => front.listen(0, "127.0.0.1", resolve));
+  const proxyUrl = `http://127.0.0.1:${(front.address() as AddressInfo).port}`;
+  try {
+    const direct: number[] = [];
+    const viaProxy: number[] = [];
+    const viaTunnel: number[] = [];
+    for (let i = 0; i < options.downloads; i++) {
+      const d = await curl(`http://${HOST}:${port}/big`);
+      const p = await curl(`http://files.bench:${port}/big`, proxyUrl);
+      const c = await curl(`http://files.bench:${port}/big`, proxyUrl, true);
+      for (const r of [d, p, c]) if (r.size !== BIG) throw new Error(`a download got ${r.size} bytes, not ${BIG}`);
+      direct.push(d.speed);
+      viaProxy.push(p.speed);
+      viaTunnel.push(c.speed);
+    }
+    const ttfbDirect: number[] = [];
+    const ttfbProxy: number[] = [];
+    for (let i = 0; i < options.requests; i++) {
+      ttfbDirect.push((await curl(`http://${HOST}:${port}/small`)).ttfb * 1000);
+      ttfbProxy.push((await curl(`http://files.bench:${port}/small`, proxyUrl, true)).ttfb * 1000);
+    }
+    const mb = (bps: number) => round(bps / (1024 * 1024), 1);
+    const base = summarize(direct);
+    const rows: Row[] = [];
+    for (const [label, samples] of [["absolute-form HTTP", viaProxy], ["CONNECT tunnel", viaTunnel]] as const) {
+      const s = summarize(samples);
+      const ratio = s.p50 / base.p50;
+      rows.push({ section: "n egress", metric: `100 MB download p50 through the proxy, ${label}`, server: mb(s.p50), baseline: mb(base.p50), unit: "MiB/s", ratio: round(ratio, 2), goal: "≥ 0.5× straight", pass: ratio >= 0.5 });
+    }
+    const td = summarize(ttfbDirect);
+    const tp = summarize(ttfbProxy);
+    rows.push({ section: "n egress", metric: "time to first byte p50, small file, CONNECT tunnel", server: round(tp.p50, 2), baseline: round(td.p50, 2), unit: "ms", ratio: round(tp.p50 / td.p50, 2), goal: `info (+${round(tp.p50 - td.p50, 2)} ms)`, pass: true });
+    return { rows, data: { directBytesPerSecond: base, proxyBytesPerSecond: summarize(viaProxy), tunnelBytesPerSecond: summarize(viaTunnel), ttfbDirectMs: td, ttfbProxyMs: tp }, skipped: [] };
+  } finally {
+    proxy.close();
+    front.close();
+    child.kill();
+  }
+}
