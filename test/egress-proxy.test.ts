@@ -199,6 +199,13 @@ test.serial("bounds: connections per workspace, bytes per workspace and idle con
   const big = await curl(t, `http://allowed.test:${httpPort}/big`);
   t.not(big.body.length, 256 * 1024);
   t.true(t.context.logs.some((l) => l.includes('"egress connection closed"') && l.includes("moved more than")));
+  // The same through a CONNECT tunnel (its download side is read by the proxy's own buffer).
+  const closedBefore = t.context.logs.filter((l) => l.includes("moved more than")).length;
+  t.context.ws.usage.bytes = 10 * 1024 * 1024 - 64 * 1024;
+  const tunnelled = await curl(t, `http://allowed.test:${httpPort}/big`, "-p");
+  t.not(tunnelled.body.length, 256 * 1024);
+  t.true(t.context.logs.filter((l) => l.includes("moved more than")).length > closedBefore);
   t.context.ws.usage.bytes = 0;
   t.is((await curl(t, `http://allowed.test:${httpPort}/after`)).code, "200");
+  t.is((await curl(t, `http://allowed.test:${httpPort}/whole`, "-p")).body, `hello allowed.test:${httpPort} /whole`);
 });
