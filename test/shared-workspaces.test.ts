@@ -15,7 +15,7 @@ import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { DigestSource, SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { type ClientSet, errorDetail, expectError, LOCAL_ONLY, startServer, type TestServer } from "./helpers/server.ts";
 import { gate, probeEngines } from "./helpers/engines.ts";
-import { clientsWithToken, watchUntilReady } from "./helpers/sessions.ts";
+import { clientsWithToken, eventually, watchUntilReady } from "./helpers/sessions.ts";
 
 const KEY = "aw_shared-operator-key-0123456789";
 
@@ -182,6 +182,35 @@ test("a join racing the last session's end either keeps the workspace for the jo
     }
     t.log(`joined ${joined}, refused ${refused}`);
     t.is(joined + refused, 12);
+  } finally {
+    await s.close();
+  }
+});
+
+test("a workspace that was shared never goes back to a warm pool: the next session cannot find what a joined one wrote", async (t) => {
+  const s = await startServer({ dataDir: await tempDir(t), apiKeys: [KEY], env: { ...LOCAL_ONLY, AGENT_WORKSPACE_SESSION_TICK_MS: "50" } });
+  try {
+    const op = s.clients.grpc;
+    // Making a pool workspace takes a few seconds (its setup command), so when the sessions below
+    // end the pool is short of a ready workspace and would take theirs back.
+    await op.config.createAgentType({ agentType: { id: "pooled", workspace: { enabled: true, provider: "local", tools: ["read", "write"], warmPoolSize: 1, setupCommands: ["sleep 3"] } } });
+    // A session from the pool that never calls a tool itself (so on its own it would go back).
+    const fromPool = async () =>
+      eventually(async () => {
+        const res = await op.workspaces.startSession({ agentType: "pooled" });
+        if (res.session?.fromWarmPool) return { id: res.session.id, workspaceId: res.session.workspaceId, agent: clientsWithToken(s.url, res.sessionToken) };
+        await op.workspaces.endSession({ id: res.session!.id });
+        return undefined;
+      }, 30_000, "a session from the warm pool");
+    const a = await fromPool();
+    const b = await session(s, "pooled", a.workspaceId);
+    await b.agent.tools.writeFile({ path: "left-by-b.txt", content: "b's notes" });
+    await op.workspaces.endSession({ id: b.id });
+    await op.workspaces.endSession({ id: a.id });
+    t.false(await exists(op, a.workspaceId), "the shared workspace was deleted, not pooled");
+    const next = await fromPool();
+    t.not(next.workspaceId, a.workspaceId);
+    await expectError(t, next.agent.tools.readFile({ path: "left-by-b.txt" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
   } finally {
     await s.close();
   }

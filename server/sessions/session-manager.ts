@@ -351,7 +351,13 @@ export class SessionManager implements SessionTokenLookup {
       resumes: 0,
       joined: true,
     };
-    const live: Live = { record: r, events: new SessionEvents(), inflight: 0, used: false, fingerprint: "", dirty: false };
+    // A shared workspace is never clean again: none of its sessions may hand it back to a warm
+    // pool (the next session would find what the joined one wrote).
+    for (const id of this.sessionsOf(workspaceId)) {
+      const other = this.#sessions.get(id);
+      if (other) other.used = true;
+    }
+    const live: Live = { record: r, events: new SessionEvents(), inflight: 0, used: true, fingerprint: "", dirty: false };
     // No wait between the check above and this: the workspace now counts this session.
     this.#remember(live);
     try {
@@ -475,7 +481,7 @@ export class SessionManager implements SessionTokenLookup {
     if (last) {
       try {
         const record = this.#o.workspaces.find(workspaceId);
-        if (record && !live.used && !r.joined && live.fingerprint !== "" && this.#o.pools.wants(live.fingerprint)) {
+        if (record && !live.used && live.fingerprint !== "" && this.#o.pools.wants(live.fingerprint)) {
           await this.#o.workspaces.annotate(workspaceId, { labels: {}, pool: { fingerprint: live.fingerprint, ready: true, warnings: r.warnings, ...(r.checkout ? { checkout: r.checkout } : {}) } });
           this.#o.logger.info("unused workspace returned to the warm pool", { session_id: r.id, workspace_id: workspaceId });
         } else if (record) {
