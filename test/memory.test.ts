@@ -173,17 +173,28 @@ test("memory: sensitive files are refused as on every provider", async (t) => {
   t.is(t.context.memory.peek(id, ".env"), undefined);
 });
 
-test("memory: a restarted server has none of the memory workspaces of the one before (they ended with it)", async (t) => {
+test("memory: a restarted server has none of the memory workspaces of the one before (they ended with it), and their sessions are DEGRADED, not ACTIVE", async (t) => {
   const dataDir = await mkdtemp(path.join(tmpdir(), "aw-memory-"));
   t.teardown(() => rm(dataDir, { recursive: true, force: true }));
   const first = await memoryServer(createMemoryProvider(), dataDir);
   const id = await newWorkspace(first.clients.grpc, { provider: "memory" });
   await first.clients.grpc.tools.writeFile({ workspaceId: id, path: "a.txt", content: "a" });
+  await first.clients.grpc.config.createAgentType({ agentType: { id: "remembered", workspace: { enabled: true, provider: "memory", tools: ["read"] } } });
+  const started = await first.clients.grpc.workspaces.startSession({ agentType: "remembered" });
+  const before = (await watchUntilReady(first.clients.grpc, started.session!.id)).session;
+  t.is(before.status, SessionStatus.ACTIVE);
   await first.close();
   const second = await memoryServer(createMemoryProvider(), dataDir);
   try {
+    await second.app.sessions.recovered;
     t.deepEqual((await second.clients.grpc.workspaces.listWorkspaces({})).workspaces, []);
     await expectError(t, second.clients.grpc.tools.readFile({ workspaceId: id, path: "a.txt" }), Code.NotFound, ErrorReason.WORKSPACE_NOT_FOUND);
+    // Its session is not left ACTIVE in a workspace that is gone: it is DEGRADED, and says why.
+    const after = (await second.clients.grpc.workspaces.getSession({ id: before.id })).session!;
+    t.is(after.status, SessionStatus.DEGRADED);
+    t.is(after.workspaceId, "");
+    t.regex(after.statusMessage, /memory workspace ended with the previous server process/);
+    await expectError(t, clientsWithToken(second.url, started.sessionToken).tools.readFile({ path: "a.txt" }), Code.FailedPrecondition, ErrorReason.WORKSPACE_NOT_PROVISIONED);
   } finally {
     await second.close();
   }

@@ -175,6 +175,16 @@ export class SessionManager implements SessionTokenLookup {
       this.#o.logger.warn("removing a workspace no live session owns", { workspace_id: r.id, session_id: r.session.id, session_status: owner?.status ?? "unknown" });
       await this.#o.provisioner.discard(r.id);
     }
+    // A session whose workspace did not survive the restart (a memory workspace ends with the
+    // server process) has nothing left to work in: it is degraded, saying so, not left active.
+    for (const live of this.#sessions.values()) {
+      const r = live.record;
+      if (r.status !== "active" || r.workspaceId === "" || this.#o.workspaces.find(r.workspaceId) || this.#closed) continue;
+      this.#o.logger.warn("a session's workspace did not survive the restart", { session_id: r.id, workspace_id: r.workspaceId, provider: r.provider });
+      this.#detach(r.workspaceId, r.id);
+      r.workspaceId = "";
+      await this.#degrade(live, `Its ${r.provider} workspace ended with the previous server process; start a new session`);
+    }
     for (const live of this.#sessions.values()) {
       if (live.record.status !== "provisioning" || this.#closed) continue;
       if (live.record.resumes >= 1) {
