@@ -271,7 +271,7 @@ export class SessionManager implements SessionTokenLookup {
       lastActivityAt: now,
       provider: "",
       fromWarmPool: false,
-      idleTimeoutMs: Number(cfg?.sessionIdleTimeoutMs ?? 0n) || this.#o.idleTimeoutMs,
+      idleTimeoutMs: this.#idleTimeoutOf(cfg),
       resumes: 0,
       ...(mounts.length > 0 ? { mounts } : {}),
     };
@@ -357,7 +357,7 @@ export class SessionManager implements SessionTokenLookup {
       provider: owner.provider,
       fromWarmPool: false,
       ...(owner.checkout ? { checkout: { ...owner.checkout } } : {}),
-      idleTimeoutMs: Number(this.#o.agentTypes.find(agentType)?.workspace?.sessionIdleTimeoutMs ?? 0n) || this.#o.idleTimeoutMs,
+      idleTimeoutMs: this.#idleTimeoutOf(this.#o.agentTypes.find(agentType)?.workspace),
       resumes: 0,
       joined: true,
     };
@@ -393,6 +393,11 @@ export class SessionManager implements SessionTokenLookup {
     } finally {
       this.#releasing.delete(workspaceId);
     }
+  }
+
+  /** The idle timeout of a session of an agent type with this workspace configuration: its own, else the server's. */
+  #idleTimeoutOf(cfg: { sessionIdleTimeoutMs: bigint } | undefined): number {
+    return Number(cfg?.sessionIdleTimeoutMs ?? 0n) || this.#o.idleTimeoutMs;
   }
 
   /** Provisions a session's workspace in the background. */

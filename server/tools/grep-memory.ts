@@ -20,7 +20,7 @@ import { RE2JS } from "re2js";
 import { DomainError } from "../../core/errors.ts";
 import type { ToolContext } from "./context.ts";
 import { remainingMs } from "./context.ts";
-import { ContextAssembler, clean, DEFAULT_MAX_RESULTS, type GrepEvent, type GrepInput } from "./grep.ts";
+import { ContextAssembler, clean, DEFAULT_MAX_RESULTS, type GrepEvent, type GrepInput, type GrepMatch, searchTimedOut } from "./grep.ts";
 
 /** The most bytes of one file searched: more than any memory workspace file holds (48,000 characters). */
 const MAX_FILE_BYTES = 1024 * 1024;
@@ -69,12 +69,7 @@ export async function* grepInServer(ctx: ToolContext, input: GrepInput, rel: str
   const files: Iterable<{ path: string }> | AsyncIterable<{ path: string }> = type === "file" ? [{ path: rel }] : ws.fs.walk(rel);
   for await (const file of files) {
     if (signal.aborted) return;
-    if (performance.now() > deadline) {
-      const message = deadlineBound
-        ? `The call's deadline passed after ${timeoutMs} ms; the search was stopped`
-        : `The search ran past ${timeoutMs} ms and was stopped; narrow the path or the glob`;
-      throw new DomainError("COMMAND_TIMEOUT", message, { metadata: { timeout_ms: String(timeoutMs), matches_found: String(sent), deadline: String(deadlineBound) } });
-    }
+    if (performance.now() > deadline) throw searchTimedOut(timeoutMs, sent, deadlineBound);
     // An explicit file is searched whatever the glob says, as ripgrep does.
     if (type === "directory" && !wanted(file.path.slice(cut))) continue;
     let bytes: Uint8Array;
@@ -90,26 +85,23 @@ export async function* grepInServer(ctx: ToolContext, input: GrepInput, rel: str
     let offset = 0;
     const lines = text.split("\n");
     if (lines.at(-1) === "") lines.pop();
-    for (let i = 0; i < lines.length; i++) {
-      const raw = Buffer.from(`${lines[i]}\n`);
-      const line = { text: clean(raw, limits.maxLineChars), raw, offset };
-      offset += raw.length;
-      for (const c of asm.add(i + 1, line, re.matcher(lines[i]).find())) {
-        if (sent === max) {
-          yield { type: "done", matchCount: sent, truncated: true };
-          return;
-        }
-        sent++;
-        yield { type: "match", match: c.match };
+    const ready = function* (): Generator<GrepMatch> {
+      for (let i = 0; i < lines.length; i++) {
+        const raw = Buffer.from(`${lines[i]}\n`);
+        const line = { text: clean(raw, limits.maxLineChars), raw, offset };
+        offset += raw.length;
+        for (const c of asm.add(i + 1, line, re.matcher(lines[i]).find())) yield c.match;
       }
-    }
-    for (const c of asm.end()) {
+      for (const c of asm.end()) yield c.match;
+    };
+    for (const match of ready()) {
+      // One match past max_results says the search was truncated.
       if (sent === max) {
         yield { type: "done", matchCount: sent, truncated: true };
         return;
       }
       sent++;
-      yield { type: "match", match: c.match };
+      yield { type: "match", match };
     }
   }
   yield { type: "done", matchCount: sent, truncated: false };

@@ -321,18 +321,19 @@ export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<
   if (!truncated && exitCode === 2 && /regex parse error|error parsing glob|regex.*(syntax|invalid)|unclosed/i.test(stderr)) {
     throw new DomainError("INVALID_PATTERN", `Invalid pattern: ${firstError(stderr)}`, { metadata: { field: /glob/i.test(stderr) ? "glob" : "pattern" } });
   }
-  if (timedOut && !truncated) {
-    const message = deadlineBound
-      ? `The call's deadline passed after ${timeoutMs} ms; the search was stopped`
-      : `The search ran past ${timeoutMs} ms and was stopped; narrow the path or the glob`;
-    throw new DomainError("COMMAND_TIMEOUT", message, {
-      metadata: { timeout_ms: String(timeoutMs), matches_found: String(sent), deadline: String(deadlineBound) },
-    });
-  }
+  if (timedOut && !truncated) throw searchTimedOut(timeoutMs, sent, deadlineBound);
   if (!truncated && exitCode > 2 && !signal.aborted) {
     throw new DomainError("INTERNAL", "ripgrep failed", { cause: stderr });
   }
   yield { type: "done", matchCount: sent, truncated };
+}
+
+/** COMMAND_TIMEOUT for a search stopped after `timeoutMs` (the call's deadline, or the grep timeout). */
+export function searchTimedOut(timeoutMs: number, found: number, deadlineBound: boolean): DomainError {
+  const message = deadlineBound
+    ? `The call's deadline passed after ${timeoutMs} ms; the search was stopped`
+    : `The search ran past ${timeoutMs} ms and was stopped; narrow the path or the glob`;
+  return new DomainError("COMMAND_TIMEOUT", message, { metadata: { timeout_ms: String(timeoutMs), matches_found: String(found), deadline: String(deadlineBound) } });
 }
 
 function firstError(stderr: string): string {
