@@ -1,10 +1,12 @@
 /**
  * The edit tool: exact string replacement, read-modify-write through the atomic write primitive,
- * so a failed edit leaves the file untouched.
+ * so a failed edit leaves the file untouched; edits of one file take turns (file-queue.ts).
  */
 import { DomainError } from "../../core/errors.ts";
 import type { ToolContext } from "./context.ts";
+import { inTurn } from "./file-queue.ts";
 import { countOccurrences, linesChanged, loadText, notFoundError } from "./find-replace.ts";
+import { jailPath } from "./paths.ts";
 
 /** Exact messages of the edit contract (OpenCode's wording). */
 export const NOT_FOUND_MESSAGE = "oldString not found in content";
@@ -25,13 +27,15 @@ export async function editFile(ctx: ToolContext, input: EditInput): Promise<{ re
   if (input.oldString === input.newString) {
     throw new DomainError("INVALID_ARGUMENT", "oldString and newString must be different", { metadata: { field: "new_string" } });
   }
-  const { rel, text } = await loadText(ws, input.path, ctx.limits);
-  const count = countOccurrences(text, input.oldString);
-  if (count === 0) throw notFoundError(rel, text, input.oldString, NOT_FOUND_MESSAGE, {});
-  if (count > 1 && !input.replaceAll) {
-    throw new DomainError("FIND_NOT_UNIQUE", NOT_UNIQUE_MESSAGE, { metadata: { path: rel, occurrences: String(count) } });
-  }
-  const updated = text.split(input.oldString).join(input.newString);
-  await ws.fs.writeFile(rel, new TextEncoder().encode(updated));
-  return { replacements: count, linesChanged: linesChanged(text, updated) };
+  return inTurn(ws, jailPath(input.path, "path", true), async () => {
+    const { rel, text } = await loadText(ws, input.path, ctx.limits);
+    const count = countOccurrences(text, input.oldString);
+    if (count === 0) throw notFoundError(rel, text, input.oldString, NOT_FOUND_MESSAGE, {});
+    if (count > 1 && !input.replaceAll) {
+      throw new DomainError("FIND_NOT_UNIQUE", NOT_UNIQUE_MESSAGE, { metadata: { path: rel, occurrences: String(count) } });
+    }
+    const updated = text.split(input.oldString).join(input.newString);
+    await ws.fs.writeFile(rel, new TextEncoder().encode(updated));
+    return { replacements: count, linesChanged: linesChanged(text, updated) };
+  });
 }

@@ -1,5 +1,6 @@
-/** The write tool: whole-file replacement, atomic, creating parent directories. */
+/** The write tool: whole-file replacement, atomic, creating parent directories, in turn with the file's other changes (file-queue.ts). */
 import type { ToolContext } from "./context.ts";
+import { inTurn } from "./file-queue.ts";
 import { jailPath } from "./paths.ts";
 
 export interface WriteInput {
@@ -11,6 +12,6 @@ export interface WriteInput {
 export async function writeFile(ctx: ToolContext, input: WriteInput): Promise<{ bytesWritten: number; created: boolean }> {
   const rel = jailPath(input.path, "path", true);
   const bytes = new TextEncoder().encode(input.content);
-  const { created } = await ctx.workspace.fs.writeFile(rel, bytes);
+  const { created } = await inTurn(ctx.workspace, rel, () => ctx.workspace.fs.writeFile(rel, bytes));
   return { bytesWritten: bytes.length, created };
 }

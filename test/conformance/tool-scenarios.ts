@@ -644,6 +644,24 @@ export function registerToolScenarios<C>(
     t.is(await ws.cat("m.ts"), "let a = 2;\nlet b = 2;\nconst keep = 11;\nlet c = 2;\n");
   });
 
+  scenario("EditFile › edits and patches of one file at once all land: none is lost to another's write", async (t, ws) => {
+    const n = 40;
+    const line = (i: number, state: string) => `line ${String(i).padStart(2, "0")}: ${state}\n`;
+    const all = (state: (i: number) => string) => Array.from({ length: n }, (_, i) => line(i, state(i))).join("");
+    await ws.write("queue.txt", all(() => "todo"));
+    // Each call changes its own line and succeeds; every one reads the file, changes it and writes
+    // it back, so any two that overlapped would leave one line at "todo". Two paths name the file.
+    const calls = Array.from({ length: n }, (_, i) => {
+      const path = i % 3 === 0 ? "/workspace/sub/../queue.txt" : "queue.txt";
+      return i % 2 === 0
+        ? ws.tools.editFile({ workspaceId: ws.id, path, oldString: line(i, "todo"), newString: line(i, "edited") })
+        : ws.tools.patchFile({ workspaceId: ws.id, path, patches: [{ find: line(i, "todo"), replace: line(i, "patched") }] });
+    });
+    const results = await Promise.allSettled(calls);
+    t.deepEqual(results.filter((r) => r.status === "rejected"), []);
+    t.is(await ws.cat("queue.txt"), all((i) => (i % 2 === 0 ? "edited" : "patched")));
+  });
+
   // ───────────────────────────── PatchFile ─────────────────────────────
 
   const configPy = 'DEBUG = True\nLOG_LEVEL = "info"\n\n\ndef connect():\n    return db.connect(timeout=30)\n';

@@ -1,0 +1,34 @@
+/**
+ * The file tools that change a file (WriteFile, EditFile, PatchFile, DeleteFile) take turns per
+ * path and workspace. EditFile and PatchFile read, change and write back: two of them on one file
+ * at once would each write what they read, and the first one's change would be lost although its
+ * call succeeded. Queued, every call sees the file as the one before it left it.
+ *
+ * The queue is the server's: it orders tool calls, not commands, which may still write the file
+ * between a tool's read and its write (as they may in any editor). Its key is the path as the jail
+ * normalised it, so `a/../b.txt` and `b.txt` share a turn; two names of one file through a link do
+ * not. A workspace handle lives as long as the server knows the workspace, and its queues with it.
+ */
+import type { WorkspaceHandle } from "../../providers/types.ts";
+
+const queues = new WeakMap<WorkspaceHandle, Map<string, Promise<void>>>();
+
+/** Runs `change` once every earlier change of `rel` in `ws` has settled, and before any later one. */
+export function inTurn<T>(ws: WorkspaceHandle, rel: string, change: () => Promise<T>): Promise<T> {
+  let byPath = queues.get(ws);
+  if (!byPath) {
+    byPath = new Map();
+    queues.set(ws, byPath);
+  }
+  const previous = byPath.get(rel) ?? Promise.resolve();
+  const result = previous.then(change);
+  const settled = result.then(
+    () => undefined,
+    () => undefined,
+  );
+  byPath.set(rel, settled);
+  void settled.then(() => {
+    if (byPath.get(rel) === settled) byPath.delete(rel);
+  });
+  return result;
+}
