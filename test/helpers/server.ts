@@ -93,11 +93,15 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
   if (options.onLog) overrides.logger = createLogger({ level: "debug", sink: options.onLog });
   const app = await createApp(config, overrides);
   const server = await listen(app.handler, { host: "127.0.0.1", port: 0 });
+  app.egress.listening("127.0.0.1", server.port);
   const baseUrl = server.url;
 
   // Own connections per server, so close() can end them instead of waiting for idle timeouts.
   const sessions = new Http2SessionManager(baseUrl);
-  const agent = new http.Agent({ keepAlive: true });
+  // Idle sockets are closed by the client (10 s) before the server's keep-alive timeout (30 s)
+  // can: a request sent on a socket the server is closing that moment is reset (ECONNRESET), and
+  // with the server in this process a busy event loop widens that moment.
+  const agent = new http.Agent({ keepAlive: true, timeout: 10_000 });
   const interceptors = keys.length > 0 ? [bearer(keys[0])] : [];
   const grpc = createGrpcTransport({ baseUrl, sessionManager: sessions, interceptors });
   const connect = createConnectTransport({ baseUrl, httpVersion: "1.1", nodeOptions: { agent }, interceptors });
