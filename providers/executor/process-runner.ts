@@ -140,7 +140,10 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
         // ESRCH: the group is already gone.
       }
     }
-    const sweep = () => void killMarked({ env: marker, link: launched.markerLink }, sig, child.pid ?? 0);
+    // A catchable signal reaches the group's members once, from the group signal above: a second
+    // copy from the sweep would run a shell's trap twice. SIGKILL goes to every marked process.
+    const skipGroup = sig === "SIGKILL" ? undefined : child.pid;
+    const sweep = () => void killMarked({ env: marker, link: launched.markerLink }, sig, child.pid ?? 0, skipGroup);
     if (later) setImmediate(sweep);
     else sweep();
   };
@@ -266,9 +269,16 @@ function buildExit(
  * environment (`env -i`, `exec -c`). A process that does all of that and closes fd 3 as well
  * escapes this sweep; in a container the sandbox-wide sweep (`sweepAll`) still ends it. The caller
  * does not wait for the sweep (a child still holding the output pipes keeps the call open until
- * the sweep reaches it).
+ * the sweep reaches it). With `skipGroup`, members of that process group are left out: the group
+ * signal has reached them already. One that moved into the group after that signal misses this
+ * one; the SIGKILL that follows the grace never skips.
  */
-async function killMarked(marks: { env: string; link: string | undefined }, sig: NodeJS.Signals, since: number): Promise<void> {
+async function killMarked(
+  marks: { env: string; link: string | undefined },
+  sig: NodeJS.Signals,
+  since: number,
+  skipGroup?: number,
+): Promise<void> {
   const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marks.env}\0`);
   const isMarked = async (pid: number): Promise<boolean> => {
     // The descriptor first (one readlink); the environment only when that does not tell.
@@ -299,13 +309,21 @@ async function killMarked(marks: { env: string; link: string | undefined }, sig:
     await Promise.all(
       pids.slice(i, i + 32).map(async (pid) => {
         try {
-          if (await isMarked(pid)) process.kill(pid, sig);
+          if (!(await isMarked(pid))) return;
+          if (skipGroup !== undefined && (await processGroup(pid)) === skipGroup) return;
+          process.kill(pid, sig);
         } catch {
           // Gone, or not ours to signal.
         }
       }),
     );
   }
+}
+
+/** The process group of `pid` (field 5 of /proc/<pid>/stat, after the command name), NaN if unknown. */
+async function processGroup(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
 }
 
 /** Largest pid window probed number by number; a wider one is found by listing /proc. */
