@@ -62,7 +62,8 @@ export type Reason =
   | "PATH_SEGMENT_TOO_LONG"
   | "PATH_NOT_ASCII"
   | "BINARY_CONTENT"
-  | "WORKSPACE_NOT_SHAREABLE";
+  | "WORKSPACE_NOT_SHAREABLE"
+  | "EGRESS_DENIED";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

@@ -25,6 +25,7 @@ import Docker from "dockerode";
 import { rgPath } from "@vscode/ripgrep";
 import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
+import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import { DiskImages, type DiskMount } from "./disk-image.ts";
@@ -284,6 +285,8 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               await container.start();
               await c.ping(30_000);
             }
+            // Egress by allowlist: the executor's listener on the sandbox's loopback feeds the proxy.
+            if (openOptions?.egress) await c.listen(EGRESS_PROXY_PORT, (stream) => openOptions.egress?.accept(stream));
             conn = c;
             return c;
           } catch (err) {
@@ -298,6 +301,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         return connecting;
       };
       await connect();
+      const proxyUrl = openOptions?.egress ? `http://127.0.0.1:${EGRESS_PROXY_PORT}` : undefined;
       const fs = new ExecutorFs(connect, WORKSPACE_ROOT, openOptions?.fileRules);
       return {
         id: record.id,
@@ -309,7 +313,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             const started = Date.now();
             let exited = false;
             try {
-              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT), spec.signal)) {
+              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec.signal)) {
                 if (ev.type === "exited") exited = true;
                 yield ev;
               }

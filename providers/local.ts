@@ -25,14 +25,14 @@ import path from "node:path";
 import { rgPath } from "@vscode/ripgrep";
 import { LocalFs } from "./local-fs.ts";
 import { spawn, type ChildProcess } from "node:child_process";
-import { Socket } from "node:net";
+import { type AddressInfo, createServer, Socket } from "node:net";
 import type { Readable } from "node:stream";
 import { withDirectStdout } from "./direct-stdout.ts";
 import type { ExecRequest } from "./executor/protocol.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild, SOURCE_EXECUTOR } from "./executor-build.ts";
 import { LocalLimits, type WorkspaceLimits } from "./local-limits.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
-import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
+import type { CreateOptions, EgressHook, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 import type { FileRules } from "./executor/sensitive-files.ts";
 
 /** Options of the local provider. */
@@ -168,7 +168,8 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
       const dir = record.state.dir ?? path.join(baseDir, record.id);
       const root = await realpath(dir);
       const limits = await limiter.prepare(record.id, record.limits);
-      return openLocalWorkspace(record.id, root, rg, executorFor(root), openOptions?.fileRules, limits, () => limiter.remove(record.id));
+      const proxy = openOptions?.egress ? await hostProxyEndpoint(openOptions.egress) : undefined;
+      return openLocalWorkspace(record.id, root, rg, executorFor(root), openOptions?.fileRules, limits, proxy, () => limiter.remove(record.id));
     },
     async destroy(record: WorkspaceRecord): Promise<void> {
       await limiter.remove(record.id);
@@ -199,6 +200,21 @@ async function* withOomFlag(events: AsyncIterable<ExecEvent>, limits: WorkspaceL
   }
 }
 
+/**
+ * The egress proxy's endpoint of a local workspace: a port on the host's loopback whose
+ * connections go to `egress`. Commands run on the host, so nothing makes them use it: the
+ * allowlist binds only clients that honour the proxy variables.
+ */
+async function hostProxyEndpoint(egress: EgressHook): Promise<{ url: string; close(): void }> {
+  const server = createServer({ allowHalfOpen: true, noDelay: true }, (socket) => egress.accept(socket));
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen({ host: "127.0.0.1", port: 0 }, () => resolve());
+  });
+  server.on("error", () => undefined);
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close() };
+}
+
 function openLocalWorkspace(
   id: string,
   root: string,
@@ -206,6 +222,7 @@ function openLocalWorkspace(
   executor: LocalExecutor,
   fileRules: FileRules | undefined,
   limits: WorkspaceLimits,
+  proxy: { url: string; close(): void } | undefined,
   releaseLimits: () => Promise<void>,
 ): WorkspaceHandle {
   // Commands still running when the handle closes (the workspace is being deleted) are killed,
@@ -217,7 +234,7 @@ function openLocalWorkspace(
     fs,
     ripgrepPath: rg,
     exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
-      const plain = execRequest(spec, root);
+      const plain = execRequest(spec, root, proxy?.url);
       // The command joins the workspace's cgroups and takes its rlimits before it runs.
       const request = { ...plain, argv: limits.wrap(plain.argv, plain.env.PATH) };
       return (async function* () {
@@ -241,6 +258,7 @@ function openLocalWorkspace(
     },
     async close(): Promise<void> {
       for (const c of running) c.abort();
+      proxy?.close();
       fs.close();
       // The executor closes its descriptor of this root (the workspace may be deleted next).
       await executor.release(root);

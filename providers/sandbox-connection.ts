@@ -11,10 +11,10 @@
  * the server a stall. Frames are parsed incrementally with bounded sizes, so one workspace's
  * channel never holds up the event loop for others.
  */
-import type { Readable, Writable } from "node:stream";
+import type { Duplex, Readable, Writable } from "node:stream";
 import { DomainError } from "../core/errors.ts";
 import { drainedOrClosed } from "../core/streams.ts";
-import { sandboxEnv } from "./executor/env.ts";
+import { proxyEnv, sandboxEnv } from "./executor/env.ts";
 import type { FaultInfo } from "./executor/fault.ts";
 import {
   CREDIT_BATCH,
@@ -25,23 +25,29 @@ import {
   FrameReader,
   FROM_EXECUTOR,
   MAX_CHUNK,
+  MAX_TUNNELS,
   type OpRequest,
+  TUNNEL_FRAMES,
+  TUNNEL_ID_BASE,
   writeFrame,
 } from "./executor/protocol.ts";
 import { faultFromWire } from "./faults.ts";
+import { TunnelStream } from "./tunnel-stream.ts";
 import type { ExecEvent, ExecExit, ExecSpec } from "./types.ts";
 
 /**
  * The EXEC request for `spec` in a workspace whose root the executor sees at `root` (the host
  * directory for the local provider, /workspace in a container): the working directory, resolved
- * by the executor's jail, the minimal environment with home at the root, and the default grace.
+ * by the executor's jail, the minimal environment with home at the root (with the proxy variables
+ * when the workspace's egress goes through `proxyUrl`; the caller's variables may override them),
+ * and the default grace.
  */
-export function execRequest(spec: ExecSpec, root: string): ExecRequest {
+export function execRequest(spec: ExecSpec, root: string, proxyUrl?: string): ExecRequest {
   return {
     argv: spec.argv,
     root,
     cwd: spec.cwd,
-    env: sandboxEnv(root, spec.env),
+    env: sandboxEnv(root, proxyUrl === undefined ? spec.env : { ...proxyEnv(proxyUrl), ...spec.env }),
     timeoutMs: spec.timeoutMs,
     killGraceMs: spec.killGraceMs ?? 5000,
   };
@@ -71,6 +77,10 @@ export class SandboxConnection {
   #nextId = 1;
   #closed: Error | undefined;
   #violation: string | undefined;
+  /** Open egress tunnels by the executor's id; the highest id it opened; who takes new ones. */
+  readonly #tunnels = new Map<number, TunnelStream>();
+  #tunnelHigh = TUNNEL_ID_BASE;
+  #onTunnel: ((stream: Duplex) => void) | undefined;
 
   /** `input` carries the executor's stdout, `output` its stdin. */
   constructor(input: Readable, output: Writable) {
@@ -111,6 +121,7 @@ export class SandboxConnection {
 
   #onFrame(f: Frame): void {
     if (!FROM_EXECUTOR.has(f.type)) throw new Error(`frame type ${f.type} from the executor`);
+    if (TUNNEL_FRAMES.has(f.type) || f.id >= TUNNEL_ID_BASE) return this.#onTunnelFrame(f);
     if (f.id === 0 || f.id >= this.#nextId) throw new Error(`frame for id ${f.id}, which no call has`);
     if (STREAMED.has(f.type) && f.type !== F.ENTRIES && f.payload.length > MAX_CHUNK) throw new Error(`bulk frame of ${f.payload.length} bytes`);
     const p = this.#pending.get(f.id);
@@ -123,9 +134,54 @@ export class SandboxConnection {
     w?.();
   }
 
+  /**
+   * A frame of an egress tunnel: TOPEN takes a new id above every earlier one; the other frames
+   * name an open tunnel, or are dropped (a tunnel closed meanwhile, or one of the executor's
+   * connection to an earlier server process, which LISTEN ends).
+   */
+  #onTunnelFrame(f: Frame): void {
+    if (!TUNNEL_FRAMES.has(f.type) || f.id < TUNNEL_ID_BASE) throw new Error(`frame type ${f.type} for id ${f.id}`);
+    if (f.type === F.TOPEN) {
+      if (f.id <= this.#tunnelHigh) throw new Error(`TOPEN reuses id ${f.id}`);
+      // The executor holds at most MAX_TUNNELS: more is a flood, not clients.
+      if (this.#tunnels.size >= MAX_TUNNELS) throw new Error(`more than ${MAX_TUNNELS} tunnels open`);
+      this.#tunnelHigh = f.id;
+      const id = f.id;
+      const stream = new TunnelStream({
+        write: (type, payload) => this.#write(type, id, payload),
+        drained: () => (this.#closed ? Promise.resolve() : drainedOrClosed(this.#output)),
+        release: () => this.#tunnels.delete(id),
+      });
+      this.#tunnels.set(id, stream);
+      // A connection nobody listens for (a LISTEN of an earlier server connection) is closed.
+      if (this.#onTunnel) this.#onTunnel(stream);
+      else stream.destroy();
+      return;
+    }
+    const t = this.#tunnels.get(f.id);
+    if (!t) return;
+    switch (f.type) {
+      case F.TDATA:
+        if (f.payload.length > MAX_CHUNK) throw new Error(`tunnel frame of ${f.payload.length} bytes`);
+        t.received(f.payload);
+        break;
+      case F.TEND:
+        t.ended();
+        break;
+      case F.TCLOSE:
+        t.peerClosed();
+        break;
+      case F.TCREDIT:
+        if (f.payload.length !== 4) throw new Error("TCREDIT without a count");
+        t.credited(f.payload.readUInt32BE(0));
+        break;
+    }
+  }
+
   #fail(err: Error): void {
     if (this.#closed) return;
     this.#closed = err;
+    for (const t of this.#tunnels.values()) t.peerClosed();
     for (const p of this.#pending.values()) {
       p.error ??= err;
       p.done = true;
@@ -235,6 +291,19 @@ export class SandboxConnection {
       clearTimeout(timer);
       answer.catch(() => undefined);
     }
+  }
+
+  /**
+   * Has the executor accept proxy clients on the sandbox's loopback `port`; each connection is
+   * handed to `onTunnel` as a stream. Replaces the tunnels of an earlier connection.
+   */
+  async listen(port: number, onTunnel: (stream: Duplex) => void): Promise<void> {
+    this.#onTunnel = onTunnel;
+    for await (const f of this.#call(F.LISTEN, { port })) {
+      if (f.type === F.RESULT) return;
+      this.#raise(f);
+    }
+    throw new Error("executor call ended without a result");
   }
 
   /** Runs a command in the sandbox; ending the iteration early kills the process tree there. */

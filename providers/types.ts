@@ -8,6 +8,7 @@
 
 export type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome } from "./executor/types.ts";
 import type { DirEntry, FileStat, FoundFile, ReadOutcome } from "./executor/types.ts";
+import type { Duplex } from "node:stream";
 import type { FileRules } from "./executor/sensitive-files.ts";
 
 /**
@@ -178,6 +179,8 @@ export interface AgentTypeBinding {
   sensitiveFiles?: FileRules;
   /** Branch patterns GitPush refuses (empty or absent: the base and default branches). */
   protectedBranches?: string[];
+  /** The egress allowlist then, when its network mode was "allowlist" (absent: no proxy). */
+  egressAllow?: string[];
 }
 
 /** A live workspace: the primitives tools run on. */
@@ -207,9 +210,10 @@ export interface CreateOptions {
   /** Image for container providers; "" selects the provider's default. */
   image: string;
   /**
-   * "none": no network besides loopback. "egress": the network the operator set aside for
-   * egress; a provider that has none refuses with INVALID_ARGUMENT. Unset: the provider's
-   * configured network. The local provider isolates nothing and accepts every value.
+   * "none": no network besides loopback (an allowlist's egress goes through the executor's
+   * channel, see EgressHook). "egress": the network the operator set aside for open egress; a
+   * provider that has none refuses with INVALID_ARGUMENT. Unset: the provider's configured
+   * network. The local provider isolates nothing and accepts every value.
    */
   network?: "none" | "egress";
 }
@@ -220,10 +224,22 @@ export interface ProviderLog {
   warn(msg: string, fields?: Record<string, unknown>): void;
 }
 
+/**
+ * Where a workspace's proxied connections go (issue 16): the server's egress proxy, with the
+ * workspace's allowlist. A provider opens a proxy endpoint the workspace's commands can reach
+ * (a listener of the executor on the sandbox's loopback; a host loopback port for the local
+ * provider), hands every connection to it here, and points commands at it (`proxyEnv`).
+ */
+export interface EgressHook {
+  accept(stream: Duplex): void;
+}
+
 /** How the server opens a workspace. */
 export interface OpenOptions {
   /** Sensitive-file patterns added to the server's lists, enforced by the jail. */
   fileRules?: FileRules;
+  /** Egress through the server's proxy; unset: commands get no proxy. */
+  egress?: EgressHook;
 }
 
 /** A way of providing workspaces. */

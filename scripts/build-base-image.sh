@@ -33,10 +33,10 @@ set -euo pipefail
 
 IMAGE=${1:-agent-workspace-base:bookworm}
 SUITE=bookworm
-INCLUDE=bash,coreutils,git,ripgrep,ca-certificates,procps
+INCLUDE=bash,coreutils,git,ripgrep,ca-certificates,procps,curl
 IMG_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # Bump when the image's contents change, so existing images get rebuilt.
-BASE_VERSION=2
+BASE_VERSION=3
 VERSION_LABEL=org.agent-workspace.base-version
 
 say() { printf 'build-base-image: %s\n' "$*"; }

@@ -46,6 +46,7 @@ import type { Store } from "./store/store.ts";
 import { createToolAccess } from "./tool-access.ts";
 import { checkToolRegistry, TOOL_NAMES } from "./tools/registry.ts";
 import { WorkspaceManager } from "./workspace-manager.ts";
+import { Egress } from "./egress/egress.ts";
 import { Provisioner } from "./sessions/provision.ts";
 import { SessionManager } from "./sessions/session-manager.ts";
 import { WarmPools } from "./sessions/warm-pool.ts";
@@ -62,6 +63,8 @@ export interface App {
   audit: AuditTrail;
   health: HealthStatus;
   logger: Logger;
+  /** The egress proxy: told where the server listens, that endpoint is never a destination. */
+  egress: Pick<Egress, "listening">;
   /** Reports NOT_SERVING and ends every stream; the server can then drain its connections. */
   stopStreams(): void;
   /** Stops streams, closes workspace handles, providers and the database. */
@@ -138,7 +141,9 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   } catch (err) {
     throw new SettingsError(`AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: ${(err as NodeJS.ErrnoException).path ?? ""} cannot be used (${(err as NodeJS.ErrnoException).code ?? "error"})`);
   }
+  const egress = new Egress(settings.egress, logger, (refusal) => audit.egressRefused(refusal));
   const workspaces = new WorkspaceManager({
+    egress,
     mounts: { allowedRoots: mountRoots, maxBytes: settings.mounts.maxBytes },
     providers: built.providers,
     defaultProvider: settings.defaultProvider,
@@ -279,6 +284,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     audit,
     health,
     logger,
+    egress,
     stopStreams() {
       health.shutdown();
       shutdown.abort();
@@ -288,6 +294,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       shutdown.abort();
       await sessions.close();
       await workspaces.close();
+      egress.close();
       await audit.close();
       await store.close();
     },

@@ -70,4 +70,5 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   PATH_NOT_ASCII: { code: Code.InvalidArgument, reason: ErrorReason.PATH_NOT_ASCII },
   BINARY_CONTENT: { code: Code.InvalidArgument, reason: ErrorReason.BINARY_CONTENT },
   WORKSPACE_NOT_SHAREABLE: { code: Code.FailedPrecondition, reason: ErrorReason.WORKSPACE_NOT_SHAREABLE },
+  EGRESS_DENIED: { code: Code.PermissionDenied, reason: ErrorReason.EGRESS_DENIED },
 };

@@ -39,6 +39,7 @@ export async function serve(argv: string[], env: NodeJS.ProcessEnv): Promise<voi
     process.exit(2);
   }
   const server = await listen(app.handler, { host: settings.host, port: settings.port, tlsCert: settings.tlsCert, tlsKey: settings.tlsKey });
+  app.egress.listening(settings.host, server.port);
   let firstSignalAt = 0;
   const stop = async (signal: NodeJS.Signals) => {
     if (firstSignalAt !== 0) {

@@ -16,6 +16,7 @@ import { DomainError } from "../core/errors.ts";
 import { LOG_LEVELS, type LogLevel } from "./logger.ts";
 import type { GitCredential } from "./sessions/clone.ts";
 import type { GitHubAppSettings } from "./git/credentials.ts";
+import type { EgressSettings } from "./egress/egress.ts";
 import { DEFAULT_TOOL_LIMITS, type ToolLimits } from "./tools/tool-limits.ts";
 import { DEFAULT_LIMITS, defaultCpuLimit, defaultSizeLimit, type LimitStrings, parseSize } from "./workspace-limits.ts";
 
@@ -52,6 +53,7 @@ export interface Settings {
   git: GitSettings;
   mounts: MountSettingsInput;
   audit: AuditSettings;
+  egress: EgressSettings;
 }
 
 /** Where the audit trail goes and how long it is kept. */
@@ -109,6 +111,40 @@ export interface MountSettingsInput {
   allowedRoots: string[];
   /** The most one mount may copy, in bytes. */
   maxBytes: number;
+}
+
+/** AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: addresses and CIDR ranges, comma-separated. */
+function privateAllow(value: string | undefined): string[] {
+  const name = "AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW";
+  return (value ?? "")
+    .split(",")
+    .map((v) => v.trim())
+    .filter((v) => v !== "")
+    .map((v) => {
+      const [address, prefix, extra] = v.replace(/^\[|\](?=\/|$)/g, "").split("/");
+      const family = isIP(address);
+      const bits = prefix === undefined ? (family === 4 ? 32 : 128) : Number(prefix);
+      if (family === 0 || extra !== undefined || !Number.isInteger(bits) || bits < 0 || bits > (family === 4 ? 32 : 128) || (prefix !== undefined && !/^\d+$/.test(prefix))) {
+        throw new SettingsError(`${name}: '${v.slice(0, 100)}' is not an address or address/prefix`);
+      }
+      return `${address}/${bits}`;
+    });
+}
+
+/** AGENT_WORKSPACE_EGRESS_HOSTS: `name=address` pairs, comma-separated. */
+function egressHosts(value: string | undefined): Map<string, string> {
+  const name = "AGENT_WORKSPACE_EGRESS_HOSTS";
+  const out = new Map<string, string>();
+  for (const pair of (value ?? "").split(",").map((v) => v.trim()).filter((v) => v !== "")) {
+    const eq = pair.indexOf("=");
+    const host = pair.slice(0, eq).trim().toLowerCase();
+    const address = pair.slice(eq + 1).trim();
+    if (eq <= 0 || !/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/.test(host) || isIP(address) === 0) {
+      throw new SettingsError(`${name}: '${pair.slice(0, 100)}' is not name=address`);
+    }
+    out.set(host, address);
+  }
+  return out;
 }
 
 /** A setting that cannot be used; the message names the variable or flag and what it accepts. */
@@ -510,6 +546,13 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
       maxRows: integer(read(env, "AGENT_WORKSPACE_AUDIT_MAX_ROWS"), "AGENT_WORKSPACE_AUDIT_MAX_ROWS", 1_000_000, 0),
       watchBuffer: integer(read(env, "AGENT_WORKSPACE_WATCH_BUFFER"), "AGENT_WORKSPACE_WATCH_BUFFER", 4096, 1, 1_000_000),
       otlp: otlpSettings(env),
+    },
+    egress: {
+      privateAllow: privateAllow(read(env, "AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW")),
+      maxConnections: integer(read(env, "AGENT_WORKSPACE_EGRESS_MAX_CONNECTIONS"), "AGENT_WORKSPACE_EGRESS_MAX_CONNECTIONS", 32, 1, 4096),
+      idleTimeoutMs: integer(read(env, "AGENT_WORKSPACE_EGRESS_IDLE_TIMEOUT_MS"), "AGENT_WORKSPACE_EGRESS_IDLE_TIMEOUT_MS", 120_000, 1000, 24 * 3_600_000),
+      maxBytes: parseSize(limit(read(env, "AGENT_WORKSPACE_EGRESS_MAX_BYTES"), "AGENT_WORKSPACE_EGRESS_MAX_BYTES", parseSize) || "4G", "AGENT_WORKSPACE_EGRESS_MAX_BYTES"),
+      hosts: egressHosts(read(env, "AGENT_WORKSPACE_EGRESS_HOSTS")),
     },
     agentTypesFile: pick("agent-types")[0] === undefined ? "" : path.resolve(pick("agent-types")[0] as string),
     providers: {

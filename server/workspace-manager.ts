@@ -7,6 +7,7 @@ import { randomBytes } from "node:crypto";
 import { DomainError, hasReason } from "../core/errors.ts";
 import type { AgentTypeBinding, CreateOptions, PoolMembership, Provider, WorkspaceHandle, WorkspaceRecord, WorkspaceSession } from "../providers/types.ts";
 import type { AgentTypes } from "./agent-types/agent-types.ts";
+import type { Egress } from "./egress/egress.ts";
 import type { Logger } from "./logger.ts";
 import type { WorkspaceStore } from "./store/store.ts";
 import { type LimitStrings, resolveLimits } from "./workspace-limits.ts";
@@ -57,6 +58,8 @@ export interface WorkspaceManagerOptions {
   store: WorkspaceStore;
   agentTypes: AgentTypes;
   logger: Logger;
+  /** Egress through the server's proxy, for workspaces of agent types with an allowlist. */
+  egress?: Pick<Egress, "hook">;
   /** Where host mounts may come from, and how much one may copy. */
   mounts: MountSettings;
   /** Told when a workspace starts being made, is ready, fails to be made or is deleted (live events). */
@@ -145,7 +148,7 @@ export class WorkspaceManager {
         pids: req.limits.pids > 0 ? req.limits.pids : Number(typeLimits?.pids ?? 0n),
       },
       image: pick(req.image, cfg.baseImage),
-      network: cfg.network?.mode === "egress" ? "egress" : "none",
+      network: cfg.network?.mode === "open" || cfg.network?.mode === "egress" ? "egress" : "none",
       binding: {
         id: name,
         tools: [...cfg.tools],
@@ -154,6 +157,7 @@ export class WorkspaceManager {
         commandPolicy: { defaultAction: cfg.commandPolicy?.defaultAction ?? "", allow: [...(cfg.commandPolicy?.allow ?? [])], deny: [...(cfg.commandPolicy?.deny ?? [])] },
         sensitiveFiles: { deny: [...(cfg.sensitiveFiles?.deny ?? [])], writeProtected: [...(cfg.sensitiveFiles?.writeProtected ?? [])] },
         protectedBranches: [...(cfg.git?.protectedBranches ?? [])],
+        ...(cfg.network?.mode === "allowlist" ? { egressAllow: [...cfg.network.allow] } : {}),
       },
     };
   }
@@ -265,7 +269,9 @@ export class WorkspaceManager {
     if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
     let h = this.#handles.get(id);
     if (!h) {
-      h = this.#provider(record.provider).open(record, { fileRules: record.agentType?.sensitiveFiles });
+      const allow = record.agentType?.egressAllow;
+      const egress = allow !== undefined && this.#options.egress ? this.#options.egress.hook(id, allow) : undefined;
+      h = this.#provider(record.provider).open(record, { fileRules: record.agentType?.sensitiveFiles, ...(egress ? { egress } : {}) });
       this.#handles.set(id, h);
       h.catch(() => this.#handles.delete(id));
     }

@@ -223,7 +223,7 @@ test("Get workspace config for agent type — GET returns every field of the see
   t.is(res.json.checkout_on_start, true);
   t.is(res.json.base_image, "agent-workspace-base:bookworm");
   t.deepEqual(res.json.setup_commands, ["npm install --frozen-lockfile"]);
-  t.deepEqual(res.json.network, { mode: "none" });
+  t.deepEqual(res.json.network, { mode: "none", allow: [] });
 
   const list = await rest(url, "GET", "/api/v1/agent-types");
   t.is(list.status, 200);
@@ -308,6 +308,13 @@ test("every malformed field is a 400 with a typed reason and the field in the me
     [{ provider: "local", fallback_provider: "kubernetes" }, "fallback_provider", "ERROR_REASON_UNKNOWN_PROVIDER"],
     [{ network: { mode: "host" } }, "network.mode", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ network: { mode: "egress" } }, "network.mode", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ network: { mode: "open" } }, "network.mode", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ network: { mode: "none", allow: ["registry.npmjs.org"] } }, "network.allow", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ network: { mode: "allowlist", allow: ["registry.npmjs.org", "http://x.org/"] } }, "network.allow[1]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ network: { mode: "allowlist", allow: ["127.0.0.1"] } }, "network.allow[0]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ network: { mode: "allowlist", allow: ["*.org"] } }, "network.allow[0]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ network: { mode: "allowlist", allow: ["example.org:0"] } }, "network.allow[0]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ network: { mode: "allowlist", allow: Array.from({ length: 201 }, (_, i) => `h${i}.example.org`) } }, "network.allow", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ warm_pool_size: -1 }, "warm_pool_size", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ max_command_timeout_ms: 999_999_999 }, "max_command_timeout_ms", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ max_command_timeout_ms: 10_000, default_command_timeout_ms: 20_000 }, "default_command_timeout_ms", "ERROR_REASON_INVALID_ARGUMENT"],
@@ -336,6 +343,19 @@ test("every malformed field is a 400 with a typed reason and the field in the me
   const { detail } = await expectError(t, clients.grpc.config.updateWorkspaceConfig({ agentTypeId: id, workspaceConfig: { resourceLimits: { memory: "lots" } } }), Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
   t.is(detail.metadata.field, "resource_limits.memory");
   t.is((await clients.grpc.config.getAgentType({ id })).agentType?.revision, 1n, "no refused update was stored");
+});
+
+test("an egress allowlist is stored in canonical form (trimmed, de-duplicated) and shown by GET; 'egress' is the former name of 'open'", async (t) => {
+  const { clients, url } = t.context.server;
+  const id = newId("allowlist");
+  await createType(clients.connect, id);
+  const put = await rest(url, "PUT", `/api/v1/agent-types/${id}/workspace-config`, {
+    enabled: true,
+    network: { mode: "allowlist", allow: [" registry.npmjs.org ", "*.github.com:443", "registry.npmjs.org", "[2001:db8::]/32:443", "203.0.113.0/24:80,8080"] },
+  });
+  t.is(put.status, 200, JSON.stringify(put.json));
+  const got = await rest(url, "GET", `/api/v1/agent-types/${id}/workspace-config`);
+  t.deepEqual(got.json.network, { mode: "allowlist", allow: ["registry.npmjs.org", "*.github.com:443", "[2001:db8::]/32:443", "203.0.113.0/24:80,8080"] });
 });
 
 test("Default configuration for new agent types — without a workspace configuration an agent type has enabled = false", async (t) => {

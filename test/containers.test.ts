@@ -291,10 +291,18 @@ if (gate(test, engines, "docker", "agent types on containers")) {
       t.is(info.HostConfig.NetworkMode, "bridge");
       t.is((await docker.getContainer((await containerOf(offline.id))!.Id).inspect()).HostConfig.NetworkMode, "none");
 
-      // gVisor has no network here: an agent type asking it for egress is refused at creation.
+      // gVisor has no network here: an agent type asking it for an open network is refused when
+      // it is configured, and a workspace of a type that named no provider, at creation.
       if (engines.gvisor) {
-        await c.config.createAgentType({ agentType: { id: "sandboxed-online", workspace: { enabled: true, provider: "gvisor", network: { mode: "egress" } } } });
-        const { detail } = await expectError(t, c.workspaces.createWorkspace({ agentType: "sandboxed-online" }), Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
+        const refused = await expectError(
+          t,
+          c.config.createAgentType({ agentType: { id: "sandboxed-online", workspace: { enabled: true, provider: "gvisor", network: { mode: "open" } } } }),
+          Code.InvalidArgument,
+          ErrorReason.INVALID_ARGUMENT,
+        );
+        t.is(refused.detail.metadata.field, "agent_type.workspace.network.mode");
+        await c.config.createAgentType({ agentType: { id: "default-online", workspace: { enabled: true, network: { mode: "egress" } } } });
+        const { detail } = await expectError(t, c.workspaces.createWorkspace({ agentType: "default-online", provider: "gvisor" }), Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
         t.is(detail.metadata.field, "network.mode");
       }
     } finally {

@@ -5,13 +5,16 @@
  * Every attempt must fail, no forged byte may reach any call's output, and the sandbox must carry
  * on unrestarted. The server's frame checks are tested directly on a connection below.
  */
-import { PassThrough } from "node:stream";
+import { type Duplex, PassThrough } from "node:stream";
 import Docker from "dockerode";
 import anyTest, { type TestFn } from "ava";
 import { hasReason } from "../core/errors.ts";
 import { LABELS } from "../providers/docker.ts";
-import { encodeFrame, F } from "../providers/executor/protocol.ts";
+import { encodeFrame, F, FrameReader, MAX_TUNNELS, TUNNEL_ID_BASE, TUNNEL_WINDOW } from "../providers/executor/protocol.ts";
 import { SandboxConnection } from "../providers/sandbox-connection.ts";
+import { Egress } from "../server/egress/egress.ts";
+import { createLogger } from "../server/logger.ts";
+import { parseSettings } from "../server/settings.ts";
 import { gate, probeEngines } from "./helpers/engines.ts";
 import { newWorkspace, type ServerCtx, serverTest } from "./helpers/server.ts";
 
@@ -127,4 +130,125 @@ plain("a late frame of a call that already ended is dropped, and the connection 
   fromExecutor.write(encodeFrame(F.PONG, 2, Buffer.from("v2")));
   t.is(await second, "v2");
   t.true(conn.alive);
+});
+
+/** A SandboxConnection to an executor the test plays: what it sends, and what the server wrote to it. */
+function fakeExecutor(): { fromExecutor: PassThrough; written: Buffer[]; conn: SandboxConnection } {
+  const fromExecutor = new PassThrough();
+  const toExecutor = new PassThrough();
+  const written: Buffer[] = [];
+  toExecutor.on("data", (c: Buffer) => written.push(c));
+  return { fromExecutor, written, conn: new SandboxConnection(fromExecutor, toExecutor) };
+}
+
+/** The frames the server wrote to the executor, decoded. */
+function framesOf(chunks: Buffer[]): Array<{ type: number; id: number; payload: Buffer }> {
+  return new FrameReader().push(Buffer.concat(chunks));
+}
+
+plain("egress tunnels: a connection nobody listens for is closed at once; a reused tunnel id, an oversized tunnel frame or a call frame in the tunnel range is a violation", async (t) => {
+  const base = TUNNEL_ID_BASE;
+  {
+    const { fromExecutor, written, conn } = fakeExecutor();
+    fromExecutor.write(encodeFrame(F.TOPEN, base + 1));
+    // Data for a tunnel that is gone (or of an earlier server connection) is dropped.
+    fromExecutor.write(encodeFrame(F.TDATA, base + 1, Buffer.from("GET / HTTP/1.1\r\n\r\n")));
+    fromExecutor.write(encodeFrame(F.TDATA, base + 9, Buffer.from("x")));
+    await new Promise((r) => setImmediate(r));
+    t.true(conn.alive);
+    t.deepEqual(framesOf(written).map((f) => [f.type, f.id]), [[F.TCLOSE, base + 1]]);
+    conn.close();
+  }
+  const cases: Array<[Buffer[], RegExp]> = [
+    [[encodeFrame(F.TOPEN, base + 5), encodeFrame(F.TOPEN, base + 5)], /TOPEN reuses id/],
+    [[encodeFrame(F.TOPEN, base + 5), encodeFrame(F.TOPEN, base + 2)], /TOPEN reuses id/],
+    [[encodeFrame(F.TOPEN, 7)], /frame type 24 for id 7/],
+    [[encodeFrame(F.STDOUT, base + 1, Buffer.from("x"))], /frame type 11 for id/],
+    [[encodeFrame(F.TOPEN, base + 1), encodeFrame(F.TDATA, base + 1, Buffer.alloc(300 * 1024))], /tunnel frame of 307200 bytes/],
+  ];
+  for (const [frames, message] of cases) {
+    const fromExecutor = new PassThrough();
+    const conn = new SandboxConnection(fromExecutor, new PassThrough());
+    // A listener, so the TOPEN is taken (and the tunnel stays open).
+    const streams: Duplex[] = [];
+    const listening = conn.listen(3128, (s) => streams.push(s)).catch(() => undefined);
+    for (const f of frames) fromExecutor.write(f);
+    await listening;
+    t.false(conn.alive, String(message));
+    t.regex(conn.violation ?? "", message);
+    t.true(streams.every((s) => s.destroyed), "a violation closes the connection's tunnels");
+  }
+});
+
+plain("egress tunnels: bytes from the sandbox wait for credit; the server returns it as the proxy reads, and sends no more than the executor's window", async (t) => {
+  const { fromExecutor, written, conn } = fakeExecutor();
+  const streams: Duplex[] = [];
+  const listening = conn.listen(3128, (s) => streams.push(s));
+  fromExecutor.write(encodeFrame(F.RESULT, 1, Buffer.from("{}")));
+  await listening;
+  const id = TUNNEL_ID_BASE + 1;
+  fromExecutor.write(encodeFrame(F.TOPEN, id));
+  await new Promise((r) => setImmediate(r));
+  const [stream] = streams;
+  t.truthy(stream);
+  // 2 MiB from the sandbox, nobody reading yet: no credit goes back.
+  for (let i = 0; i < 8; i++) fromExecutor.write(encodeFrame(F.TDATA, id, Buffer.alloc(256 * 1024, 97)));
+  await new Promise((r) => setImmediate(r));
+  const credits = () => framesOf(written).filter((f) => f.type === F.TCREDIT).reduce((n, f) => n + f.payload.readUInt32BE(0), 0);
+  t.is(credits(), 0);
+  // The proxy reads it all: credit for all of it comes back.
+  let read = 0;
+  stream.on("data", (c: Buffer) => (read += c.length));
+  await new Promise((r) => setTimeout(r, 50));
+  t.is(read, 2 * 1024 * 1024);
+  t.is(credits(), 2 * 1024 * 1024);
+  // The other way: 3 MiB written by the proxy, but only one window (1 MiB) goes out before credit.
+  const sent = () => framesOf(written).filter((f) => f.type === F.TDATA).reduce((n, f) => n + f.payload.length, 0);
+  stream.write(Buffer.alloc(3 * 1024 * 1024, 98));
+  await new Promise((r) => setTimeout(r, 50));
+  t.is(sent(), TUNNEL_WINDOW);
+  const credit = Buffer.alloc(4);
+  credit.writeUInt32BE(TUNNEL_WINDOW, 0);
+  fromExecutor.write(encodeFrame(F.TCREDIT, id, credit));
+  await new Promise((r) => setTimeout(r, 50));
+  t.is(sent(), 2 * TUNNEL_WINDOW);
+  // The executor's client closed: the stream ends and is closed without a TCLOSE back.
+  fromExecutor.write(encodeFrame(F.TCLOSE, id));
+  await new Promise((r) => setTimeout(r, 20));
+  t.true(stream.destroyed);
+  t.is(framesOf(written).filter((f) => f.type === F.TCLOSE).length, 0);
+  t.true(conn.alive);
+  conn.close();
+});
+
+plain("egress tunnels: at most MAX_TUNNELS open at once; a flood of TOPEN is a violation", async (t) => {
+  const fromExecutor = new PassThrough();
+  const conn = new SandboxConnection(fromExecutor, new PassThrough());
+  const streams: Duplex[] = [];
+  const listening = conn.listen(3128, (s) => streams.push(s)).catch(() => undefined);
+  for (let i = 1; i <= MAX_TUNNELS + 1; i++) fromExecutor.write(encodeFrame(F.TOPEN, TUNNEL_ID_BASE + i));
+  await listening;
+  t.is(streams.length, MAX_TUNNELS);
+  t.false(conn.alive);
+  t.regex(conn.violation ?? "", new RegExp(`more than ${MAX_TUNNELS} tunnels open`));
+});
+
+plain("egress tunnels: a refused client is answered and its tunnel closed by the server, even if the client never closes its side", async (t) => {
+  const { fromExecutor, written, conn } = fakeExecutor();
+  const settings = parseSettings({}, []).egress;
+  const egress = new Egress(settings, createLogger({ level: "error", sink: () => undefined }));
+  const hook = egress.hook("ws-seal", ["allowed.example"]);
+  const listening = conn.listen(3128, (s) => hook.accept(s));
+  fromExecutor.write(encodeFrame(F.RESULT, 1, Buffer.from("{}")));
+  await listening;
+  const id = TUNNEL_ID_BASE + 1;
+  fromExecutor.write(encodeFrame(F.TOPEN, id));
+  fromExecutor.write(encodeFrame(F.TDATA, id, Buffer.from("CONNECT denied.example:443 HTTP/1.1\r\nHost: denied.example:443\r\n\r\n")));
+  await new Promise((r) => setTimeout(r, 200));
+  const frames = framesOf(written).filter((f) => f.id === id);
+  const answer = Buffer.concat(frames.filter((f) => f.type === F.TDATA).map((f) => f.payload)).toString();
+  t.regex(answer, /^HTTP\/1\.1 403 Forbidden\r\n[\s\S]*agent-workspace egress: denied\.example:443 is not on this workspace's egress allowlist/);
+  t.deepEqual(frames.map((f) => f.type).filter((type) => type !== F.TDATA), [F.TEND, F.TCLOSE]);
+  egress.close();
+  conn.close();
 });

@@ -68,6 +68,20 @@ test("a request cannot switch a limit off or set one below what a sandbox needs"
   t.deepEqual(resolveLimits({ cpu: "4", memory: "8G", disk: "64M", pids: 10 }, defaults), { cpus: 4, memoryBytes: 8 * 1024 ** 3, diskBytes: 64 * 1024 ** 2, pids: 10 });
 });
 
+test("egress settings: defaults, and the operator's allowed addresses and names in canonical form", (t) => {
+  t.deepEqual(parseSettings({}, []).egress, { privateAllow: [], maxConnections: 32, idleTimeoutMs: 120_000, maxBytes: 4 * 1024 ** 3, hosts: new Map() });
+  const s = parseSettings({
+    AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: " 10.20.0.0/16 , 192.168.1.7, [fd00::]/8 ",
+    AGENT_WORKSPACE_EGRESS_HOSTS: "Mirror.Internal=10.20.0.5, registry.internal=fd00::1",
+    AGENT_WORKSPACE_EGRESS_MAX_CONNECTIONS: "8",
+    AGENT_WORKSPACE_EGRESS_MAX_BYTES: "512M",
+  }, []).egress;
+  t.deepEqual(s.privateAllow, ["10.20.0.0/16", "192.168.1.7/32", "fd00::/8"]);
+  t.deepEqual([...s.hosts], [["mirror.internal", "10.20.0.5"], ["registry.internal", "fd00::1"]]);
+  t.is(s.maxConnections, 8);
+  t.is(s.maxBytes, 512 * 1024 ** 2);
+});
+
 test("the Docker engine comes from DOCKER_SOCKET, then DOCKER_HOST", (t) => {
   const cases: Array<[Record<string, string>, unknown]> = [
     [{ DOCKER_HOST: "unix:///run/other.sock" }, { socketPath: "/run/other.sock" }],
@@ -114,6 +128,13 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: "/srv/ok:relative/dir" }, [], /^AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: 'relative\/dir' must be an absolute path without '\.\.'$/],
     [{ AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: "/srv/../etc" }, [], /must be an absolute path without '\.\.'$/],
     [{ AGENT_WORKSPACE_MOUNT_MAX_BYTES: "lots" }, [], /^AGENT_WORKSPACE_MOUNT_MAX_BYTES 'lots' is not a size/],
+    [{ AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: "10.0.0.0/8,intranet" }, [], /^AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: 'intranet' is not an address or address\/prefix$/],
+    [{ AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: "10.0.0.0/33" }, [], /^AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: '10\.0\.0\.0\/33'/],
+    [{ AGENT_WORKSPACE_EGRESS_HOSTS: "mirror.internal" }, [], /^AGENT_WORKSPACE_EGRESS_HOSTS: 'mirror\.internal' is not name=address$/],
+    [{ AGENT_WORKSPACE_EGRESS_HOSTS: "mirror.internal=not-an-ip" }, [], /is not name=address$/],
+    [{ AGENT_WORKSPACE_EGRESS_MAX_CONNECTIONS: "0" }, [], /^AGENT_WORKSPACE_EGRESS_MAX_CONNECTIONS must be a whole number from 1/],
+    [{ AGENT_WORKSPACE_EGRESS_IDLE_TIMEOUT_MS: "5" }, [], /^AGENT_WORKSPACE_EGRESS_IDLE_TIMEOUT_MS must be a whole number from 1000/],
+    [{ AGENT_WORKSPACE_EGRESS_MAX_BYTES: "much" }, [], /^AGENT_WORKSPACE_EGRESS_MAX_BYTES 'much' is not a size/],
   ];
   for (const [env, argv, message] of cases) {
     const err = t.throws(() => parseSettings(env, argv), { instanceOf: SettingsError }, `${JSON.stringify(env)} ${argv.join(" ")}`);

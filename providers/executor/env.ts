@@ -34,3 +34,21 @@ export function sandboxEnv(home: string, extra: Record<string, string> = {}): Re
     ...extra,
   };
 }
+
+/** Hosts a proxied command reaches directly: its own loopback. */
+export const NO_PROXY = "localhost,127.0.0.1,::1";
+
+/**
+ * The proxy variables pointing a command at the egress proxy `url`, in both cases (curl reads
+ * only lower-case http_proxy; others read either).
+ */
+export function proxyEnv(url: string): Record<string, string> {
+  return {
+    HTTP_PROXY: url,
+    HTTPS_PROXY: url,
+    NO_PROXY,
+    http_proxy: url,
+    https_proxy: url,
+    no_proxy: NO_PROXY,
+  };
+}

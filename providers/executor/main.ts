@@ -29,7 +29,8 @@ import { Jail, WORKSPACE_ROOT } from "./jail.ts";
 import { JailedFs, type PendingWrite } from "./jailed-fs.ts";
 import { type FileRules, guardFor } from "./sensitive-files.ts";
 import { type LaunchSpec, runProcess } from "./process-runner.ts";
-import { type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, WINDOW, writeFrame } from "./protocol.ts";
+import { type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
+import { Tunnels } from "./tunnels.ts";
 import type { ExecEvent } from "./types.ts";
 import { executorVersion } from "./version.ts";
 
@@ -136,6 +137,21 @@ function send(type: number, id: number, payload?: Uint8Array): Promise<void> | u
 }
 
 const json = (v: unknown) => Buffer.from(JSON.stringify(v));
+
+/** The egress proxy's tunnels out of this sandbox (tunnels.ts). */
+const tunnels = new Tunnels(send);
+
+/** LISTEN: the proxy listener on the sandbox's loopback. */
+async function listen(id: number, payload: Buffer): Promise<void> {
+  calls.set(id, { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: false });
+  try {
+    const port = (JSON.parse(payload.toString("utf8")) as { port?: unknown }).port;
+    if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error("LISTEN wants { port } from 1 to 65535");
+    finish(id, F.RESULT, json({ port: await tunnels.listen(port) }));
+  } catch (err) {
+    fail(id, err);
+  }
+}
 
 /** Sends streamed bytes of `call`, waiting for credit first. False when the call was abandoned. */
 async function sendStreamed(call: Call, type: number, id: number, payload: Uint8Array): Promise<boolean> {
@@ -416,7 +432,16 @@ process.stdin.on("data", (chunk: Buffer) => {
   }
   for (const frame of frames) {
     if (!FROM_SERVER.has(frame.type)) violation(`frame type ${frame.type}`);
+    if (TUNNEL_FRAMES.has(frame.type) !== frame.id >= TUNNEL_ID_BASE) violation(`frame type ${frame.type} for id ${frame.id}`);
+    if (TUNNEL_FRAMES.has(frame.type)) {
+      tunnels.onFrame(frame.type, frame.id, frame.payload);
+      continue;
+    }
     switch (frame.type) {
+      case F.LISTEN:
+        if (calls.has(frame.id)) violation(`id ${frame.id} is in use`);
+        void listen(frame.id, frame.payload);
+        break;
       case F.EXEC:
       case F.OP: {
         if (calls.has(frame.id)) violation(`id ${frame.id} is in use`);
@@ -474,6 +499,7 @@ let stopping = false;
 function stop(): void {
   if (stopping) return;
   stopping = true;
+  tunnels.close();
   for (const c of calls.values()) {
     c.abort.abort();
     c.upload?.abort();

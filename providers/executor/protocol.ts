@@ -34,6 +34,12 @@ export const F = {
   DATA: 6,
   /** server → executor: the write's content is complete; commit it. */
   END: 7,
+  /**
+   * server → executor: accept proxy clients on 127.0.0.1 at the JSON { port }, each connection
+   * announced by TOPEN; answered by RESULT. Sent again on every new connection to the executor:
+   * it drops the tunnels of the connection before.
+   */
+  LISTEN: 8,
   /** executor → server: the process started; JSON { startedAt }. */
   STARTED: 10,
   /** executor → server: stdout bytes. */
@@ -54,12 +60,24 @@ export const F = {
   CHUNK: 18,
   /** executor → server: a batch of entries (a listing, a walk); JSON array. */
   ENTRIES: 19,
+  /** both ways: bytes of a tunnelled connection, under the receiver's credit (TUNNEL_WINDOW). */
+  TDATA: 20,
+  /** both ways: the sender sends no more bytes on this tunnel (a half-close); it still reads. */
+  TEND: 21,
+  /** both ways: the tunnel is gone; no frame for it follows from either side. */
+  TCLOSE: 22,
+  /** both ways: u32 bytes of a tunnel the sender has consumed. */
+  TCREDIT: 23,
+  /** executor → server: a proxy client connected; the id is new, from the executor's id space. */
+  TOPEN: 24,
 } as const;
 
 /** Frame types the executor may send; anything else from it is a protocol violation. */
-export const FROM_EXECUTOR = new Set<number>([F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES]);
+export const FROM_EXECUTOR = new Set<number>([F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN]);
 /** Frame types the server may send. */
-export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END]);
+export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END, F.LISTEN, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT]);
+/** Frame types of tunnels, whose ids are the executor's (TUNNEL_ID_BASE and up), not the server's calls'. */
+export const TUNNEL_FRAMES = new Set<number>([F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN]);
 /** Frame types that end a call: after one of these its id is free. */
 export const FINAL = new Set<number>([F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT]);
 
@@ -69,6 +87,20 @@ export const WINDOW = 4 * 1024 * 1024;
 export const CREDIT_BATCH = 512 * 1024;
 /** Largest payload of a bulk frame (output, file bytes, write data), in bytes. */
 export const MAX_CHUNK = 256 * 1024;
+/**
+ * Tunnels (the egress proxy's connections out of a sandbox) are numbered by the executor from here
+ * up, so their ids never meet the server's call ids.
+ */
+export const TUNNEL_ID_BASE = 0x8000_0000;
+/** Tunnel bytes in flight per direction before the sender waits for credit. */
+export const TUNNEL_WINDOW = 1024 * 1024;
+/** A tunnel's receiver returns credit once this many bytes were consumed. */
+export const TUNNEL_CREDIT_BATCH = 256 * 1024;
+/** The port the executor's proxy listener takes on the sandbox's loopback. */
+export const EGRESS_PROXY_PORT = 3128;
+/** Tunnels one executor holds at once; a client past it is disconnected at once. */
+export const MAX_TUNNELS = 128;
+
 /** Largest frame either side accepts (JSON requests and results included). */
 export const MAX_FRAME = 1024 * 1024 + 9;
 

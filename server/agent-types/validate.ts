@@ -15,6 +15,7 @@ import {
   WorkspaceConfigSchema,
 } from "../../gen/agentworkspace/v1/config_pb.js";
 import { DomainError } from "../../core/errors.ts";
+import { parseRule } from "../egress/destinations.ts";
 import { ruleProblem } from "../security/command-policy.ts";
 import { checkDigestText, MAX_DIGESTS_PER_SESSION, sectionKeyOf } from "../sessions/digests.ts";
 import { MIN_DISK_BYTES, MIN_MEMORY_BYTES, parseCpu, sizeLimit } from "../workspace-limits.ts";
@@ -32,7 +33,9 @@ export interface ValidationContext {
 }
 
 export const REPO_SOURCE_TYPES = ["none", "fixed", "task_context"] as const;
-export const NETWORK_MODES = ["none", "egress"] as const;
+export const NETWORK_MODES = ["none", "allowlist", "open"] as const;
+/** Most entries of network.allow. */
+const MAX_ALLOW_RULES = 200;
 /** Default of setup_command_timeout_ms (the seed's five minutes). */
 export const DEFAULT_SETUP_TIMEOUT_MS = 5 * 60_000;
 const MAX_WARM_POOL = 64;
@@ -196,13 +199,22 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     throw invalid(f("fallback_provider"), "fallback_provider must differ from provider");
   }
 
-  const mode = cfg.network?.mode === undefined || cfg.network.mode === "" ? "none" : cfg.network.mode;
+  const written = cfg.network?.mode === undefined || cfg.network.mode === "" ? "none" : cfg.network.mode;
+  // "egress" is the former name of "open".
+  const mode = written === "egress" ? "open" : written;
   if (!(NETWORK_MODES as readonly string[]).includes(mode)) {
     throw invalid(f("network.mode"), `Unknown network.mode ${shown(mode)}; valid modes: ${NETWORK_MODES.join(", ")}`, { valid: NETWORK_MODES.join(",") });
   }
-  if (mode === "egress" && !ctx.egressAllowed) {
-    throw invalid(f("network.mode"), "network.mode 'egress' is not allowed on this server: its operator set no egress network (AGENT_WORKSPACE_EGRESS_NETWORK)");
+  if (mode === "open" && !ctx.egressAllowed) {
+    throw invalid(f("network.mode"), "network.mode 'open' is not allowed on this server: its operator set no egress network (AGENT_WORKSPACE_EGRESS_NETWORK); 'allowlist' needs none");
   }
+  if (mode === "open" && (cfg.provider === "gvisor" || cfg.fallbackProvider === "gvisor")) {
+    throw invalid(f("network.mode"), "network.mode 'open' is not available on gvisor: its sandboxes run with --network=none on this server; use 'allowlist', which needs no network");
+  }
+  const allow = [...(cfg.network?.allow ?? [])].map((r) => r.trim());
+  if (allow.length > 0 && mode !== "allowlist") throw invalid(f("network.allow"), "network.allow is for network.mode 'allowlist' only");
+  if (allow.length > MAX_ALLOW_RULES) throw invalid(f("network.allow"), `network.allow holds at most ${MAX_ALLOW_RULES} entries`);
+  allow.forEach((r, i) => parseRule(r, f(`network.allow[${i}]`)));
 
   if (cfg.warmPoolSize < 0 || cfg.warmPoolSize > MAX_WARM_POOL) throw invalid(f("warm_pool_size"), `warm_pool_size must be from 0 to ${MAX_WARM_POOL}`);
   const maxTimeout = validateTimeout(cfg.maxCommandTimeoutMs, f("max_command_timeout_ms"), ctx.maxTimeoutMs);
@@ -222,7 +234,7 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     setupCommands: [...cfg.setupCommands],
     provider: cfg.provider,
     fallbackProvider: cfg.fallbackProvider,
-    network: { mode },
+    network: { mode, allow: [...new Set(allow)] },
     warmPoolSize: cfg.warmPoolSize,
     defaultCommandTimeoutMs: cfg.defaultCommandTimeoutMs,
     maxCommandTimeoutMs: cfg.maxCommandTimeoutMs,

@@ -25,6 +25,7 @@ import { Code, ConnectError, createContextKey, type Interceptor, type StreamRequ
 import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import { ErrorDetailSchema, ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 import { PRINCIPAL, type Principal } from "../auth/principal.ts";
+import { DomainError } from "../../core/errors.ts";
 import { toConnectError } from "../interceptors/error-interceptor.ts";
 import type { Logger } from "../logger.ts";
 import type { AuditSettings, OtlpSettings } from "../settings.ts";
@@ -245,6 +246,23 @@ export class AuditTrail {
         endSpan(span, attrs, result, error === undefined ? undefined : toConnectError(error));
       },
     };
+  }
+
+  /**
+   * A destination the egress proxy refused to a command of `workspaceId`: a DENIED record of its
+   * own (procedure "egress", principal kind "sandbox"), under the workspace's session, with the
+   * destination asked for and the refusal's reason.
+   */
+  egressRefused(refusal: { workspaceId: string; host: string; port: number; reason: string; message: string }): void {
+    const attrs: Attributes = { [SEMCONV.operationName]: "egress", [ATTR.procedure]: "egress", [ATTR.principalKind]: "sandbox" };
+    const where = this.describe(refusal.workspaceId);
+    for (const [key, value] of [[ATTR.workspaceId, refusal.workspaceId], [ATTR.sessionId, where?.sessionId], [ATTR.agentType, where?.agentType], [ATTR.provider, where?.provider]] as const) {
+      if (value) attrs[key] = value;
+    }
+    setSummary(attrs, ATTR.request, { host: refusal.host.slice(0, 253), port: refusal.port });
+    const span = this.#tracer.startSpan("egress", { kind: SpanKind.INTERNAL, attributes: attrs }, ROOT_CONTEXT);
+    const error = toConnectError(new DomainError("EGRESS_DENIED", refusal.message.slice(0, 500)));
+    endSpan(span, attrs, { reason: refusal.reason }, error);
   }
 
   /** Resolves once every finished call's record is in the database (a query then sees them all). */

@@ -70,9 +70,18 @@ export class EgressProxy {
   readonly #logger: Logger;
   readonly #lookup: Lookup;
 
-  constructor(options: { limits: EgressLimits; logger: Logger; lookup?: Lookup }) {
+  readonly #onRefused: ((refusal: { workspaceId: string; host: string; port: number; reason: string; message: string }) => void) | undefined;
+
+  constructor(options: {
+    limits: EgressLimits;
+    logger: Logger;
+    lookup?: Lookup;
+    /** Told of every refusal (the audit trail). */
+    onRefused?: (refusal: { workspaceId: string; host: string; port: number; reason: string; message: string }) => void;
+  }) {
     this.#limits = options.limits;
     this.#logger = options.logger;
+    this.#onRefused = options.onRefused;
     this.#lookup = options.lookup ?? ((host) => dnsLookup(host, { all: true, verbatim: true }));
     // Requests and tunnels are the proxy's alone: no keep-alive reuse across destinations.
     this.#server.keepAliveTimeout = 0;
@@ -99,11 +108,14 @@ export class EgressProxy {
     if (stream.destroyed) return;
     const body = `${line}\n`;
     const reason = status === 403 ? "Forbidden" : status === 503 ? "Service Unavailable" : status === 502 ? "Bad Gateway" : "Bad Request";
+    // Closed once the answer is out, whether or not the client ever closes its side.
+    stream.once("finish", () => stream.destroy());
     stream.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
   }
 
   #log(ws: EgressWorkspace, host: string, port: number, refusal: Refusal): void {
     this.#logger.warn("egress refused", { workspace_id: ws.workspaceId, host: host.slice(0, 253), port, reason: refusal.reason, detail: refusal.message.slice(0, 500) });
+    this.#onRefused?.({ workspaceId: ws.workspaceId, host, port, reason: refusal.reason, message: refusal.message });
   }
 
   /** The address to connect to for `host:port`, or the refusal (checked name, then resolved address). */
@@ -126,7 +138,7 @@ export class EgressProxy {
   }
 
   /**
-   * Links the sides of one connection: bytes counted against the workspace (a `data` listener on
+   * Links the sides of one connection (the client first): bytes counted against the workspace (a `data` listener on
    * each side in `counted`; a side read otherwise counts through the returned function), an idle
    * timeout on every side, and the end of one side closing the others. Returns the counter.
    */
@@ -146,7 +158,22 @@ export class EgressProxy {
       (side as Socket).setTimeout?.(this.#limits.idleTimeoutMs, () => close(`idle for ${this.#limits.idleTimeoutMs} ms`));
       side.on("error", () => undefined);
       side.once("close", () => {
-        for (const s of sides) if (s !== side) s.destroy();
+        for (const s of sides) {
+          if (s === side || s.destroyed) continue;
+          // A destination that closed without an error (done, or its HTTP client let go after the
+          // response), or a client that ended, lets the others finish writing what they hold (the
+          // tail of a download waiting for the client's credit, or still in the HTTP response) and
+          // close in their own time (a tunnel's client was ended on the destination's end; an HTTP
+          // response ends its connection itself), bounded by the idle timeout. An error, or a client
+          // that broke off, takes the others down at once.
+          const clientBrokeOff = side === sides[0] && !side.readableEnded;
+          if (side.errored || clientBrokeOff) {
+            s.destroy();
+            continue;
+          }
+          const timer = setTimeout(() => s.destroy(), this.#limits.idleTimeoutMs);
+          s.once("close", () => clearTimeout(timer));
+        }
       });
     }
     return count;

@@ -54,13 +54,28 @@ export declare const RepoSourceSchema: GenMessage<RepoSource>;
  */
 export declare type NetworkConfig = Message<"agentworkspace.v1.NetworkConfig"> & {
   /**
-   * "none" (the default when empty): no network interface besides loopback. "egress": the
-   * sandbox joins the network the server's operator set aside for egress
-   * (AGENT_WORKSPACE_EGRESS_NETWORK); refused on servers where none is set.
+   * "none" (the default when empty): no network interface besides loopback, no proxy.
+   * "allowlist": still no network interface; commands reach the destinations in allow through
+   * the server's egress proxy (HTTP_PROXY, HTTPS_PROXY and NO_PROXY are set for them), and
+   * nothing else. "open": the sandbox joins the network the server's operator set aside
+   * (AGENT_WORKSPACE_EGRESS_NETWORK); refused where none is set, and on gvisor. "egress" is
+   * accepted as the former name of "open".
    *
    * @generated from field: string mode = 1;
    */
   mode: string;
+
+  /**
+   * Destinations of mode "allowlist": host names ("registry.npmjs.org"), wildcards
+   * ("*.example.org": names below it), each with optional ports (":8443" or ":80,8080"; default
+   * 443 and 80), and CIDR ranges for destinations written as addresses ("203.0.113.0/24:443",
+   * "[2001:db8::]/32"). Loopback, link-local, private and reserved addresses and the server's own
+   * stay refused whatever a rule says, unless the operator allows them
+   * (AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW). At most 200 entries.
+   *
+   * @generated from field: repeated string allow = 2;
+   */
+  allow: string[];
 };
 
 /**

@@ -589,6 +589,15 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_WORKSPACE_NOT_SHAREABLE = 56;
    */
   WORKSPACE_NOT_SHAREABLE = 56,
+
+  /**
+   * The egress proxy refused a destination a workspace's command asked for (not on its agent
+   * type's allowlist, or resolving to an address no destination may have). Only in the audit
+   * trail (procedure "egress"): the command itself sees the proxy's 403. Code PERMISSION_DENIED.
+   *
+   * @generated from enum value: ERROR_REASON_EGRESS_DENIED = 57;
+   */
+  EGRESS_DENIED = 57,
 }
 
 /**

@@ -1,0 +1,136 @@
+/**
+ * The executor's end of the egress tunnels (issue 16): a listener on the sandbox's loopback whose
+ * every accepted connection is carried over the executor's channel to the server, where the
+ * egress proxy reads it. The sandbox itself keeps no route out: this listener is the only way a
+ * byte leaves, and only to the server.
+ *
+ * Each tunnel is a byte stream both ways under credit (TUNNEL_WINDOW per direction): a client
+ * that stops reading pauses its tunnel's sender, never the channel. A tunnel closes on either
+ * side's TCLOSE; TEND is a half-close, as TCP has.
+ *
+ * Imports only node: modules: it runs inside sandboxes.
+ */
+import { createServer, type Server, type Socket } from "node:net";
+import { Fault } from "./fault.ts";
+import { F, MAX_CHUNK, MAX_TUNNELS, TUNNEL_CREDIT_BATCH, TUNNEL_ID_BASE, TUNNEL_WINDOW } from "./protocol.ts";
+
+type Send = (type: number, id: number, payload?: Uint8Array) => unknown;
+
+interface Tunnel {
+  socket: Socket;
+  /** Bytes sent to the server not yet credited. */
+  inFlight: number;
+  /** Bytes written to the client not yet credited back. */
+  unacked: number;
+  /** The server closed it: no TCLOSE goes back. */
+  closedByPeer: boolean;
+  /** The server ended its side (TEND): what it sent is all there is. */
+  endedByPeer: boolean;
+}
+
+export class Tunnels {
+  readonly #send: Send;
+  readonly #open = new Map<number, Tunnel>();
+  #server: Server | undefined;
+  #port = 0;
+  #nextId = TUNNEL_ID_BASE;
+
+  constructor(send: Send) {
+    this.#send = send;
+  }
+
+  /**
+   * Listens on 127.0.0.1:`port` (again: a listener already there is kept). Tunnels of an earlier
+   * server connection are dropped: the server that asks now knows none of them.
+   */
+  async listen(port: number): Promise<number> {
+    for (const t of this.#open.values()) {
+      t.closedByPeer = true;
+      t.socket.destroy();
+    }
+    this.#open.clear();
+    if (this.#server && this.#port === port) return port;
+    this.#server?.close();
+    const server = createServer({ allowHalfOpen: true, noDelay: true }, (socket) => this.#accept(socket));
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", (err: NodeJS.ErrnoException) =>
+        reject(new Fault("WORKSPACE_NOT_READY", `The sandbox's egress proxy cannot listen on 127.0.0.1:${port} (${err.code ?? "error"}); restart the workspace`)),
+      );
+      server.listen({ host: "127.0.0.1", port, exclusive: true }, () => resolve());
+    });
+    server.on("error", () => undefined);
+    this.#server = server;
+    this.#port = port;
+    return port;
+  }
+
+  #accept(socket: Socket): void {
+    socket.on("error", () => undefined);
+    if (this.#open.size >= MAX_TUNNELS || this.#nextId >= 0xffff_ffff) return void socket.destroy();
+    const id = ++this.#nextId;
+    const t: Tunnel = { socket, inFlight: 0, unacked: 0, closedByPeer: false, endedByPeer: false };
+    this.#open.set(id, t);
+    this.#send(F.TOPEN, id);
+    socket.on("data", (chunk: Buffer) => {
+      for (let at = 0; at < chunk.length; at += MAX_CHUNK) this.#send(F.TDATA, id, chunk.subarray(at, at + MAX_CHUNK));
+      t.inFlight += chunk.length;
+      if (t.inFlight >= TUNNEL_WINDOW) socket.pause();
+    });
+    socket.on("end", () => {
+      if (this.#open.get(id) === t) this.#send(F.TEND, id);
+    });
+    socket.on("close", () => {
+      if (this.#open.get(id) !== t) return;
+      this.#open.delete(id);
+      if (!t.closedByPeer) this.#send(F.TCLOSE, id);
+    });
+  }
+
+  /** A tunnel frame from the server; one for a tunnel that is gone is dropped. */
+  onFrame(type: number, id: number, payload: Buffer): void {
+    const t = this.#open.get(id);
+    if (!t) return;
+    switch (type) {
+      case F.TDATA: {
+        const n = payload.length;
+        t.socket.write(payload, (err) => {
+          if (err || this.#open.get(id) !== t) return;
+          t.unacked += n;
+          if (t.unacked < TUNNEL_CREDIT_BATCH) return;
+          const credit = Buffer.allocUnsafe(4);
+          credit.writeUInt32BE(t.unacked, 0);
+          t.unacked = 0;
+          this.#send(F.TCREDIT, id, credit);
+        });
+        break;
+      }
+      case F.TEND:
+        t.endedByPeer = true;
+        t.socket.end();
+        break;
+      case F.TCLOSE:
+        t.closedByPeer = true;
+        this.#open.delete(id);
+        // After TEND the client still gets what was written to it; otherwise the tunnel broke off.
+        if (t.endedByPeer && !t.socket.writableFinished) {
+          const timer = setTimeout(() => t.socket.destroy(), 30_000);
+          t.socket.once("finish", () => t.socket.destroy());
+          t.socket.once("close", () => clearTimeout(timer));
+        } else {
+          t.socket.destroy();
+        }
+        break;
+      case F.TCREDIT:
+        if (payload.length < 4) break;
+        t.inFlight = Math.max(0, t.inFlight - payload.readUInt32BE(0));
+        if (t.inFlight < TUNNEL_WINDOW) t.socket.resume();
+        break;
+    }
+  }
+
+  /** Closes the listener and every tunnel. */
+  close(): void {
+    this.#server?.close();
+    for (const t of this.#open.values()) t.socket.destroy();
+  }
+}
