@@ -2,8 +2,9 @@
  * Section (n): the egress proxy (issue 16). A 100 MB download from a local HTTP server with curl,
  * straight and through the proxy (CONNECT-less plain HTTP, absolute form, and a CONNECT tunnel),
  * interleaved; and the time to first byte of a small file both ways. The proxy runs in this
- * process with an allowlist naming the server; the sandbox tunnel in front of it (next part of the
- * issue) is not measured yet.
+ * process with an allowlist naming the server. Then the whole path, with container providers: curl
+ * inside a docker or gvisor workspace of an allowlist agent type (the executor's listener, the
+ * tunnel over its channel, the server's proxy) against the same curl on the host, straight.
  *
  * Goals: throughput through the proxy at least 0.5× the straight download (the issue's goal); the
  * extra time to first byte is reported for information.
@@ -11,10 +12,13 @@
 import { execFile, spawn } from "node:child_process";
 import { type AddressInfo, createServer as createTcpServer } from "node:net";
 import { promisify } from "node:util";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
 import { EgressPolicy, parseRule } from "../server/egress/destinations.ts";
 import { EgressProxy, type EgressWorkspace } from "../server/egress/proxy.ts";
 import { createLogger } from "../server/logger.ts";
-import type { SectionResult } from "./context.ts";
+import type { BenchContext, SectionResult } from "./context.ts";
 import type { Row } from "./report.ts";
 import { round, summarize } from "./stats.ts";
 
@@ -60,8 +64,73 @@ async function curl(url: string, proxy?: string, tunnel = false): Promise<{ ttfb
   return { ttfb, speed, size };
 }
 
-/** Runs section (n). */
-export async function benchEgress(options: EgressOptions): Promise<SectionResult> {
+/** Server settings the whole-path part needs: the destination's name and its (loopback) address allowed. */
+export const EGRESS_BENCH_ENV = { AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: `${HOST}/32`, AGENT_WORKSPACE_EGRESS_HOSTS: `files.bench=${HOST}` };
+
+/** Runs `fn` against a server started with EGRESS_BENCH_ENV. */
+export type WithServer = (fn: (ctx: BenchContext) => Promise<SectionResult>) => Promise<SectionResult>;
+
+/**
+ * The whole path: downloads by curl inside a workspace of each container provider, interleaved
+ * with the same download by curl on the host, straight.
+ */
+async function throughSandboxes(ctx: BenchContext, port: number, providers: string[], options: EgressOptions): Promise<SectionResult> {
+  const rows: Row[] = [];
+  const skipped: string[] = [];
+  const data: Record<string, unknown> = {};
+  const sessions = new Http2SessionManager(ctx.server.url);
+  const config = createClient(ConfigService, createGrpcTransport({ baseUrl: ctx.server.url, sessionManager: sessions }));
+  const { tools, workspaces } = ctx.clients.grpc;
+  try {
+    for (const provider of providers) {
+      const id = `bench-egress-${provider}`;
+      await config.createAgentType({ agentType: { id, workspace: { enabled: true, provider, tools: ["bash"], network: { mode: "allowlist", allow: [`files.bench:${port}`] } } } });
+      let workspaceId = "";
+      try {
+        workspaceId = (await workspaces.createWorkspace({ agentType: id })).workspace?.id ?? "";
+      } catch (err) {
+        skipped.push(`(n) ${provider}: ${String(err).slice(0, 200)}`);
+        continue;
+      }
+      try {
+        const inside = async (tunnel: boolean) => {
+          const r = await tools.bash({
+            workspaceId,
+            command: `curl -sS -o /dev/null ${tunnel ? "-p " : ""}-w '%{speed_download} %{size_download}' http://files.bench:${port}/big`,
+            timeoutMs: 300_000n,
+          });
+          const [speed, size] = r.stdout.trim().split(" ").map(Number);
+          if (r.exitCode !== 0 || size !== BIG) throw new Error(`a download in the ${provider} workspace failed: exit ${r.exitCode}, ${size} bytes, ${r.stderr.slice(0, 300)}`);
+          return speed;
+        };
+        const straight: number[] = [];
+        const plain: number[] = [];
+        const tunnelled: number[] = [];
+        await inside(true); // warm-up: the executor's connection and the tunnel's first use
+        for (let i = 0; i < options.downloads; i++) {
+          straight.push((await curl(`http://${HOST}:${port}/big`)).speed);
+          plain.push(await inside(false));
+          tunnelled.push(await inside(true));
+        }
+        const base = summarize(straight);
+        for (const [label, samples] of [["absolute-form HTTP", plain], ["CONNECT tunnel", tunnelled]] as const) {
+          const s = summarize(samples);
+          const ratio = s.p50 / base.p50;
+          rows.push({ section: "n egress", metric: `${provider}: 100 MB download p50 by curl in the sandbox, ${label}`, server: round(s.p50 / 2 ** 20, 1), baseline: round(base.p50 / 2 ** 20, 1), unit: "MiB/s", ratio: round(ratio, 2), goal: "≥ 0.5× straight on the host", pass: ratio >= 0.5 });
+        }
+        data[provider] = { straightBytesPerSecond: base, plainBytesPerSecond: summarize(plain), tunnelBytesPerSecond: summarize(tunnelled) };
+      } finally {
+        await workspaces.deleteWorkspace({ id: workspaceId }).catch(() => undefined);
+      }
+    }
+  } finally {
+    sessions.abort();
+  }
+  return { rows, data, skipped };
+}
+
+/** Runs section (n); with `sandboxes`, also the whole path through workspaces of `providers`. */
+export async function benchEgress(options: EgressOptions, sandboxes?: { withServer: WithServer; providers: string[] }): Promise<SectionResult> {
   // The destination runs in a process of its own, as a remote server would: the proxy's event
   // loop (in this process) is then the only thing between curl and it.
   const child = spawn(process.execPath, ["-e", SOURCE_SERVER, HOST, String(BIG)], { stdio: ["ignore", "pipe", "inherit"] });
@@ -109,7 +178,15 @@ export async function benchEgress(options: EgressOptions): Promise<SectionResult
     const td = summarize(ttfbDirect);
     const tp = summarize(ttfbProxy);
     rows.push({ section: "n egress", metric: "time to first byte p50, small file, CONNECT tunnel", server: round(tp.p50, 2), baseline: round(td.p50, 2), unit: "ms", ratio: round(tp.p50 / td.p50, 2), goal: `info (+${round(tp.p50 - td.p50, 2)} ms)`, pass: true });
-    return { rows, data: { directBytesPerSecond: base, proxyBytesPerSecond: summarize(viaProxy), tunnelBytesPerSecond: summarize(viaTunnel), ttfbDirectMs: td, ttfbProxyMs: tp }, skipped: [] };
+    const data: Record<string, unknown> = { directBytesPerSecond: base, proxyBytesPerSecond: summarize(viaProxy), tunnelBytesPerSecond: summarize(viaTunnel), ttfbDirectMs: td, ttfbProxyMs: tp };
+    const skipped: string[] = [];
+    if (sandboxes && sandboxes.providers.length > 0) {
+      const whole = await sandboxes.withServer((ctx) => throughSandboxes(ctx, port, sandboxes.providers, options));
+      rows.push(...whole.rows);
+      skipped.push(...whole.skipped);
+      data.sandboxes = whole.data;
+    }
+    return { rows, data, skipped };
   } finally {
     proxy.close();
     front.close();

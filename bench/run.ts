@@ -18,7 +18,7 @@
  * pool, vs the same raw baseline; (l) `policy` — the command policy's parse-and-check vs spawning
  * `bash -c true`; (m) `audit` — a tool call unwatched, with a live WatchEvents reader and with a
  * stalled one; (n) `egress` — a 100 MB download and the time to first byte through the egress
- * proxy vs straight. `--providers` applies to (a), (d), (g), (h), (i), (j) and (k).
+ * proxy vs straight (and through docker and gvisor workspaces). `--providers` applies to (a), (d), (g), (h), (i), (j), (k) and (n).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -42,7 +42,7 @@ import { benchMixed } from "./mixed.ts";
 import { benchPeer } from "./peer.ts";
 import { benchReads } from "./reads.ts";
 import { benchPolicy } from "./policy.ts";
-import { benchEgress } from "./egress.ts";
+import { benchEgress, EGRESS_BENCH_ENV } from "./egress.ts";
 import { benchSessions } from "./sessions.ts";
 import { formatTable, type Row } from "./report.ts";
 import { type Clients, type ServerProcess, createClients, startServerProcess } from "./server-process.ts";
@@ -86,7 +86,7 @@ function parseOptions() {
         "  i|kill      time for a timed-out command tree (setsid, nohup, TERM-ignoring) to die\n" +
         "  j|create    cold CreateWorkspace vs mkdir / raw docker create+start\n" +
         "  k|sessions  StartSession to ACTIVE, cold and from a warm pool, vs mkdir / raw docker create+start\n" +
-        "  --providers applies to a, d, g, h, i, j and k\n",
+        "  --providers applies to a, d, g, h, i, j, k and n\n",
     );
     process.exit(0);
   }
@@ -218,7 +218,10 @@ async function main(): Promise<void> {
 
     if (opts.only.has("l")) results.policy = await benchPolicy(settings.l);
     if (opts.only.has("m")) results.audit = await withServer("audit", false, (ctx) => benchAudit(ctx, settings.m));
-    if (opts.only.has("n")) results.egress = await benchEgress(settings.n);
+    if (opts.only.has("n")) {
+      const sandboxes = opts.providers.filter((p) => p === "docker" || p === "gvisor");
+      results.egress = await benchEgress(settings.n, { providers: sandboxes, withServer: (fn) => withServer("egress", true, fn, EGRESS_BENCH_ENV) });
+    }
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];

@@ -56,6 +56,7 @@ if (!values["data-dir"]) throw new Error("--data-dir is required");
 const config = parseSettings({ ...process.env, AGENT_WORKSPACE_DATA_DIR: values["data-dir"], AGENT_WORKSPACE_QUIET: "1" }, []);
 const app = await createApp(config);
 const server = await listen(app.handler, { host: "127.0.0.1", port: 0 });
+app.egress.listening("127.0.0.1", server.port);
 
 let peak = 0;
 let peakJs = 0;
