@@ -10,6 +10,6 @@ export interface DeleteInput {
 /** Deletes one file or symlink; IS_DIRECTORY for directories, FILE_NOT_FOUND if absent. */
 export async function deleteFile(ctx: ToolContext, input: DeleteInput): Promise<Record<string, never>> {
   const rel = jailPath(input.path, "path", true);
-  await inTurn(ctx.workspace, rel, () => ctx.workspace.fs.remove(rel));
+  await inTurn(ctx, rel, () => ctx.workspace.fs.remove(rel));
   return {};
 }

@@ -27,7 +27,7 @@ export async function editFile(ctx: ToolContext, input: EditInput): Promise<{ re
   if (input.oldString === input.newString) {
     throw new DomainError("INVALID_ARGUMENT", "oldString and newString must be different", { metadata: { field: "new_string" } });
   }
-  return inTurn(ws, jailPath(input.path, "path", true), async () => {
+  return inTurn(ctx, jailPath(input.path, "path", true), async () => {
     const { rel, text } = await loadText(ws, input.path, ctx.limits);
     const count = countOccurrences(text, input.oldString);
     if (count === 0) throw notFoundError(rel, text, input.oldString, NOT_FOUND_MESSAGE, {});

@@ -8,20 +8,30 @@
  * between a tool's read and its write (as they may in any editor). Its key is the path as the jail
  * normalised it, so `a/../b.txt` and `b.txt` share a turn; two names of one file through a link do
  * not. A workspace handle lives as long as the server knows the workspace, and its queues with it.
+ * A call whose caller cancelled while it waited gives up its turn unrun: CANCELLED, nothing changed.
  */
+import { DomainError } from "../../core/errors.ts";
 import type { WorkspaceHandle } from "../../providers/types.ts";
+import type { ToolContext } from "./context.ts";
 
 const queues = new WeakMap<WorkspaceHandle, Map<string, Promise<void>>>();
 
-/** Runs `change` once every earlier change of `rel` in `ws` has settled, and before any later one. */
-export function inTurn<T>(ws: WorkspaceHandle, rel: string, change: () => Promise<T>): Promise<T> {
+/**
+ * Runs `change` once every earlier change of `rel` in the call's workspace has settled, and before
+ * any later one; not at all when the call was cancelled by then.
+ */
+export function inTurn<T>(ctx: Pick<ToolContext, "workspace" | "signal">, rel: string, change: () => Promise<T>): Promise<T> {
+  const ws = ctx.workspace;
   let byPath = queues.get(ws);
   if (!byPath) {
     byPath = new Map();
     queues.set(ws, byPath);
   }
   const previous = byPath.get(rel) ?? Promise.resolve();
-  const result = previous.then(change);
+  const result = previous.then(() => {
+    if (ctx.signal.aborted) throw new DomainError("CANCELLED", `The call was cancelled before it changed '${rel}'`);
+    return change();
+  });
   const settled = result.then(
     () => undefined,
     () => undefined,

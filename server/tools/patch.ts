@@ -22,7 +22,7 @@ export async function patchFile(ctx: ToolContext, input: PatchInput): Promise<{ 
       throw new DomainError("INVALID_ARGUMENT", `patch ${i + 1}: find must not be empty`, { metadata: { field: "patches", patch_index: String(i) } });
     }
   });
-  return inTurn(ctx.workspace, jailPath(input.path, "path", true), async () => {
+  return inTurn(ctx, jailPath(input.path, "path", true), async () => {
     const { rel, text } = await loadText(ctx.workspace, input.path, ctx.limits);
     let current = text;
     for (const [i, p] of patches.entries()) {

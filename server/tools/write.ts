@@ -12,6 +12,6 @@ export interface WriteInput {
 export async function writeFile(ctx: ToolContext, input: WriteInput): Promise<{ bytesWritten: number; created: boolean }> {
   const rel = jailPath(input.path, "path", true);
   const bytes = new TextEncoder().encode(input.content);
-  const { created } = await inTurn(ctx.workspace, rel, () => ctx.workspace.fs.writeFile(rel, bytes));
+  const { created } = await inTurn(ctx, rel, () => ctx.workspace.fs.writeFile(rel, bytes));
   return { bytesWritten: bytes.length, created };
 }
