@@ -180,7 +180,7 @@ Options (each also read from the environment variable shown):
   --host HOST               listen address (HOST, default 127.0.0.1)
   --port N                  port, 0 for any free one (PORT, default 8080)
   --data-dir DIR            workspace records and local workspaces (AGENT_WORKSPACE_DATA_DIR, default ./.data)
-  --default-provider NAME   local | docker | gvisor (AGENT_WORKSPACE_DEFAULT_PROVIDER, default local)
+  --default-provider NAME   local | docker | gvisor | memory (AGENT_WORKSPACE_DEFAULT_PROVIDER, default local)
   --tls-cert FILE --tls-key FILE   serve HTTPS (AGENT_WORKSPACE_TLS_CERT / _KEY)
   --log-level LEVEL         debug | info | warn | error (AGENT_WORKSPACE_LOG_LEVEL, default info)
   --quiet                   same as --log-level warn (AGENT_WORKSPACE_QUIET=1)

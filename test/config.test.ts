@@ -329,6 +329,10 @@ test("every malformed field is a 400 with a typed reason and the field in the me
     [{ sensitive_files: { write_protected: ["a/../../b"] } }, "sensitive_files.write_protected[0]", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ git: { protected_branches: ["main", "release/[0-9]"] } }, "git.protected_branches[1]", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ git: { protected_branches: ["has space"] } }, "git.protected_branches[0]", "ERROR_REASON_INVALID_ARGUMENT"],
+    // The memory provider runs no processes: no clone, setup command or network there.
+    [{ provider: "memory", repo_source: { type: "task_context" } }, "repo_source.type", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ provider: "memory", setup_commands: ["npm ci"] }, "setup_commands", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ provider: "memory", network: { mode: "allowlist", allow: ["example.org"] } }, "network.mode", "ERROR_REASON_INVALID_ARGUMENT"],
   ];
   for (const [body, field, reason] of cases) {
     const res = await rest(url, "PUT", `/api/v1/agent-types/${id}/workspace-config`, body);

@@ -200,7 +200,7 @@ test("memory: a restarted server has none of the memory workspaces of the one be
   }
 });
 
-test("memory: a session on a memory agent type is ACTIVE with a workspace of its own; a setup command ends in a warning with the refusal; its end ends the files", async (t) => {
+test("memory: a session on a memory agent type is ACTIVE with a workspace of its own; its end ends the files; setup commands are refused for the memory provider, and end in a warning when a default provider of memory meets them", async (t) => {
   const op = t.context.server.clients.grpc;
   const type = `memory-${process.pid}`;
   await op.config.createAgentType({ agentType: { id: type, workspace: { enabled: true, provider: "memory", tools: ["read", "write", "grep", "bash"] } } });
@@ -217,8 +217,18 @@ test("memory: a session on a memory agent type is ACTIVE with a workspace of its
   await op.workspaces.endSession({ id: session!.id });
   t.is(t.context.memory.peek(workspaceId, "notes.md"), undefined);
 
+  // An agent type naming the memory provider cannot ask for setup commands there;
+  const refused = await expectError(
+    t,
+    op.config.createAgentType({ agentType: { id: `memory-refused-${process.pid}`, workspace: { enabled: true, provider: "memory", tools: ["read"], setupCommands: ["npm ci"] } } }),
+    Code.InvalidArgument,
+    ErrorReason.INVALID_ARGUMENT,
+  );
+  t.is(refused.detail.metadata.field, "agent_type.workspace.setup_commands");
+  t.regex(refused.detail.message, /'memory' provider runs none/);
+  // one naming no provider lands on this server's default, memory, and its setup command fails there.
   const withSetup = `memory-setup-${process.pid}`;
-  await op.config.createAgentType({ agentType: { id: withSetup, workspace: { enabled: true, provider: "memory", tools: ["read"], setupCommands: ["npm ci"] } } });
+  await op.config.createAgentType({ agentType: { id: withSetup, workspace: { enabled: true, tools: ["read"], setupCommands: ["npm ci"] } } });
   const second = await op.workspaces.startSession({ agentType: withSetup });
   const degraded = await watchUntilReady(op, second.session!.id);
   // A failed setup command leaves a partial setup: the session is active, with the refusal as its warning.

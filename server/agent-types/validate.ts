@@ -216,6 +216,19 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
   if (allow.length > MAX_ALLOW_RULES) throw invalid(f("network.allow"), `network.allow holds at most ${MAX_ALLOW_RULES} entries`);
   allow.forEach((r, i) => parseRule(r, f(`network.allow[${i}]`)));
 
+  // A memory workspace runs no processes: no clone, no setup command and no network could ever
+  // happen in it, so an agent type asking for them there is refused rather than always degraded.
+  if (cfg.provider === "memory") {
+    const needs: Array<[boolean, string, string]> = [
+      [type !== "none", "repo_source.type", `repo_source.type '${type}'`],
+      [cfg.setupCommands.length > 0, "setup_commands", "setup_commands"],
+      [mode !== "none", "network.mode", `network.mode '${mode}'`],
+    ];
+    for (const [asked, field, what] of needs) {
+      if (asked) throw invalid(f(field), `${what} needs a provider that runs processes; the 'memory' provider runs none (use local, docker or gvisor)`);
+    }
+  }
+
   if (cfg.warmPoolSize < 0 || cfg.warmPoolSize > MAX_WARM_POOL) throw invalid(f("warm_pool_size"), `warm_pool_size must be from 0 to ${MAX_WARM_POOL}`);
   const maxTimeout = validateTimeout(cfg.maxCommandTimeoutMs, f("max_command_timeout_ms"), ctx.maxTimeoutMs);
   const defaultTimeout = validateTimeout(cfg.defaultCommandTimeoutMs, f("default_command_timeout_ms"), maxTimeout || ctx.maxTimeoutMs);
