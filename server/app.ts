@@ -202,6 +202,19 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   // A push's scratch directory outlives only a server that died during the push.
   for (const name of await readdir(mirrorDir)) if (name.startsWith("push-")) await rm(path.join(mirrorDir, name), { recursive: true, force: true });
   const pusher = new Pusher({ mirrorDir, maxBytes: settings.git.cloneMaxBytes, timeoutMs: settings.git.pushTimeoutMs, credentials });
+  // Mirrors of repositories no push used for the operator's idle time go, at start and then at a
+  // tenth of that time (between 1 s and 1 h); the next push to such a repository fetches afresh.
+  const pruneMirrors = () =>
+    void pusher.prune(settings.git.mirrorMaxIdleMs).then(
+      (gone) => gone.length > 0 && logger.info("unused git mirrors removed", { mirrors: gone.length, max_idle_ms: settings.git.mirrorMaxIdleMs }),
+      (err: unknown) => logger.warn("removing unused git mirrors failed", { error: err instanceof Error ? err.message : String(err) }),
+    );
+  let mirrorPruner: NodeJS.Timeout | undefined;
+  if (settings.git.mirrorMaxIdleMs > 0) {
+    pruneMirrors();
+    mirrorPruner = setInterval(pruneMirrors, Math.min(Math.max(Math.floor(settings.git.mirrorMaxIdleMs / 10), 1000), 3_600_000));
+    mirrorPruner.unref();
+  }
   const gitContext = (workspaceId: string): GitContext => {
     const binding = workspaces.find(workspaceId)?.agentType;
     return {
@@ -292,6 +305,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     async close() {
       health.shutdown();
       shutdown.abort();
+      clearInterval(mirrorPruner);
       await sessions.close();
       await workspaces.close();
       egress.close();

@@ -103,6 +103,8 @@ export interface GitSettings {
   githubApp: GitHubAppSettings | undefined;
   /** How long one GitPush may take, in milliseconds. */
   pushTimeoutMs: number;
+  /** A push mirror no push used for this long is deleted, in milliseconds (0 keeps mirrors forever). */
+  mirrorMaxIdleMs: number;
 }
 
 /** Where host mounts may come from. */
@@ -268,6 +270,14 @@ function integer(value: string | undefined, name: string, fallback: number, min:
     throw new SettingsError(`${name} must be a whole number from ${min} to ${max}; got '${value}'`);
   }
   return n;
+}
+
+/** How long an unused push mirror is kept: 0 (forever), or at least a second. */
+function mirrorMaxIdle(value: string | undefined): number {
+  const name = "AGENT_WORKSPACE_GIT_MIRROR_MAX_IDLE_MS";
+  const ms = integer(value, name, 7 * 24 * 3_600_000, 0, 365 * 24 * 3_600_000);
+  if (ms > 0 && ms < 1000) throw new SettingsError(`${name} must be 0 (keep mirrors forever) or at least 1000; got '${value}'`);
+  return ms;
 }
 
 function bool(value: string | undefined, name: string): boolean {
@@ -536,6 +546,7 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
       botEmail: identityPart(read(env, "AGENT_WORKSPACE_GIT_BOT_EMAIL") ?? "agent-workspace[bot]@users.noreply.localhost", "AGENT_WORKSPACE_GIT_BOT_EMAIL"),
       githubApp: githubApp(env),
       pushTimeoutMs: integer(read(env, "AGENT_WORKSPACE_PUSH_TIMEOUT_MS"), "AGENT_WORKSPACE_PUSH_TIMEOUT_MS", 5 * 60_000, 1000, 24 * 3_600_000),
+      mirrorMaxIdleMs: mirrorMaxIdle(read(env, "AGENT_WORKSPACE_GIT_MIRROR_MAX_IDLE_MS")),
     },
     mounts: {
       allowedRoots: allowedRoots(read(env, "AGENT_WORKSPACE_ALLOWED_HOST_ROOTS")),

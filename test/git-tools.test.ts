@@ -4,7 +4,7 @@
  * requires a token; the refusals (force pushes, protected branches, sensitive files, bad names);
  * and the errors an agent can act on.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import anyTest, { type ExecutionContext, type TestFn } from "ava";
@@ -222,4 +222,34 @@ test("local: a push whose caller gives up at its deadline lands nothing in the r
     t.context.git.delayMs = 0;
   }
   t.is(remoteTip(bare, "late"), undefined);
+});
+
+test("local: a push mirror no push used for the operator's idle time is deleted, and the next push makes it again", async (t) => {
+  const server = await startServer({
+    env: {
+      AGENT_WORKSPACE_GIT_CREDENTIALS: await credentialsFile(t.context.dir, { [new URL(t.context.git.url).host]: TOKEN }),
+      AGENT_WORKSPACE_GIT_MIRROR_MAX_IDLE_MS: "3000",
+    },
+  });
+  try {
+    const { c, ws, bare } = await sharedRepoSession(t as ExecutionContext<unknown>, server.clients.grpc, t.context.git, "local", { tools: TOOLS });
+    const mirrors = async () => (await readdir(path.join(server.dataDir, "git-mirrors"))).filter((n) => n.endsWith(".git"));
+    await c.tools.gitCheckout({ workspaceId: ws, branch: "idle", create: true });
+    const pushFile = async (name: string) => {
+      await c.tools.writeFile({ workspaceId: ws, path: name, content: `${name}\n` });
+      const { commit } = await c.tools.gitCommit({ workspaceId: ws, message: name, files: [name] });
+      await c.tools.gitPush({ workspaceId: ws });
+      t.is(remoteTip(bare, "idle"), commit);
+    };
+    await pushFile("first.txt");
+    t.is((await mirrors()).length, 1);
+    // Checked every second: gone a little after 3 s without a push.
+    const deadline = Date.now() + 20_000;
+    while ((await mirrors()).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+    t.deepEqual(await mirrors(), [], "the unused mirror was deleted");
+    await pushFile("second.txt");
+    t.is((await mirrors()).length, 1);
+  } finally {
+    await server.close();
+  }
 });

@@ -51,6 +51,12 @@ test("workspace defaults are finite unless the operator switches one off with 0 
   });
 });
 
+test("push mirrors are kept 7 days unused unless the operator says otherwise; 0 keeps them forever", (t) => {
+  t.is(parseSettings({}).git.mirrorMaxIdleMs, 7 * 24 * 3_600_000);
+  t.is(parseSettings({ AGENT_WORKSPACE_GIT_MIRROR_MAX_IDLE_MS: "0" }).git.mirrorMaxIdleMs, 0);
+  t.is(parseSettings({ AGENT_WORKSPACE_GIT_MIRROR_MAX_IDLE_MS: "86400000" }).git.mirrorMaxIdleMs, 86_400_000);
+});
+
 test("a request cannot switch a limit off or set one below what a sandbox needs", (t) => {
   const defaults = parseSettings({}).workspaceDefaults;
   const cases: Array<[Partial<LimitStrings>, string, RegExp]> = [
@@ -125,6 +131,8 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_GITHUB_APP_ID: "42", AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE: "/nonexistent/k.pem" }, [], /cannot read \/nonexistent\/k\.pem \(ENOENT\)$/],
     [{ AGENT_WORKSPACE_GIT_BOT_EMAIL: "bot <evil>" }, [], /^AGENT_WORKSPACE_GIT_BOT_EMAIL must be one line/],
     [{ AGENT_WORKSPACE_PUSH_TIMEOUT_MS: "5" }, [], /^AGENT_WORKSPACE_PUSH_TIMEOUT_MS must be a whole number from 1000/],
+    [{ AGENT_WORKSPACE_GIT_MIRROR_MAX_IDLE_MS: "500" }, [], /^AGENT_WORKSPACE_GIT_MIRROR_MAX_IDLE_MS must be 0 \(keep mirrors forever\) or at least 1000; got '500'$/],
+    [{ AGENT_WORKSPACE_GIT_MIRROR_MAX_IDLE_MS: "a week" }, [], /^AGENT_WORKSPACE_GIT_MIRROR_MAX_IDLE_MS must be a whole number from 0/],
     [{ AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: "/srv/ok:relative/dir" }, [], /^AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: 'relative\/dir' must be an absolute path without '\.\.'$/],
     [{ AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: "/srv/../etc" }, [], /must be an absolute path without '\.\.'$/],
     [{ AGENT_WORKSPACE_MOUNT_MAX_BYTES: "lots" }, [], /^AGENT_WORKSPACE_MOUNT_MAX_BYTES 'lots' is not a size/],

@@ -15,11 +15,12 @@
  * So remotes, `pushurl`, `insteadOf`, credential helpers, hooks or `core.sshCommand` in the
  * workspace's configuration decide nothing: the URL is the workspace's configured repository and
  * the only git that holds the token runs on the server, with the server's configuration. Pushes
- * to one repository are serialised on its mirror.
+ * to one repository are serialised on its mirror. A mirror no push used for the operator's idle
+ * time is deleted (`prune`), under the same lock; the next push to its repository makes it again.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { createWriteStream } from "node:fs";
-import { mkdtemp, rm, stat } from "node:fs/promises";
+import { mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { once } from "node:events";
 import picomatch from "picomatch";
@@ -33,6 +34,9 @@ import { gitArgv, gitMessage, gitToolEnv, runGit } from "./sandbox-git.ts";
 
 /** Where a mirror keeps the repository's default branch as last fetched. */
 const REMOTE_HEAD = "refs/agent-workspace/remote-head";
+
+/** A file in each mirror whose modification time is when a push last used it. */
+const LAST_USED = "agent-workspace-last-push";
 
 /** How the server pushes. */
 export interface PushSettings {
@@ -106,6 +110,27 @@ export class Pusher {
     return this.#locks.run(mirror, () => this.#push(ctx, target, branch, commit, mirror));
   }
 
+  /**
+   * Deletes every mirror no push has used for `maxIdleMs` (nothing when 0), each under its push
+   * lock so no push loses its mirror halfway; returns the names of those deleted. A mirror made
+   * before pushes were stamped counts from its HEAD's last change.
+   */
+  async prune(maxIdleMs: number, now = Date.now()): Promise<string[]> {
+    if (maxIdleMs <= 0) return [];
+    const gone: string[] = [];
+    for (const name of await readdir(this.#s.mirrorDir)) {
+      if (!name.endsWith(".git")) continue;
+      const mirror = path.join(this.#s.mirrorDir, name);
+      await this.#locks.run(mirror, async () => {
+        const used = (await stat(path.join(mirror, LAST_USED)).catch(() => stat(path.join(mirror, "HEAD"))).catch(() => undefined))?.mtimeMs;
+        if (used !== undefined && now - used < maxIdleMs) return;
+        await rm(mirror, { recursive: true, force: true });
+        gone.push(name);
+      });
+    }
+    return gone;
+  }
+
   async #push(ctx: ToolContext, target: PushTarget, branch: string, commit: string, mirror: string): Promise<PushResult> {
     const url = target.repositoryUrl;
     // The push's own limit, the client's deadline, and the client going away all stop it.
@@ -122,6 +147,7 @@ export class Pusher {
       if (!(await exists(path.join(mirror, "HEAD")))) {
         must(await hostGit(["init", "--quiet", "--bare", "--", mirror], { env: hostGitEnv(scratch, undefined), maxBytes: this.#s.maxBytes, signal: stop, redact }), "Preparing the server's mirror", redact);
       }
+      await writeFile(path.join(mirror, LAST_USED), "");
 
       // A fresh credential for each conversation with the repository (fetch now, push at the end).
       const remote = async (args: string[]): Promise<GitRun> => {
