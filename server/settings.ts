@@ -16,6 +16,7 @@ import { DomainError } from "../core/errors.ts";
 import { LOG_LEVELS, type LogLevel } from "./logger.ts";
 import type { GitCredential } from "./sessions/clone.ts";
 import type { GitHubAppSettings } from "./git/credentials.ts";
+import { parseCidr } from "./egress/destinations.ts";
 import type { EgressSettings } from "./egress/egress.ts";
 import { DEFAULT_TOOL_LIMITS, type ToolLimits } from "./tools/tool-limits.ts";
 import { DEFAULT_LIMITS, defaultCpuLimit, defaultSizeLimit, type LimitStrings, parseSize } from "./workspace-limits.ts";
@@ -123,13 +124,9 @@ function privateAllow(value: string | undefined): string[] {
     .map((v) => v.trim())
     .filter((v) => v !== "")
     .map((v) => {
-      const [address, prefix, extra] = v.replace(/^\[|\](?=\/|$)/g, "").split("/");
-      const family = isIP(address);
-      const bits = prefix === undefined ? (family === 4 ? 32 : 128) : Number(prefix);
-      if (family === 0 || extra !== undefined || !Number.isInteger(bits) || bits < 0 || bits > (family === 4 ? 32 : 128) || (prefix !== undefined && !/^\d+$/.test(prefix))) {
-        throw new SettingsError(`${name}: '${v.slice(0, 100)}' is not an address or address/prefix`);
-      }
-      return `${address}/${bits}`;
+      const range = parseCidr(v.replace(/^\[|\](?=\/|$)/g, ""), true);
+      if (!range) throw new SettingsError(`${name}: '${v.slice(0, 100)}' is not an address or address/prefix`);
+      return `${range.address}/${range.prefix}`;
     });
 }
 

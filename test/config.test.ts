@@ -314,6 +314,9 @@ test("every malformed field is a 400 with a typed reason and the field in the me
     [{ network: { mode: "allowlist", allow: ["127.0.0.1"] } }, "network.allow[0]", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ network: { mode: "allowlist", allow: ["*.org"] } }, "network.allow[0]", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ network: { mode: "allowlist", allow: ["example.org:0"] } }, "network.allow[0]", "ERROR_REASON_INVALID_ARGUMENT"],
+    // A prefix is decimal digits: "10.0.0.0/" is not /0 (every address), nor "/0x10" /16.
+    [{ network: { mode: "allowlist", allow: ["10.0.0.0/"] } }, "network.allow[0]", "ERROR_REASON_INVALID_ARGUMENT"],
+    [{ network: { mode: "allowlist", allow: ["example.org", "203.0.113.0/0x10"] } }, "network.allow[1]", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ network: { mode: "allowlist", allow: Array.from({ length: 201 }, (_, i) => `h${i}.example.org`) } }, "network.allow", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ warm_pool_size: -1 }, "warm_pool_size", "ERROR_REASON_INVALID_ARGUMENT"],
     [{ max_command_timeout_ms: 999_999_999 }, "max_command_timeout_ms", "ERROR_REASON_INVALID_ARGUMENT"],

@@ -138,6 +138,7 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_MOUNT_MAX_BYTES: "lots" }, [], /^AGENT_WORKSPACE_MOUNT_MAX_BYTES 'lots' is not a size/],
     [{ AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: "10.0.0.0/8,intranet" }, [], /^AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: 'intranet' is not an address or address\/prefix$/],
     [{ AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: "10.0.0.0/33" }, [], /^AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: '10\.0\.0\.0\/33'/],
+    [{ AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: "10.0.0.0/" }, [], /^AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: '10\.0\.0\.0\/' is not an address/],
     [{ AGENT_WORKSPACE_EGRESS_HOSTS: "mirror.internal" }, [], /^AGENT_WORKSPACE_EGRESS_HOSTS: 'mirror\.internal' is not name=address$/],
     [{ AGENT_WORKSPACE_EGRESS_HOSTS: "mirror.internal=not-an-ip" }, [], /is not name=address$/],
     [{ AGENT_WORKSPACE_EGRESS_MAX_CONNECTIONS: "0" }, [], /^AGENT_WORKSPACE_EGRESS_MAX_CONNECTIONS must be a whole number from 1/],

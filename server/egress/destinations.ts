@@ -49,6 +49,19 @@ function invalid(field: string, message: string): DomainError {
 }
 
 /** Parses `host[:port[,port…]]`, `*.suffix[:ports]` or `address/prefix[:ports]` (IPv6 in brackets). */
+/**
+ * `address/prefix`, the prefix in decimal digits and within the address family's bits ("10.0.0.0/"
+ * or "/0x10" are not ranges); a bare address is its own range only when `bare` allows it.
+ */
+export function parseCidr(text: string, bare: boolean): { address: string; prefix: number } | undefined {
+  const [address, prefix, extra] = text.split("/");
+  const family = isIP(address);
+  if (family === 0 || extra !== undefined) return undefined;
+  const max = family === 4 ? 32 : 128;
+  if (prefix === undefined) return bare ? { address, prefix: max } : undefined;
+  return /^\d{1,3}$/.test(prefix) && Number(prefix) <= max ? { address, prefix: Number(prefix) } : undefined;
+}
+
 export function parseRule(text: string, field: string): EgressRule {
   const entry = text.trim().toLowerCase();
   let target = entry;
@@ -64,15 +77,10 @@ export function parseRule(text: string, field: string): EgressRule {
   }
   const ports = portText === "" ? DEFAULT_PORTS : portText.split(",").map((p) => Number(p));
   if (ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) throw invalid(field, `${field} '${text.slice(0, 100)}': ports are 1-65535`);
-  const slash = target.indexOf("/");
-  if (slash >= 0) {
-    const address = target.slice(0, slash);
-    const prefix = Number(target.slice(slash + 1));
-    const family = isIP(address);
-    if (family === 0 || !Number.isInteger(prefix) || prefix < 0 || prefix > (family === 4 ? 32 : 128)) {
-      throw invalid(field, `${field} '${text.slice(0, 100)}' is not a CIDR range (address/prefix)`);
-    }
-    return { text: text.trim(), kind: "cidr", host: address, prefix, ports };
+  if (target.includes("/")) {
+    const range = parseCidr(target, false);
+    if (!range) throw invalid(field, `${field} '${text.slice(0, 100)}' is not a CIDR range (address/prefix)`);
+    return { text: text.trim(), kind: "cidr", host: range.address, prefix: range.prefix, ports };
   }
   if (isIP(target) !== 0) throw invalid(field, `${field} '${text.slice(0, 100)}': an address is written as a CIDR range (${target}/${isIP(target) === 4 ? 32 : 128})`);
   if (target.startsWith("*.")) {
