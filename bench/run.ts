@@ -43,6 +43,7 @@ import { benchPeer } from "./peer.ts";
 import { benchReads } from "./reads.ts";
 import { benchPolicy } from "./policy.ts";
 import { benchEgress, EGRESS_BENCH_ENV } from "./egress.ts";
+import { benchGit } from "./git.ts";
 import { benchSessions } from "./sessions.ts";
 import { formatTable, type Row } from "./report.ts";
 import { type Clients, type ServerProcess, createClients, startServerProcess } from "./server-process.ts";
@@ -53,7 +54,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -74,7 +75,7 @@ function parseOptions() {
   });
   if (values.help) {
     process.stdout.write(
-      "usage: npm run bench -- [--quick] [--only=a,b,…,l] [--providers=local,docker,gvisor] [--profile]\n" +
+      "usage: npm run bench -- [--quick] [--only=a,b,…,o] [--providers=local,docker,gvisor] [--profile]\n" +
         "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
         "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
         "  c|stream    StreamBash throughput and server RSS under a slow reader\n" +
@@ -147,6 +148,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     l: { iterations: quick ? 200 : 2000, warmup: quick ? 20 : 200 },
     m: { iterations: quick ? 200 : 1000, warmup: quick ? 20 : 100 },
     n: { downloads: quick ? 2 : 5, requests: quick ? 20 : 100 },
+    o: { iterations: quick ? 30 : 200, warmup: quick ? 5 : 20, commits: quick ? 10 : 50 },
   };
 }
 
@@ -222,6 +224,7 @@ async function main(): Promise<void> {
       const sandboxes = opts.providers.filter((p) => p === "docker" || p === "gvisor");
       results.egress = await benchEgress(settings.n, { providers: sandboxes, withServer: (fn) => withServer("egress", true, fn, EGRESS_BENCH_ENV) });
     }
+    if (opts.only.has("o")) results.git = await withServer("git", false, (ctx) => benchGit(ctx, settings.o));
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];

@@ -156,8 +156,8 @@ export async function gitDiff(ctx: ToolContext, input: GitDiffInput): Promise<Gi
     const commit = await resolveRevision(ctx, input.ref, "ref");
     return { againstRef: await diffSet(ctx, [commit], specs, context) };
   }
-  const staged = await diffSet(ctx, ["--cached"], specs, context);
-  const unstaged = await diffSet(ctx, [], specs, context);
+  // Two read-only comparisons (optional locks are off): side by side.
+  const [staged, unstaged] = await Promise.all([diffSet(ctx, ["--cached"], specs, context), diffSet(ctx, [], specs, context)]);
   return { staged, unstaged };
 }
 
@@ -201,8 +201,10 @@ export async function gitCommit(ctx: ToolContext, input: GitCommitInput): Promis
   refuseSensitive(ctx, rels);
   // What the commit would carry: staged changes and changed tracked files (and, for listed
   // paths, new files below them), each checked before anything is staged.
-  const staged = mustSucceed(await runGit(ctx, ["diff", "--cached", "--name-only", "--no-renames", "-z", "--", ...specs]), "git diff");
-  const changed = mustSucceed(await runGit(ctx, ["ls-files", "-z", "--modified", "--deleted", ...(input.all ? [] : ["--others", "--exclude-standard"]), "--", ...specs]), "git ls-files");
+  const [staged, changed] = await Promise.all([
+    runGit(ctx, ["diff", "--cached", "--name-only", "--no-renames", "-z", "--", ...specs]).then((r) => mustSucceed(r, "git diff")),
+    runGit(ctx, ["ls-files", "-z", "--modified", "--deleted", ...(input.all ? [] : ["--others", "--exclude-standard"]), "--", ...specs]).then((r) => mustSucceed(r, "git ls-files")),
+  ]);
   refuseSensitive(ctx, new Set([...nulFields(staged.stdout), ...nulFields(changed.stdout)]));
 
   if (input.all) {
@@ -226,9 +228,12 @@ export async function gitCommit(ctx: ToolContext, input: GitCommitInput): Promis
   // With paths, --only (git's default then) commits exactly them, whatever else is staged.
   const args = ["commit", "--quiet", "--no-verify", "--no-edit", "--cleanup=strip", "-m", input.message];
   mustSucceed(await runGit(ctx, input.all ? args : [...args, "--only", "--", ...specs], { env }), "git commit");
-  const head = mustSucceed(await runGit(ctx, ["rev-parse", "HEAD"]), "git rev-parse");
-  const branch = await runGit(ctx, ["symbolic-ref", "--quiet", "--short", "HEAD"]);
-  const tree = mustSucceed(await runGit(ctx, ["diff-tree", "-r", "--root", "--no-commit-id", "--name-only", "-z", "HEAD"]), "git diff-tree");
+  // What was committed: three reads side by side.
+  const [head, branch, tree] = await Promise.all([
+    runGit(ctx, ["rev-parse", "HEAD"]).then((r) => mustSucceed(r, "git rev-parse")),
+    runGit(ctx, ["symbolic-ref", "--quiet", "--short", "HEAD"]),
+    runGit(ctx, ["diff-tree", "-r", "--root", "--no-commit-id", "--name-only", "-z", "HEAD"]).then((r) => mustSucceed(r, "git diff-tree")),
+  ]);
   return {
     commit: head.stdout.toString("utf8").trim(),
     branch: branch.exitCode === 0 ? branch.stdout.toString("utf8").trim() : "",
