@@ -44,6 +44,7 @@ import { benchReads } from "./reads.ts";
 import { benchPolicy } from "./policy.ts";
 import { benchEgress, EGRESS_BENCH_ENV } from "./egress.ts";
 import { benchGit } from "./git.ts";
+import { benchMounts, MOUNT_ROOT } from "./mounts.ts";
 import { benchSessions } from "./sessions.ts";
 import { formatTable, type Row } from "./report.ts";
 import { type Clients, type ServerProcess, createClients, startServerProcess } from "./server-process.ts";
@@ -54,7 +55,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -75,7 +76,7 @@ function parseOptions() {
   });
   if (values.help) {
     process.stdout.write(
-      "usage: npm run bench -- [--quick] [--only=a,b,…,o] [--providers=local,docker,gvisor] [--profile]\n" +
+      "usage: npm run bench -- [--quick] [--only=a,b,…,p] [--providers=local,docker,gvisor] [--profile]\n" +
         "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
         "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
         "  c|stream    StreamBash throughput and server RSS under a slow reader\n" +
@@ -149,6 +150,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     m: { iterations: quick ? 200 : 1000, warmup: quick ? 20 : 100 },
     n: { downloads: quick ? 2 : 5, requests: quick ? 20 : 100 },
     o: { iterations: quick ? 30 : 200, warmup: quick ? 5 : 20, commits: quick ? 10 : 50 },
+    p: { providers, iterations: quick ? 3 : 10, files: 2000, totalBytes: 20_000_000 },
   };
 }
 
@@ -225,6 +227,10 @@ async function main(): Promise<void> {
       results.egress = await benchEgress(settings.n, { providers: sandboxes, withServer: (fn) => withServer("egress", true, fn, EGRESS_BENCH_ENV) });
     }
     if (opts.only.has("o")) results.git = await withServer("git", false, (ctx) => benchGit(ctx, settings.o));
+    if (opts.only.has("p")) {
+      await mkdir(MOUNT_ROOT, { recursive: true });
+      results.mounts = await withServer("mounts", containers, (ctx) => benchMounts(ctx, settings.p), { AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: MOUNT_ROOT });
+    }
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];
