@@ -233,11 +233,26 @@ export async function planMounts(mounts: HostMount[], settings: MountSettings, r
   return plans;
 }
 
-/** Copies planned mounts into the workspace. Throws on the first problem; the caller removes the workspace then. */
+/** Writes kept in flight while a mount copies: each crosses the executor's channel, so they overlap. */
+const WRITES_IN_FLIGHT = 8;
+/** The most bytes read and not yet written at once. */
+const BYTES_IN_FLIGHT = 32 * 1024 * 1024;
+
+/** What became of one file's write. */
+type Written = { ok: true; bytes: number } | { ok: false; skip: MountPreview["skipped"][number]["reason"] } | { ok: false; error: unknown };
+
+/**
+ * Copies planned mounts into the workspace. Throws on the first problem (in the files' order, once
+ * every write in flight has settled); the caller removes the workspace then.
+ */
 export async function copyMounts(handle: WorkspaceHandle, plans: MountPlans, rules: FileRules | undefined): Promise<MountPreview[]> {
   for (const p of plans) {
     const jail = new Jail(p.root);
     const fs = new JailedFs(jail, guardFor(rules));
+    const writes: Array<Promise<Written>> = [];
+    const inFlight = new Set<Promise<unknown>>();
+    let bytesInFlight = 0;
+    let failed = false;
     try {
       let left = p.limit;
       for (const f of p.files) {
@@ -247,25 +262,49 @@ export async function copyMounts(handle: WorkspaceHandle, plans: MountPlans, rul
         try {
           bytes = fs.readFile(f.rel, left);
         } catch (err) {
+          failed = true;
           if (err instanceof Fault && err.reason === "FILE_TOO_LARGE") {
-            throw new DomainError("MOUNT_TOO_LARGE", `Host mount '${p.preview.hostPath}' grew past its limit of ${p.limit} bytes while it was copied`, { metadata: { host_path: p.preview.hostPath, limit_bytes: String(p.limit) } });
+            writes.push(Promise.resolve({ ok: false, error: new DomainError("MOUNT_TOO_LARGE", `Host mount '${p.preview.hostPath}' grew past its limit of ${p.limit} bytes while it was copied`, { metadata: { host_path: p.preview.hostPath, limit_bytes: String(p.limit) } }) }));
+          } else {
+            writes.push(Promise.resolve({ ok: false, error: toDomainError(err) }));
           }
-          throw toDomainError(err);
+          break;
         }
         left -= bytes.length;
-        try {
-          await handle.fs.writeFile(f.target, bytes);
-        } catch (err) {
-          // What a workspace cannot hold (the memory provider: text only, its path and size rules)
-          // is skipped with its reason; anything else fails the mount.
-          const reason = hasReason(err, "BINARY_CONTENT") ? "not_text" : hasReason(err, "CONTENT_TOO_LONG") ? "too_long" : hasReason(err, "PATH_TOO_DEEP", "PATH_SEGMENT_TOO_LONG", "PATH_NOT_ASCII") ? "path_not_supported" : undefined;
-          if (reason === undefined) throw err;
-          if (p.preview.skipped.length < MAX_SKIPS_LISTED) p.preview.skipped.push({ path: f.within, reason });
+        while (inFlight.size >= WRITES_IN_FLIGHT || (inFlight.size > 0 && bytesInFlight + bytes.length > BYTES_IN_FLIGHT)) await Promise.race(inFlight);
+        const size = bytes.length;
+        bytesInFlight += size;
+        const write: Promise<Written> = handle.fs.writeFile(f.target, bytes).then(
+          (): Written => ({ ok: true, bytes: size }),
+          (err: unknown): Written => {
+            // What a workspace cannot hold (the memory provider: text only, its path and size rules)
+            // is skipped with its reason; anything else fails the mount.
+            const skip = hasReason(err, "BINARY_CONTENT") ? "not_text" : hasReason(err, "CONTENT_TOO_LONG") ? "too_long" : hasReason(err, "PATH_TOO_DEEP", "PATH_SEGMENT_TOO_LONG", "PATH_NOT_ASCII") ? "path_not_supported" : undefined;
+            if (skip === undefined) failed = true;
+            return skip === undefined ? { ok: false, error: err } : { ok: false, skip };
+          },
+        );
+        const settled = write.then(() => {
+          bytesInFlight -= size;
+          inFlight.delete(settled);
+        });
+        inFlight.add(settled);
+        writes.push(write);
+        if (failed) break;
+      }
+      // Every write settles before the outcome is known: nothing still writes into a workspace
+      // its caller is about to remove.
+      const results = await Promise.all(writes);
+      for (const [i, r] of results.entries()) {
+        if (r.ok) {
+          p.preview.filesCopied++;
+          p.preview.bytesCopied += r.bytes;
+        } else if ("skip" in r) {
+          if (p.preview.skipped.length < MAX_SKIPS_LISTED) p.preview.skipped.push({ path: p.files[i].within, reason: r.skip });
           else p.preview.skippedTruncated = true;
-          continue;
+        } else {
+          throw r.error;
         }
-        p.preview.filesCopied++;
-        p.preview.bytesCopied += bytes.length;
       }
     } finally {
       jail.close();
