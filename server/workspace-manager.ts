@@ -59,7 +59,7 @@ export interface WorkspaceManagerOptions {
   agentTypes: AgentTypes;
   logger: Logger;
   /** Egress through the server's proxy, for workspaces of agent types with an allowlist. */
-  egress?: Pick<Egress, "hook">;
+  egress?: Pick<Egress, "hook" | "sessionTook" | "forget">;
   /** Where host mounts may come from, and how much one may copy. */
   mounts: MountSettings;
   /** Told when a workspace starts being made, is ready, fails to be made or is deleted (live events). */
@@ -255,6 +255,8 @@ export class WorkspaceManager {
     if (next.pool === undefined) delete next.pool;
     await this.#options.store.put(next);
     this.#records.set(id, next);
+    // A warm pool's workspace taken by its first session: what the pool's setup moved is not the session's.
+    if (current.pool !== undefined && current.session === undefined && next.session !== undefined) this.#options.egress?.sessionTook(id);
     return next;
   }
 
@@ -309,6 +311,7 @@ export class WorkspaceManager {
       if (h) await h.then((x) => x.close(), () => undefined);
       await this.#provider(record.provider).destroy(record);
       this.#records.delete(id);
+      this.#options.egress?.forget(id);
       await this.#options.store.delete(id);
     } finally {
       this.#deleting.delete(id);

@@ -25,7 +25,7 @@ import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { gate, probeEngines } from "./helpers/engines.ts";
 import { type GitServer, startGitServer } from "./helpers/git-server.ts";
 import { type ClientSet, startServer, type TestServer } from "./helpers/server.ts";
-import { watchUntilReady } from "./helpers/sessions.ts";
+import { eventually, watchUntilReady } from "./helpers/sessions.ts";
 
 interface Ctx {
   dir: string;
@@ -274,4 +274,31 @@ test("local: commands get the proxy variables and an allowlisted host answers th
     s.on("error", () => resolve(true));
   });
   t.true(closed);
+});
+
+test("local: the byte budget is the session's: what a warm pool's setup downloaded does not count, the session's own downloads do", async (t) => {
+  const c = t.context;
+  const server = await startServer({
+    env: { AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: `${DEST}/32`, AGENT_WORKSPACE_EGRESS_HOSTS: `pkg.test=${DEST}`, AGENT_WORKSPACE_EGRESS_MAX_BYTES: "6M" },
+  });
+  try {
+    const op = server.clients.grpc;
+    const type = "egress-budget";
+    const fetchBig = `curl -sSf -o /dev/null http://pkg.test:${c.httpPort}/big`;
+    await op.config.createAgentType({
+      agentType: { id: type, workspace: { enabled: true, provider: "local", tools: ["bash"], setupCommands: [fetchBig], warmPoolSize: 1, network: { mode: "allowlist", allow: allowOf(c) } } },
+    });
+    const pooled = () => server.app.workspaces.listRecords("", {}).find((r) => r.agentType?.id === type && r.pool?.ready);
+    t.deepEqual((await eventually(pooled, 60_000, "the pool to fill")).pool?.warnings, [], "the pool's setup downloaded its 4 MiB");
+    const started = await op.workspaces.startSession({ agentType: type, task: {} });
+    t.true(started.session?.fromWarmPool);
+    const ws = started.session!.workspaceId;
+    // 4 MiB in the pool's setup and 4 MiB now would pass 6 MiB together; the session's count starts at its start.
+    t.is((await bash(op, ws, fetchBig)).exit, 0);
+    // Another 4 MiB passes the session's 6 MiB: the proxy closes the connection and curl fails.
+    t.not((await bash(op, ws, fetchBig)).exit, 0);
+    await op.workspaces.endSession({ id: started.session!.id });
+  } finally {
+    await server.close();
+  }
 });

@@ -2,6 +2,11 @@
  * Egress by allowlist, put together (issue 16): one EgressProxy for the server, and per workspace
  * the hook a provider hands its proxy connections to, carrying that workspace's allowlist and
  * what it has used. The server's own endpoints are filled in once it listens.
+ *
+ * What a workspace has used is kept here by workspace id, in memory: every hook of the workspace
+ * (a handle reopened) shares it. The byte count starts again when a session takes a workspace
+ * made for a warm pool (the pool's setup is not the session's), never when one joins a workspace
+ * another session has; deleting the workspace forgets it.
  */
 import { lookup as dnsLookup } from "node:dns/promises";
 import { isIP } from "node:net";
@@ -17,7 +22,7 @@ export interface EgressSettings {
   privateAllow: string[];
   maxConnections: number;
   idleTimeoutMs: number;
-  /** Bytes one workspace may move through the proxy, both directions together. */
+  /** Bytes one session's workspace may move through the proxy, both directions together. */
   maxBytes: number;
   /** Names the proxy resolves to fixed addresses instead of asking DNS (name → address). */
   hosts: Map<string, string>;
@@ -26,6 +31,7 @@ export interface EgressSettings {
 export class Egress {
   readonly #proxy: EgressProxy;
   readonly #server: EgressServerPolicy;
+  readonly #usage = new Map<string, EgressWorkspace["usage"]>();
 
   constructor(settings: EgressSettings, logger: Logger, onRefused?: ConstructorParameters<typeof EgressProxy>[0]["onRefused"]) {
     const lookup: Lookup = async (host) => {
@@ -61,9 +67,28 @@ export class Egress {
         allow.map((r, i) => parseRule(r, `network.allow[${i}]`)),
         this.#server,
       ),
-      usage: { connections: 0, bytes: 0 },
+      usage: this.#usageOf(workspaceId),
     };
     return { accept: (stream) => this.#proxy.accept(stream, workspace) };
+  }
+
+  /** A session took workspace `workspaceId` from a warm pool: its byte count starts again. */
+  sessionTook(workspaceId: string): void {
+    this.#usageOf(workspaceId).bytes = 0;
+  }
+
+  /** Workspace `workspaceId` is gone. */
+  forget(workspaceId: string): void {
+    this.#usage.delete(workspaceId);
+  }
+
+  #usageOf(workspaceId: string): EgressWorkspace["usage"] {
+    let usage = this.#usage.get(workspaceId);
+    if (!usage) {
+      usage = { connections: 0, bytes: 0 };
+      this.#usage.set(workspaceId, usage);
+    }
+    return usage;
   }
 
   close(): void {
