@@ -48,7 +48,6 @@ function invalid(field: string, message: string): DomainError {
   return new DomainError("INVALID_ARGUMENT", message, { metadata: { field } });
 }
 
-/** Parses `host[:port[,port…]]`, `*.suffix[:ports]` or `address/prefix[:ports]` (IPv6 in brackets). */
 /**
  * `address/prefix`, the prefix in decimal digits and within the address family's bits ("10.0.0.0/"
  * or "/0x10" are not ranges); a bare address is its own range only when `bare` allows it.
@@ -62,6 +61,7 @@ export function parseCidr(text: string, bare: boolean): { address: string; prefi
   return /^\d{1,3}$/.test(prefix) && Number(prefix) <= max ? { address, prefix: Number(prefix) } : undefined;
 }
 
+/** Parses `host[:port[,port…]]`, `*.suffix[:ports]` or `address/prefix[:ports]` (IPv6 in brackets). */
 export function parseRule(text: string, field: string): EgressRule {
   const entry = text.trim().toLowerCase();
   let target = entry;
