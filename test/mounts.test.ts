@@ -184,3 +184,33 @@ test("a server without allowed roots refuses every mount; sessions copy the agen
   await expectError(t, c.workspaces.startSession({ agentType: "mounting", task: {}, mounts: [mount({ hostPath: t.context.sibling })] }), Code.PermissionDenied, ErrorReason.HOST_PATH_NOT_ALLOWED);
   await c.workspaces.endSession({ id: session.id });
 });
+
+test("a mount that outgrows the workspace's disk while it is copied fails whole: RESOURCE_EXHAUSTED, no workspace left, the server serving", async (t) => {
+  // 400 files of 47,000 characters (about 19 MB) against a 16M disk: the copy, several writes in
+  // flight, runs out of room part-way; every provider that bounds its disk must fail it as a whole.
+  const root = path.join(t.context.dir, "big-allowed");
+  await mkdir(path.join(root, "tree"), { recursive: true });
+  const line = `${"0123456789".repeat(9)}\n`.repeat(470).slice(0, 47_000);
+  for (let i = 0; i < 400; i++) await writeFile(path.join(root, "tree", `f${String(i).padStart(3, "0")}.txt`), line);
+  const server = await startServer({ env: { AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: root, AGENT_WORKSPACE_MOUNT_MAX_BYTES: "64M" } });
+  try {
+    const c = server.clients.grpc;
+    for (const provider of ["memory", ...PROVIDERS.filter((p) => p !== "local")]) {
+      const labels = { suite: `mount-disk-full-${provider}-${process.pid}` };
+      const { detail } = await expectError(
+        t,
+        c.workspaces.createWorkspace({ provider, labels, limits: { cpu: "", memory: "", disk: "16M", pids: 0n }, mounts: [mount({ hostPath: path.join(root, "tree") })] }),
+        Code.ResourceExhausted,
+        ErrorReason.RESOURCE_EXHAUSTED,
+      );
+      t.regex(detail.message, /full|No space left/, provider);
+      t.is((await c.workspaces.listWorkspaces({ labels, pageSize: 1000 })).workspaces.length, 0, `${provider}: nothing left behind`);
+      // The same mount fits a workspace with room for it.
+      const fits = (await c.workspaces.createWorkspace({ provider, labels, limits: { cpu: "", memory: "", disk: "64M", pids: 0n }, mounts: [mount({ hostPath: path.join(root, "tree") })] })).workspace!;
+      t.is(fits.mounts[0].filesCopied, 400, provider);
+      await c.workspaces.deleteWorkspace({ id: fits.id });
+    }
+  } finally {
+    await server.close();
+  }
+});

@@ -272,6 +272,8 @@ export async function copyMounts(handle: WorkspaceHandle, plans: MountPlans, rul
         }
         left -= bytes.length;
         while (inFlight.size >= WRITES_IN_FLIGHT || (inFlight.size > 0 && bytesInFlight + bytes.length > BYTES_IN_FLIGHT)) await Promise.race(inFlight);
+        // A write failed while this one waited for its slot: the mount fails, write nothing more.
+        if (failed) break;
         const size = bytes.length;
         bytesInFlight += size;
         const write: Promise<Written> = handle.fs.writeFile(f.target, bytes).then(
