@@ -147,7 +147,9 @@ export class Pusher {
       if (!(await exists(path.join(mirror, "HEAD")))) {
         must(await hostGit(["init", "--quiet", "--bare", "--", mirror], { env: hostGitEnv(scratch, undefined), maxBytes: this.#s.maxBytes, signal: stop, redact }), "Preparing the server's mirror", redact);
       }
-      await writeFile(path.join(mirror, LAST_USED), "");
+      // When a push last used the mirror, for prune. Not worth failing a push over: without it the
+      // mirror only counts from an older stamp (or its HEAD) and may be fetched afresh sooner.
+      await writeFile(path.join(mirror, LAST_USED), "").catch(() => undefined);
 
       // A fresh credential for each conversation with the repository (fetch now, push at the end).
       const remote = async (args: string[]): Promise<GitRun> => {
