@@ -1321,6 +1321,18 @@ bypass("a list after a three-command pipeline and a line break is invisible: ech
   await mustRefuse(t, c, a.plain, `echo ran > ${m3}; exit 0\nls | ls | ls\n\nrm -rf / && true`, { command: "rm -rf /", rule: "rm /", why: "denied_by_server" }, [m3]);
 });
 
+// A line break inside a double-quoted string fell between the grammar's string_content pieces, so
+// `bash -c "ls⏎rm -rf /"` was checked as `lsrm -rf /`. And after a three-command pipeline and a line
+// break (misparsed, see above), a shell string spanning lines hid its script from the line-by-line
+// look: its first line alone does not parse, and the rest was taken for the inside of a string.
+// (Found by the unseeded parser property: ls | ls | ls⏎⏎timeout 5 bash -c 'ls␍⏎\rm -rf /' || ls.)
+bypass("a line break inside a shell string: bash -c \"ls⏎rm -rf /\", and ls | ls | ls⏎⏎bash -c 'ls⏎rm -rf /' || ls (expected denied_by_server, rule rm /)", async (t, a, c) => {
+  const [m1, m2, m3] = [marker("bp-str"), marker("bp-str"), marker("bp-str")];
+  await mustRefuse(t, c, a.plain, `echo ran > ${m1}; exit 0\nbash -c "ls\nrm -rf /"`, { command: "rm -rf /", rule: "rm /", why: "denied_by_server" }, [m1]);
+  await mustRefuse(t, c, a.plain, `echo ran > ${m2}; exit 0\nls | ls | ls\n\nbash -c 'ls\nrm -rf /' || ls`, { command: "rm -rf /", rule: "rm /", why: "denied_by_server" }, [m2]);
+  await mustRefuse(t, c, a.plain, `echo ran > ${m3}; exit 0\nls | ls | ls\n\ntimeout 5 bash -c 'ls\r\n\\rm -rf /' || ls`, { command: "\\rm -rf /", rule: "rm /", why: "denied_by_server" }, [m3]);
+});
+
 // The parser property over bare line breaks and backslash-spelled names, with a fixed seed so it
 // fails the same way every run until both misreadings above are fixed.
 test("closed bypass (found by the parser property): generated scripts with bare line breaks, or a denied command spelled \\name, are always refused", async (t) => {

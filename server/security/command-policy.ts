@@ -494,18 +494,33 @@ export class CommandPolicy {
     // Offsets are in UTF-16 units in web-tree-sitter's JavaScript API, as string indices are. A
     // heredoc's body starts at a line start; a string or comment that starts one is not inside.
     const inside = (at: number) => quoted.some(([a, b, heredoc]) => (heredoc ? at >= a : at > a) && at < b);
+    // A line break inside a string (not a heredoc) does not end the line the string starts on.
+    const inString = (at: number) => quoted.some(([a, b, heredoc]) => !heredoc && at > a && at < b);
     const lines = script.split("\n");
     let start = 0;
     for (let i = 0; i < lines.length; i++) {
       const at = start;
       let line = lines[i];
       start += line.length + 1;
-      // A line continued by a backslash-newline is one line to bash.
-      while (/(^|[^\\])(\\\\)*\\$/.test(line) && i + 1 < lines.length) {
-        line = `${line.slice(0, -1)}${lines[++i]}`;
-        start += lines[i].length + 1;
+      for (;;) {
+        if (i + 1 >= lines.length) break;
+        // A string that spans lines belongs to its first: `bash -c 'ls⏎rm -rf /'` is one line, so
+        // its script is checked even where the whole script was misparsed around it.
+        if (inString(start - 1)) {
+          line = `${line}\n${lines[++i]}`;
+          start += lines[i].length + 1;
+          continue;
+        }
+        // A line continued by a backslash-newline is one line to bash.
+        if (/(^|[^\\])(\\\\)*\\$/.test(line)) {
+          line = `${line.slice(0, -1)}${lines[++i]}`;
+          start += lines[i].length + 1;
+          continue;
+        }
+        break;
       }
-      if (inside(at)) continue;
+      // A script that is one line (its strings spanning the rest) was checked whole already.
+      if (inside(at) || line.length === script.length) continue;
       // Words that only close or continue a compound command (`fi`, `done`, `then`, `}`) mean
       // nothing alone; what follows them on the line is what must pass.
       const rest = line.replace(LEADING_KEYWORDS, "");

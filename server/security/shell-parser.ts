@@ -134,14 +134,11 @@ export function literal(node: Node): string | undefined {
       return ansiC(node.text.slice(2, -1));
     case "string":
     case "translated_string": {
-      let out = "";
-      for (const child of node.namedChildren) {
-        if (child === null) continue;
-        // Anything but plain text inside the quotes (an expansion, a substitution) is computed.
-        if (child.type !== "string_content") return undefined;
-        out += unescapeDouble(child.text);
-      }
-      return out;
+      // Anything but plain text inside the quotes (an expansion, a substitution) is computed.
+      for (const child of node.namedChildren) if (child !== null && child.type !== "string_content") return undefined;
+      // The text between the quotes, not the string_content pieces: the grammar leaves a line
+      // break between two pieces out of both ("ls⏎rm" would read as "lsrm").
+      return unescapeDouble(node.text.slice(node.type === "string" ? 1 : 2, -1));
     }
     case "concatenation": {
       let out = "";
