@@ -224,6 +224,33 @@ test("local: a push whose caller gives up at its deadline lands nothing in the r
   t.is(remoteTip(bare, "late"), undefined);
 });
 
+// The local provider's workspaces live under the data directory on the host, which may sit inside a
+// checkout (`./.data` in a clone of this project): git must not find that repository from a workspace.
+test("local: a workspace inside a repository on the host is no repository, for the git tools and for the agent's own git", async (t) => {
+  const host = await mkdtemp(path.join(tmpdir(), "aw-host-repo-"));
+  remoteGit(host, "init", "-q", "-b", "main");
+  remoteGit(host, "-c", "user.name=h", "-c", "user.email=h@h", "commit", "-q", "--allow-empty", "-m", "host secret history");
+  const server = await startServer({ dataDir: path.join(host, ".data") });
+  try {
+    const c = server.clients.grpc;
+    const { workspace } = await c.workspaces.createWorkspace({ provider: "local" });
+    const ws = workspace!.id;
+    await expectError(t, c.tools.gitStatus({ workspaceId: ws }), Code.FailedPrecondition, ErrorReason.NOT_A_GIT_REPOSITORY);
+    await expectError(t, c.tools.gitDiff({ workspaceId: ws }), Code.FailedPrecondition, ErrorReason.NOT_A_GIT_REPOSITORY);
+    const own = await c.tools.bash({ workspaceId: ws, command: "git log --oneline; git rev-parse --show-toplevel" });
+    t.regex(own.stderr, /not a git repository/);
+    t.notRegex(own.stdout + own.stderr, /host secret history/);
+    // Inside the workspace, a repository of its own is found, from its subdirectories too.
+    await c.tools.bash({ workspaceId: ws, command: "git init -q -b main . && mkdir -p sub" });
+    const sub = await c.tools.bash({ workspaceId: ws, command: "cd sub && git rev-parse --show-toplevel" });
+    t.is(path.basename(sub.stdout.trim()), ws);
+    t.is((await c.tools.gitStatus({ workspaceId: ws })).branch, "main");
+  } finally {
+    await server.close();
+    await rm(host, { recursive: true, force: true });
+  }
+});
+
 test("local: a push mirror no push used for the operator's idle time is deleted, and the next push makes it again", async (t) => {
   const server = await startServer({
     env: {

@@ -16,9 +16,12 @@ export function envProblem(name: string, value: string): string | undefined {
 }
 
 /**
- * The minimal environment for a command whose home is `home`, plus the caller's variables,
- * which must already have passed `envProblem` (the server checks them with a typed error; the
- * executor checks them again).
+ * The minimal environment for a command whose home is `home` (the workspace root), plus the
+ * caller's variables, which must already have passed `envProblem` (the server checks them with a
+ * typed error; the executor checks them again). git's discovery stops at the root
+ * (GIT_CEILING_DIRECTORIES is its parent): a workspace without a repository is no repository,
+ * never one around it (a local workspace's data directory inside a checkout on the host). A
+ * caller's variable may lift that for its own command; the git tools never do.
  */
 export function sandboxEnv(home: string, extra: Record<string, string> = {}): Record<string, string> {
   return {
@@ -31,6 +34,7 @@ export function sandboxEnv(home: string, extra: Record<string, string> = {}): Re
     GIT_PAGER: "cat",
     GIT_TERMINAL_PROMPT: "0",
     CI: "1",
+    GIT_CEILING_DIRECTORIES: home.slice(0, home.lastIndexOf("/")) || "/",
     ...extra,
   };
 }

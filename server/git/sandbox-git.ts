@@ -11,8 +11,9 @@
  *   credential helpers, and, through the diff options, external diff and textconv drivers.
  *   Filter drivers (`filter.*.clean`) are the exception git offers no switch for: a repository
  *   that defines one runs it inside the sandbox, as a command the agent could run itself.
- * - Discovery stops at the workspace root (GIT_CEILING_DIRECTORIES is its parent), so a workspace
- *   without a repository is NOT_A_GIT_REPOSITORY, never a repository around it on the host.
+ * - Discovery stops at the workspace root (GIT_CEILING_DIRECTORIES is its parent, in every
+ *   command's environment: providers/executor/env.ts), so a workspace without a repository is
+ *   NOT_A_GIT_REPOSITORY, never a repository around it on the host. The tools' variables never set it.
  */
 import { DomainError } from "../../core/errors.ts";
 import { remainingMs, type ToolContext } from "../tools/context.ts";
@@ -61,12 +62,9 @@ export function gitToolEnv(extra: Record<string, string> = {}): Record<string, s
   return env;
 }
 
-/**
- * The argv that runs `git args…` at the workspace root with discovery stopped there: sh computes
- * the ceiling (the root's parent) from the directory it starts in; git gets its arguments untouched.
- */
+/** The argv that runs `git args…` (at the workspace root, where the tools' exec starts it). */
 export function gitArgv(args: string[]): string[] {
-  return ["sh", "-c", 'c="${PWD%/*}"; GIT_CEILING_DIRECTORIES="${c:-/}" exec git "$@"', "git", ...args];
+  return ["git", ...args];
 }
 
 /** What one git run produced. */

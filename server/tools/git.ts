@@ -10,7 +10,7 @@
 import { DomainError } from "../../core/errors.ts";
 import { guardFor } from "../../providers/executor/sensitive-files.ts";
 import { type Change, type NumstatEntry, branchNameProblem, parseNumstat, parseStatus } from "../git/porcelain.ts";
-import { gitMessage, literal, mustSucceed, nulFields, runGit } from "../git/sandbox-git.ts";
+import { type GitOutput, gitMessage, literal, mustSucceed, nulFields, runGit } from "../git/sandbox-git.ts";
 import type { GitContext, PushResult, ToolContext } from "./context.ts";
 import { jailPath } from "./paths.ts";
 
@@ -106,11 +106,21 @@ async function resolveRevision(ctx: ToolContext, rev: string, field: string): Pr
   return sha;
 }
 
+/**
+ * `out` of a git diff unless it failed. Outside a repository git diff does not say so: it falls
+ * back to comparing two paths and complains about the options (`unknown option 'cached'`), so a
+ * failure first asks git whether there is a repository (NOT_A_GIT_REPOSITORY when not).
+ */
+async function diffSucceeded(ctx: ToolContext, out: GitOutput): Promise<GitOutput> {
+  if (out.exitCode !== 0) await runGit(ctx, ["rev-parse", "--git-dir"]);
+  return mustSucceed(out, "git diff");
+}
+
 /** One comparison (`against` is the diff arguments: ["--cached"], [], or [commit]). */
 async function diffSet(ctx: ToolContext, against: string[], specs: string[], context: string[]): Promise<GitDiffSet> {
   const guard = guardFor(gitOf(ctx).fileRules);
   const common = ["--no-color", "--no-ext-diff", "--no-textconv", "-M", ...context];
-  const numstat = mustSucceed(await runGit(ctx, ["diff", "--numstat", "-z", ...common, ...against, "--", ...specs]), "git diff");
+  const numstat = await diffSucceeded(ctx, await runGit(ctx, ["diff", "--numstat", "-z", ...common, ...against, "--", ...specs]));
   const files: GitFileDiff[] = parseNumstat(nulFields(numstat.stdout)).map((f) => ({
     ...f,
     sensitive: guard.check(f.path, "read") !== undefined || (f.oldPath !== "" && guard.check(f.oldPath, "read") !== undefined),
@@ -123,7 +133,7 @@ async function diffSet(ctx: ToolContext, against: string[], specs: string[], con
   let totalBytes = 0;
   if (files.some((f) => !f.sensitive)) {
     const base = specs.length > 0 ? specs : excludes.length > 0 ? [":/"] : [];
-    const text = mustSucceed(await runGit(ctx, ["diff", "--patch", ...common, ...against, "--", ...base, ...excludes], { maxStdout: MAX_DIFF_BYTES + 1 }), "git diff");
+    const text = await diffSucceeded(ctx, await runGit(ctx, ["diff", "--patch", ...common, ...against, "--", ...base, ...excludes], { maxStdout: MAX_DIFF_BYTES + 1 }));
     totalBytes = text.stdoutTotal;
     let bytes = text.stdout;
     if (text.stdoutTotal > MAX_DIFF_BYTES) {
