@@ -14,6 +14,7 @@ import { WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { LABELS, volumeName } from "../providers/docker.ts";
 import { DATABASE_FILE } from "../server/store/sqlite-store.ts";
 import { gate, probeEngines, required } from "./helpers/engines.ts";
+import { forkBombScript } from "./helpers/fork-bomb.ts";
 import { errorDetail, expectError, serverTest, startServer, type TestServer } from "./helpers/server.ts";
 
 const engines = await probeEngines();
@@ -82,11 +83,9 @@ for (const provider of ["docker", "gvisor"] as const) {
     const id = await create(t, { pids: 64n });
     const other = await create(t);
     const startedAt = (await docker.getContainer((await containerOf(id))!.Id).inspect()).State.StartedAt;
-    // The bomb is a script file: the command policy refuses a self-calling function in a command,
-    // and this test is about the sandbox's process limit, which holds whatever the policy sees.
-    await bash(t, id, "printf 'bomb() { bomb | bomb & }; bomb; sleep 3; echo done\\n' > bomb.sh");
+    await t.context.server.clients.grpc.tools.writeFile({ workspaceId: id, path: "bomb.sh", content: forkBombScript() });
     // Time enough to reach the limit on a loaded host (gVisor forks slowly); the limit stops it long before.
-    const bomb = bash(t, id, "bash bomb.sh", 20_000n).then(
+    const bomb = bash(t, id, "bash bomb.sh", 40_000n).then(
       (r) => ({ stderr: r.stderr }),
       (e: unknown) => ({ stderr: errorDetail(ConnectError.from(e))?.partialOutput?.stderr ?? String(e) }),
     );

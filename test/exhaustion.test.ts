@@ -21,6 +21,7 @@ import { GVISOR_MAX_PIDS, LABELS } from "../providers/docker.ts";
 import { LocalLimits } from "../providers/local-limits.ts";
 import { DEFAULT_LIMITS, parseSize } from "../server/workspace-limits.ts";
 import { gate, probeEngines } from "./helpers/engines.ts";
+import { forkBombScript } from "./helpers/fork-bomb.ts";
 import { errorDetail, expectError, serverTest, startServer, type TestServer } from "./helpers/server.ts";
 
 const engines = await probeEngines();
@@ -178,20 +179,7 @@ for (const provider of ["local", "docker", "gvisor"] as const) {
     test.serial(`${provider}: a fork bomb in a workspace created with no limits is held by the process limit, and the next call works`, async (t) => {
       const id = await create(t);
       const name = `forkbomb-${randomBytes(4).toString("hex")}.sh`;
-      // The script waits until a fork has failed (at most 25 s) rather than a fixed time: under
-      // gVisor on a busy machine a bomb took over 3 s to reach the cap (a full CI run saw it). At
-      // the cap the script itself cannot fork, so it waits with builtins only: a read with a
-      // timeout on a fifo it holds open is its sleep, and it reads the bombs' errors with `read`.
-      await script(t, id, name, [
-        "mkfifo .tick-$$ && exec 9<>.tick-$$ && rm .tick-$$",
-        "b() { b | b & }",
-        "b 2>.bomb-$$.err",
-        "first=",
-        "while [ -z \"$first\" ] && [ $SECONDS -lt 25 ]; do read -t 0.2 -u 9; read -r first < .bomb-$$.err; done",
-        "echo \"$first\" >&2",
-        "echo done",
-        "",
-      ].join("\n"));
+      await script(t, id, name, forkBombScript());
       const r = await run(t, id, `bash ${name}`, 40_000);
       // Forks failed at the limit: the limit, not the timeout or the host, stopped it. Under gVisor
       // the memory limit covers the whole sandbox, and a bomb may reach it before the process cap
