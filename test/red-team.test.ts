@@ -1187,6 +1187,13 @@ const SCRIPT_WRAPPERS: Array<(s: string, n: number) => string | undefined> = [
   (s) => `cat <(${s})`,
   (s) => `timeout 5 bash -c ${shellQuote(s)}`,
   (s) => `trap ${shellQuote(s)} EXIT`,
+  (s) => `echo \${x:-$( ${s} )}`,
+  // Backticks in ${…}: only around plain commands (the grammar cannot parse ${x:-`… $(…) …`}: refused, as unparseable).
+  (s) => (/[`\\$(){}]/.test(s) ? undefined : `echo \${x:-\`${s}\`}`),
+  (s) => (/[`\\$(){}]/.test(s) ? undefined : `x=a; echo "\${x#\`${s}\`}"`),
+  (s) => `printf 'a\\n' | mapfile -C ${shellQuote(s)} -c 1`,
+  (s) => `git rebase -x ${shellQuote(s)} --root`,
+  (s) => `git submodule foreach ${shellQuote(s)}`,
 ];
 
 /** A script: the core command (maybe wrapped as a simple command, maybe fed by xargs) among allowed ones, wrapped in layers. */
@@ -1428,4 +1435,40 @@ bypass("git -c alias.p=push p pushes despite the agent type's deny rule 'git pus
 bypass("git -c core.fsmonitor='touch P' status runs a command the allowlist never named (expected COMMAND_NOT_ALLOWED)", async (t, a, c) => {
   const [m, p] = [marker("bp-fsmon"), marker("bp-fsmon-p")];
   await mustRefuse(t, c, a.agent, `${guard(m)}git -c core.fsmonitor='touch ${p}' status`, { rule: "core.fsmonitor", why: "computed_at_run_time" }, [m, p]);
+});
+
+// tree-sitter-bash reads a backtick substitution in a word of ${…} (${x:-`cmd`}) and any
+// substitution in a pattern (${x#$(cmd)}) as plain text; bash runs them. Under an allowlist the
+// hidden command ran unchecked, and with no agent type it escaped the server's deny list too.
+bypass("a substitution inside ${…} the grammar reads as text: echo ${x:-`touch P`}, x=a; echo ${x#$(touch P)}, echo ${x/a/`touch P`}; x=a; echo ${x%`rm -rf /`} (expected not_in_allowlist, denied_by_server)", async (t, a, c) => {
+  for (const script of ["echo ${x:-`touch P`}", "x=a; echo ${x#$(touch P)}", 'x=a; echo "${x/a/`touch P`}"']) {
+    const [m, p] = [marker("bp-expansion"), marker("bp-expansion-p")];
+    await mustRefuse(t, c, a.agent, `${guard(m)}${script.replace("P", p)}`, { command: `touch ${p}`, why: "not_in_allowlist" }, [m, p]);
+  }
+  const m = marker("bp-expansion");
+  await mustRefuse(t, c, a.plain, `${guard(m)}exit 0; x=a; echo \${x%\`rm -rf /\`}`, { rule: "rm /", why: "denied_by_server" }, [m]);
+});
+
+// mapfile and readarray are builtins every allowlist allows, and -C names a callback bash runs as
+// code every -c lines: `mapfile -C 'touch P' -c 1` ran touch under an allowlist without it.
+bypass("mapfile -C and readarray -C run their callback: printf 'a\\n' | mapfile -C 'touch P' -c 1, readarray -tC 'touch P' -c 1 (expected not_in_allowlist)", async (t, a, c) => {
+  for (const script of ["printf 'a\\n' | mapfile -C 'touch P' -c 1", "printf 'a\\n' | readarray -tC 'touch P' -c 1"]) {
+    const [m, p] = [marker("bp-mapfile"), marker("bp-mapfile-p")];
+    await mustRefuse(t, c, a.agent, `${guard(m)}${script.replace("P", p)}`, { command: `touch ${p}`, why: "not_in_allowlist" }, [m, p]);
+  }
+});
+
+// git subcommands that take a command run it through the shell: an allowlisted git ran anything
+// through `ls-remote --upload-pack`, `rebase -x`, `difftool -x`, `submodule foreach`, `bisect run`
+// and the like. Each is now checked as the script it is (`git rebase -x 'npm test'` passes).
+bypass("git options that run a command: git ls-remote --upload-pack='touch P' ., git rebase -x 'touch P' --root, git --exec-path=DIR (expected not_in_allowlist)", async (t, a, c) => {
+  await sh(c, a.agent, "git rev-parse -q --verify HEAD >/dev/null || git -c user.name=a -c user.email=a@b.c commit -q --allow-empty -m base");
+  for (const script of ["git ls-remote --upload-pack='touch P' .", "git -c user.name=a -c user.email=a@b.c rebase -q -x 'touch P' --root"]) {
+    const [m, p] = [marker("bp-gitcmd"), marker("bp-gitcmd-p")];
+    await mustRefuse(t, c, a.agent, `${guard(m)}${script.replace("P", p)}`, { command: `touch ${p}`, why: "not_in_allowlist" }, [m, p]);
+  }
+  const m = marker("bp-gitcmd");
+  await mustRefuse(t, c, a.agent, `${guard(m)}git --exec-path=/tmp status`, { rule: "--exec-path", why: "not_in_allowlist" }, [m]);
+  // What an allow rule names still runs through them.
+  await allowed(t, c, a.agent, "git -c user.name=a -c user.email=a@b.c rebase -q -x 'ls' --root");
 });

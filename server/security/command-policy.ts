@@ -331,6 +331,28 @@ const TIME_VALUE = set("-o", "-f", "--output", "--format");
 const FLOCK_VALUE = set("-w", "--timeout", "-E", "--conflict-exit-code");
 const WATCH_VALUE = set("-n", "--interval", "-q", "--equexit");
 const SHELL_VALUE = set("-o", "+o", "-O", "+O", "--rcfile", "--init-file");
+/** Option letters of mapfile/readarray that take a value (C: the callback). */
+const MAPFILE_VALUE = "dnOsucC";
+/** git's own options before the subcommand that take the next argument. */
+const GIT_GLOBAL_VALUE = set("-c", "-C", "--config-env", "--git-dir", "--work-tree", "--namespace", "--super-prefix");
+/**
+ * Options of git subcommands whose value is a command git runs through the shell. `attachedOnly`:
+ * the value must be attached (`-Ocmd`, `--open-files-in-pager=cmd`); alone the option takes none.
+ */
+const GIT_COMMAND_OPTIONS: Record<string, { long: string[]; short: string[]; attachedOnly?: boolean }> = {
+  rebase: { long: ["--exec"], short: ["-x"] },
+  difftool: { long: ["--extcmd"], short: ["-x"] },
+  grep: { long: ["--open-files-in-pager"], short: ["-O"], attachedOnly: true },
+  "filter-branch": { long: ["--setup", "--env-filter", "--tree-filter", "--index-filter", "--parent-filter", "--msg-filter", "--commit-filter", "--tag-name-filter"], short: [] },
+  clone: { long: ["--upload-pack"], short: ["-u"] },
+  fetch: { long: ["--upload-pack"], short: [] },
+  pull: { long: ["--upload-pack"], short: [] },
+  "ls-remote": { long: ["--upload-pack"], short: [] },
+  push: { long: ["--receive-pack", "--exec"], short: [] },
+  "send-pack": { long: ["--receive-pack", "--exec"], short: [] },
+  "fetch-pack": { long: ["--upload-pack", "--exec"], short: [] },
+  archive: { long: ["--exec"], short: [] },
+};
 
 /** A compiled policy: the server's deny list, an agent type's rules, the sensitive-file rules. */
 export class CommandPolicy {
@@ -558,6 +580,15 @@ export class CommandPolicy {
           const name = node.namedChildren.find((c) => c?.type === "variable_name")?.text;
           if (name !== undefined && isRestrictedVariable(name) && /^\$\{[A-Za-z_][A-Za-z0-9_]*:?=/.test(node.text)) {
             return this.#refuse(node.text, name, "restricted_variable", `assigning ${name} is not allowed under an allowlist: it changes what runs`);
+          }
+        }
+        // The grammar reads a backtick substitution in a word of ${…} (${x:-`cmd`}) and any
+        // substitution in a pattern (${x#$(cmd)}) as plain text; bash runs them. Such text is checked
+        // again as an argument at the top of a script, where the grammar sees its substitutions.
+        for (const child of node.namedChildren) {
+          if ((child?.type === "word" || child?.type === "regex") && /`|\$\(|[<>]\(/.test(child.text)) {
+            const r = await this.#checkScript(`echo ${child.text}`, depth + 1);
+            if (r !== undefined) return r;
           }
         }
         return undefined;
@@ -883,8 +914,31 @@ export class CommandPolicy {
         return "not a wrapper";
       }
       case "git": {
-        const r = this.#gitConfig(cmd);
+        const r = this.#gitConfig(cmd) ?? (await this.#gitRuns(cmd, depth));
         if (r !== undefined) return r;
+        return "not a wrapper";
+      }
+      case "mapfile":
+      case "readarray": {
+        // -C names code bash runs every -c lines (the callback, with an index and the line).
+        for (let k = 0; k < a.length; k++) {
+          const v = a[k];
+          if (v === undefined) {
+            if (this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", `an argument of ${base} is computed at run time, and could name a callback (-C) an allowlist cannot check`);
+            continue;
+          }
+          if (v === "--" || !v.startsWith("-") || v === "-") break;
+          // A cluster of letters; the first that takes a value takes the rest of it, or the next argument.
+          for (let c = 1; c < v.length; c++) {
+            if (!MAPFILE_VALUE.includes(v[c])) continue;
+            const value = c + 1 < v.length ? v.slice(c + 1) : a[++k];
+            if (v[c] === "C") {
+              const r = await this.#script(value, cmd, depth, `${base}'s callback`);
+              if (r) return r;
+            }
+            break;
+          }
+        }
         return "not a wrapper";
       }
       case "enable":
@@ -954,6 +1008,68 @@ export class CommandPolicy {
         const shown = key ?? "(computed)";
         return this.#refuse(cmd.text, shown, "computed_at_run_time", `git configuration '${shown}' decides at run time what git runs, which the policy cannot check`);
       }
+    }
+    return undefined;
+  }
+
+  /**
+   * Commands git itself runs from its command line: `--exec-path=DIR` runs git's programs from a
+   * directory of the caller's choosing, and some subcommands take a command (`rebase --exec`,
+   * `difftool -x`, `grep -O`, `filter-branch --tree-filter`, `--upload-pack` and the like,
+   * `submodule foreach`, `bisect run`), checked here as the script it is. Under an allowlist a
+   * computed subcommand, or a computed argument of such a subcommand, could be one: refused.
+   */
+  async #gitRuns(cmd: SimpleCommand, depth: number): Promise<Refusal | undefined> {
+    const a = cmd.args;
+    let i = 0;
+    for (; i < a.length; i++) {
+      const v = a[i];
+      if (v === undefined || !v.startsWith("-")) break;
+      if (GIT_GLOBAL_VALUE.has(v)) i++;
+      else if (v.startsWith("--exec-path=") && this.#allowlist) {
+        return this.#refuse(cmd.text, "--exec-path", "not_in_allowlist", "'git --exec-path=…' runs git's programs from a directory of the caller's choosing");
+      }
+    }
+    if (i >= a.length) return undefined;
+    const sub = a[i];
+    if (sub === undefined) {
+      if (!this.#allowlist) return undefined;
+      return this.#refuse(cmd.text, "", "computed_at_run_time", "git's subcommand is computed at run time, and some run commands an allowlist cannot check");
+    }
+    const rest = a.slice(i + 1);
+    if (sub === "submodule" || sub === "bisect") {
+      // git submodule [--quiet] foreach [--recursive] CMD…; git bisect run CMD…
+      const at = rest.findIndex((v) => v === undefined || !v.startsWith("-"));
+      if (at < 0 || rest[at] !== (sub === "submodule" ? "foreach" : "run")) return at >= 0 && rest[at] === undefined ? this.#script(undefined, cmd, depth, `git ${sub}'s command`) : undefined;
+      const words = rest.slice(at + 1);
+      while (words[0]?.startsWith("-")) words.shift();
+      return this.#script(words.includes(undefined) ? undefined : words.join(" "), cmd, depth, `git ${sub}'s command`);
+    }
+    const spec = GIT_COMMAND_OPTIONS[sub];
+    if (spec === undefined) return undefined;
+    for (let k = 0; k < rest.length; k++) {
+      const v = rest[k];
+      if (v === undefined) {
+        if (!this.#allowlist) continue;
+        return this.#refuse(cmd.text, "", "computed_at_run_time", `an argument of git ${sub} is computed at run time, and could be an option that runs a command, which an allowlist cannot check`);
+      }
+      if (v === "--") break;
+      let value: string | undefined;
+      let found = false;
+      for (const o of spec.long) {
+        if (v.startsWith(`${o}=`)) [found, value] = [true, v.slice(o.length + 1)];
+        else if (v === o && !spec.attachedOnly) [found, value] = [true, rest[++k]];
+      }
+      // A short option may end a cluster (`-ix CMD`) or carry its value attached (`-xCMD`, `-iOCMD`).
+      for (const o of spec.short) {
+        const at = /^-[^-]/.test(v) ? v.indexOf(o[1]) : -1;
+        if (at < 0) continue;
+        if (at + 1 < v.length) [found, value] = [true, v.slice(at + 1)];
+        else if (!spec.attachedOnly) [found, value] = [true, rest[++k]];
+      }
+      if (!found) continue;
+      const r = await this.#script(value, cmd, depth, `git ${sub}'s command`);
+      if (r) return r;
     }
     return undefined;
   }
