@@ -1472,3 +1472,28 @@ bypass("git options that run a command: git ls-remote --upload-pack='touch P' .,
   // What an allow rule names still runs through them.
   await allowed(t, c, a.agent, "git -c user.name=a -c user.email=a@b.c rebase -q -x 'ls' --root");
 });
+
+// More of the same family, found probing by hand: `git config -f .git/config KEY …` was read with the
+// file as its key, `git clone -c KEY=…` writes the new repository's configuration, ${x@P} expands a
+// value as a prompt (running its substitutions), and ${!x} expands the variable a value names (a name
+// with a subscript runs its $(…)). Each ran its command under the allowlist.
+bypass("git config -f .git/config core.fsmonitor, git clone -c core.fsmonitor=…, ${x@P} and ${!x} of a value read at run time (expected computed_at_run_time)", async (t, a, c) => {
+  await sh(c, a.agent, "git rev-parse -q --verify HEAD >/dev/null || git -c user.name=a -c user.email=a@b.c commit -q --allow-empty -m base");
+  const cases: Array<[string, Partial<Expected>]> = [
+    ["git config -f .git/config core.fsmonitor 'touch PWN' && git status", { rule: "core.fsmonitor", why: "computed_at_run_time" }],
+    ["git clone -q -c core.fsmonitor='touch ../PWN' . clone-PWN && git -C clone-PWN status", { rule: "core.fsmonitor", why: "computed_at_run_time" }],
+    ["x='$(touch PWN)'; echo ${x@P}", { why: "computed_at_run_time" }],
+    ["printf 'a[%s(touch PWN)]\\n' '$' > v-PWN; read x < v-PWN; echo ${!x}", { why: "computed_at_run_time" }],
+  ];
+  for (const [script, expected] of cases) {
+    const [m, p] = [marker("bp-gitcfg"), marker("bp-gitcfg-p")];
+    await mustRefuse(t, c, a.agent, `${guard(m)}${script.replaceAll("PWN", p)}`, expected, [m, p]);
+  }
+  // ${!prefix*} and ${!a[@]} only list names.
+  await allowed(t, c, a.agent, "a=(x y); echo ${!a[@]} ${!BASH*}");
+  // ripgrep's --pre runs a program on every file: under an allowlist that names rg, it is checked.
+  const rg = new CommandPolicy({ defaultAction: "", allow: ["rg", "cat"], deny: [] });
+  t.like(await rg.check("rg --pre touch x"), { why: "not_in_allowlist" });
+  t.like(await rg.check("rg --pre=touch x"), { why: "not_in_allowlist" });
+  t.is(await rg.check("rg --pre cat x"), undefined);
+});

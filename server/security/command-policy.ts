@@ -331,6 +331,10 @@ const TIME_VALUE = set("-o", "-f", "--output", "--format");
 const FLOCK_VALUE = set("-w", "--timeout", "-E", "--conflict-exit-code");
 const WATCH_VALUE = set("-n", "--interval", "-q", "--equexit");
 const SHELL_VALUE = set("-o", "+o", "-O", "+O", "--rcfile", "--init-file");
+/** Options of git config that take the next argument. */
+const GIT_CONFIG_VALUE = set("-f", "--file", "--blob", "--type", "--default", "--comment", "--value");
+/** git config's subcommands (git 2.46 and later) before the key. */
+const GIT_CONFIG_VERBS = set("set", "get", "unset", "rename-section", "remove-section", "get-color", "get-colorbool");
 /** Option letters of mapfile/readarray that take a value (C: the callback). */
 const MAPFILE_VALUE = "dnOsucC";
 /** git's own options before the subcommand that take the next argument. */
@@ -352,6 +356,8 @@ const GIT_COMMAND_OPTIONS: Record<string, { long: string[]; short: string[]; att
   "send-pack": { long: ["--receive-pack", "--exec"], short: [] },
   "fetch-pack": { long: ["--upload-pack", "--exec"], short: [] },
   archive: { long: ["--exec"], short: [] },
+  instaweb: { long: ["--httpd", "--browser"], short: ["-d", "-b"] },
+  "send-email": { long: ["--smtp-server", "--sendmail-cmd", "--to-cmd", "--cc-cmd", "--header-cmd"], short: [] },
 };
 
 /** A compiled policy: the server's deny list, an agent type's rules, the sensitive-file rules. */
@@ -580,6 +586,17 @@ export class CommandPolicy {
           const name = node.namedChildren.find((c) => c?.type === "variable_name")?.text;
           if (name !== undefined && isRestrictedVariable(name) && /^\$\{[A-Za-z_][A-Za-z0-9_]*:?=/.test(node.text)) {
             return this.#refuse(node.text, name, "restricted_variable", `assigning ${name} is not allowed under an allowlist: it changes what runs`);
+          }
+        }
+        if (this.#allowlist) {
+          // ${x@P} expands x's value as a prompt, running its substitutions; ${!x} takes the name of
+          // the variable to expand from x's value, and a name with a subscript runs its $(…).
+          // ${!prefix*}, ${!prefix@} and ${!a[@]} only list names.
+          if (/^\$\{[^}]*@P\}$/.test(node.text)) {
+            return this.#refuse(node.text, "", "computed_at_run_time", "${…@P} runs the substitutions of a value known only at run time");
+          }
+          if (/^\$\{!/.test(node.text) && !/^\$\{![A-Za-z_][A-Za-z0-9_]*(\*|@|\[[@*]\])\}$/.test(node.text)) {
+            return this.#refuse(node.text, "", "computed_at_run_time", "${!x} expands a variable named at run time, and a name with a subscript runs its substitution");
           }
         }
         // The grammar reads a backtick substitution in a word of ${…} (${x:-`cmd`}) and any
@@ -918,6 +935,21 @@ export class CommandPolicy {
         if (r !== undefined) return r;
         return "not a wrapper";
       }
+      case "rg": {
+        // --pre names a program ripgrep runs on every file it searches.
+        for (let k = 0; k < a.length; k++) {
+          const v = a[k];
+          if (v === "--") break;
+          const value = v === "--pre" ? a[++k] : v?.startsWith("--pre=") ? v.slice(6) : null;
+          if (value === null) {
+            if (v === undefined && this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", "an argument of rg is computed at run time, and could name a preprocessor (--pre) an allowlist cannot check");
+            continue;
+          }
+          const r = await this.#simple({ name: value, args: [undefined], text: cmd.text, node: cmd.node }, depth + 1, functions);
+          if (r) return r;
+        }
+        return "not a wrapper";
+      }
       case "mapfile":
       case "readarray": {
         // -C names code bash runs every -c lines (the callback, with an index and the line).
@@ -996,9 +1028,23 @@ export class CommandPolicy {
       else if (v === undefined || !v.startsWith("-")) {
         sub = v;
         if (sub === "config") {
-          // git config [--global|--local|-f file…] KEY VALUE: the first operand is the key.
-          const key = a.slice(i + 1).find((x) => x === undefined || !x.startsWith("-"));
-          keys.push(key);
+          // git config [--global|--local|-f FILE…] [set] KEY VALUE: the first operand is the key
+          // (after the values of options that take one: `-f .git/config core.pager …`).
+          const operands: Array<string | undefined> = [];
+          for (let k = i + 1; k < a.length; k++) {
+            const x = a[k];
+            if (x !== undefined && GIT_CONFIG_VALUE.has(x)) k++;
+            else if (x === undefined || !x.startsWith("-")) operands.push(x);
+          }
+          keys.push(operands[0] !== undefined && GIT_CONFIG_VERBS.has(operands[0]) ? operands[1] : operands[0]);
+        } else if (sub === "clone") {
+          // git clone -c KEY=VALUE / --config KEY=VALUE writes the new repository's configuration.
+          for (let k = i + 1; k < a.length; k++) {
+            const x = a[k];
+            if (x === "-c" || x === "--config") keys.push(a[++k]?.split("=")[0]);
+            else if (x?.startsWith("--config=")) keys.push(x.slice(9).split("=")[0]);
+            else if (x?.startsWith("-c") && x.length > 2) keys.push(x.slice(2).split("=")[0]);
+          }
         }
         break;
       }
