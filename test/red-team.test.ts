@@ -1497,3 +1497,28 @@ bypass("git config -f .git/config core.fsmonitor, git clone -c core.fsmonitor=â€
   t.like(await rg.check("rg --pre=touch x"), { why: "not_in_allowlist" });
   t.is(await rg.check("rg --pre cat x"), undefined);
 });
+
+// The sandbox's HOME is the workspace root, so ~/.gitconfig is the global configuration of the
+// agent's own git: `printf '[core] fsmonitor = â€¦' > ~/.gitconfig` then `git status` ran the command,
+// as did `git clone --template=DIR` with a hook in DIR (git copies the template's hooks into the
+// new repository and runs post-checkout). `.gitconfig` is write-protected now, and --template and
+// init.templateDir are refused where rules limit git.
+bypass("~/.gitconfig and git clone --template=DIR run code through the agent's own git (expected sensitive_file, computed_at_run_time)", async (t, a, c) => {
+  await sh(c, a.agent, "git rev-parse -q --verify HEAD >/dev/null || git -c user.name=a -c user.email=a@b.c commit -q --allow-empty -m base");
+  const template = await mkdtemp(path.join(tmpdir(), "aw-redteam-template-"));
+  hostLeftovers.add(template);
+  await mkdir(path.join(template, "hooks"));
+  await c.tools.writeFile({ workspaceId: a.agent, path: ".config/git/keep", content: "" });
+  const cases: Array<[string, Partial<Expected>]> = [
+    ["printf '[core]\\n\\tfsmonitor = touch PWN\\n' > ~/.gitconfig && git status", { rule: ".gitconfig", why: "sensitive_file" }],
+    ["printf '[core]\\n\\tfsmonitor = touch PWN\\n' > .config/git/config && git status", { rule: ".config/git/config", why: "sensitive_file" }],
+    [`git clone -q --template=${template} . clone-PWN`, { rule: "--template", why: "computed_at_run_time" }],
+    [`git -c init.templateDir=${template} clone -q . clone-PWN`, { rule: "init.templateDir", why: "computed_at_run_time" }],
+  ];
+  for (const [script, expected] of cases) {
+    const [m, p] = [marker("bp-gitconfig"), marker("bp-gitconfig-p")];
+    await writeFile(path.join(template, "hooks", "post-checkout"), `#!/bin/sh\ntouch ../${p}\n`, { mode: 0o755 });
+    await mustRefuse(t, c, a.agent, `${guard(m)}${script.replaceAll("PWN", p)}`, expected, [m, p]);
+  }
+  await sensitive(t, c.tools.writeFile({ workspaceId: a.agent, path: ".gitconfig", content: "[core]\n\tfsmonitor = true\n" }), { path: ".gitconfig", rule: ".gitconfig", list: "write_protected" });
+});

@@ -83,6 +83,9 @@ export const DEFAULT_WRITE_PROTECTED: readonly string[] = [
   ".git/**/config",
   ".git/**/info/attributes",
   ".gitmodules",
+  // The sandbox's HOME is the workspace root: these are the global configuration of the agent's own git.
+  ".gitconfig",
+  ".config/git/config",
   ".bashrc",
   ".bash_profile",
   ".bash_login",

@@ -1083,6 +1083,10 @@ export class CommandPolicy {
       return this.#refuse(cmd.text, "", "computed_at_run_time", "git's subcommand is computed at run time, and some run commands an allowlist cannot check");
     }
     const rest = a.slice(i + 1);
+    const limited = this.#allowlist || [...this.#serverDeny, ...this.#deny].some((r) => r.program.test("git"));
+    if ((sub === "init" || sub === "clone") && limited && rest.some((v) => v === "--template" || v?.startsWith("--template="))) {
+      return this.#refuse(cmd.text, "--template", "computed_at_run_time", `'git ${sub} --template' copies hooks from a directory of the caller's choosing into the new repository, where git runs them`);
+    }
     if (sub === "submodule" || sub === "bisect") {
       // git submodule [--quiet] foreach [--recursive] CMD…; git bisect run CMD…
       const at = rest.findIndex((v) => v === undefined || !v.startsWith("-"));
@@ -1225,7 +1229,7 @@ const RESERVED_WORDS = new Set(["if", "then", "else", "elif", "fi", "case", "esa
 
 /** git configuration keys that run a program or another git command. */
 const RUNS_COMMANDS =
-  /^(alias\.|core\.(fsmonitor|pager|sshcommand|editor|hookspath|askpass|gitproxy)$|(diff|merge|filter)\.|credential\.|gpg\.|sequence\.editor$|pager\.|uploadpack\.|receive\.|ssh\.|protocol\.|url\.|include\.|includeif\.|remote\..*\.(uploadpack|receivepack|proxy)$|sendemail\.|web\.browser$|browser\.|man\.|instaweb\.)/i;
+  /^(alias\.|core\.(fsmonitor|pager|sshcommand|editor|hookspath|askpass|gitproxy)$|(diff|merge|filter)\.|credential\.|gpg\.|sequence\.editor$|pager\.|uploadpack\.|receive\.|ssh\.|protocol\.|url\.|include\.|includeif\.|remote\..*\.(uploadpack|receivepack|proxy)$|sendemail\.|web\.browser$|browser\.|man\.|instaweb\.|init\.templatedir$)/i;
 
 /**
  * Functions that call one another in a cycle (a self-call included), as a list of names, or
