@@ -1522,3 +1522,21 @@ bypass("~/.gitconfig and git clone --template=DIR run code through the agent's o
   }
   await sensitive(t, c.tools.writeFile({ workspaceId: a.agent, path: ".gitconfig", content: "[core]\n\tfsmonitor = true\n" }), { path: ".gitconfig", rule: ".gitconfig", list: "write_protected" });
 });
+
+// The sandbox's HOME is the workspace root, and `~/.env` is refused, but the file checks read
+// `$HOME/.env` as computed text and let it through: `cat $HOME/.env` printed the secret, and
+// `printf … > "$HOME/.gitconfig"` configured the agent's git.
+bypass("$HOME spelling a sensitive path: cat $HOME/.env, cat \"${HOME}/.env\", printf x > \"$HOME/.gitconfig\" (expected sensitive_file)", async (t, a, c) => {
+  const cases: Array<[string, Partial<Expected>]> = [
+    ["cat $HOME/.env", { rule: ".env", why: "sensitive_file" }],
+    ['cat "${HOME}/.env"', { rule: ".env", why: "sensitive_file" }],
+    ["printf '[core]\\n\\tfsmonitor = true\\n' > \"$HOME/.gitconfig\"", { rule: ".gitconfig", why: "sensitive_file" }],
+  ];
+  for (const [script, expected] of cases) {
+    const m = marker("bp-home");
+    await mustRefuse(t, c, a.agent, `${guard(m)}${script}`, expected, [m]);
+    await mustRefuse(t, c, a.plain, `${guard(m)}${script}`, expected, [m]);
+  }
+  // $HOME itself is still an ordinary argument.
+  await allowed(t, c, a.agent, 'ls $HOME > /dev/null && echo "$HOME" > /dev/null');
+});

@@ -121,6 +121,12 @@ function unescapeDouble(text: string): string {
   return text.replace(/\\([$`"\\\n])/gu, (_, c: string) => (c === "\n" ? "" : c));
 }
 
+/**
+ * What `$HOME` stands for: the sandbox's home is the workspace root, which the checks call `~`
+ * (under an allowlist HOME cannot be reassigned; without one, reading it as `~` only refuses more).
+ */
+const HOME = "~";
+
 /** The value of a word node after quote removal, or undefined when it is computed at run time. */
 export function literal(node: Node): string | undefined {
   switch (node.type) {
@@ -134,12 +140,26 @@ export function literal(node: Node): string | undefined {
       return ansiC(node.text.slice(2, -1));
     case "string":
     case "translated_string": {
-      // Anything but plain text inside the quotes (an expansion, a substitution) is computed.
-      for (const child of node.namedChildren) if (child !== null && child.type !== "string_content") return undefined;
-      // The text between the quotes, not the string_content pieces: the grammar leaves a line
-      // break between two pieces out of both ("ls⏎rm" would read as "lsrm").
-      return unescapeDouble(node.text.slice(node.type === "string" ? 1 : 2, -1));
+      // Anything but plain text inside the quotes (an expansion, a substitution) is computed, but
+      // $HOME. The text between the quotes, not the string_content pieces: the grammar leaves a
+      // line break between two pieces out of both ("ls⏎rm" would read as "lsrm").
+      const homes: Node[] = [];
+      for (const child of node.namedChildren) {
+        if (child === null || child.type === "string_content") continue;
+        if (literal(child) !== HOME) return undefined;
+        homes.push(child);
+      }
+      let out = "";
+      let at = node.startIndex + (node.type === "string" ? 1 : 2);
+      for (const home of homes) {
+        out += unescapeDouble(node.text.slice(at - node.startIndex, home.startIndex - node.startIndex)) + HOME;
+        at = home.endIndex;
+      }
+      return out + unescapeDouble(node.text.slice(at - node.startIndex, -1));
     }
+    case "simple_expansion":
+    case "expansion":
+      return node.text === "$HOME" || node.text === "${HOME}" ? HOME : undefined;
     case "concatenation": {
       let out = "";
       for (const child of node.children) {
