@@ -1540,3 +1540,32 @@ bypass("$HOME spelling a sensitive path: cat $HOME/.env, cat \"${HOME}/.env\", p
   // $HOME itself is still an ordinary argument.
   await allowed(t, c, a.agent, 'ls $HOME > /dev/null && echo "$HOME" > /dev/null');
 });
+
+// Programs an operator may well allowlist run a command named by an option: tar's --to-command,
+// -I/--use-compress-program, --checkpoint-action=exec=…, --info-script/-F; sort's
+// --compress-program; rsync's -e/--rsh; zip's -TT; man's -P; ssh's -o ProxyCommand/LocalCommand.
+// With tar allowlisted, `tar --checkpoint=1 --checkpoint-action=exec='touch P' -cf x.tar f` ran touch.
+test("closed bypass: options that make an allowlisted program run a command (tar, sort, rsync, zip, man, ssh) are checked as the command they name (expected not_in_allowlist, denied_by_server)", async (t) => {
+  const policy = new CommandPolicy({ defaultAction: "", allow: ["tar", "sort", "rsync", "zip", "man", "ssh", "cat", "gzip"], deny: [] });
+  for (const script of [
+    "tar -cf x.tar --to-command='touch P' .",
+    "tar -I 'touch P' -cf x .",
+    "tar --use-compress-program='touch P' -cf x .",
+    "tar --checkpoint=1 --checkpoint-action=exec='touch P' -cf x.tar f",
+    "tar -cf x --info-script='touch P' .",
+    "sort --compress-program='touch P' f",
+    "rsync -e 'touch P' a h:c",
+    "rsync --rsh='touch P' a h:c",
+    "zip -T -TT 'touch P' x.zip f",
+    "man -P 'touch P' ls",
+    "ssh -o ProxyCommand='touch P' h",
+    "ssh -o 'LocalCommand touch P' -o PermitLocalCommand=yes h",
+  ]) {
+    t.like(await policy.check(script), { command: "touch P", why: "not_in_allowlist" }, script);
+  }
+  t.like(await new CommandPolicy().check("tar -I 'rm -rf /' -cf x ."), { why: "denied_by_server" });
+  // What the allowlist names still runs through them, and everyday use is untouched.
+  for (const script of ["tar -xzf a.tar.gz", "tar -I gzip -cf x .", "tar --checkpoint-action=dot -cf x .", "sort -u f", "rsync -avz a b", "zip -T x.zip f", "man -P cat ls", "ssh -o BatchMode=yes h"]) {
+    t.is(await policy.check(script), undefined, script);
+  }
+});

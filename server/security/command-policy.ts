@@ -335,6 +335,32 @@ const SHELL_VALUE = set("-o", "+o", "-O", "+O", "--rcfile", "--init-file");
 const GIT_CONFIG_VALUE = set("-f", "--file", "--blob", "--type", "--default", "--comment", "--value");
 /** git config's subcommands (git 2.46 and later) before the key. */
 const GIT_CONFIG_VERBS = set("set", "get", "unset", "rename-section", "remove-section", "get-color", "get-colorbool");
+/** Options whose value is a command a program runs (see #optionCommands). */
+interface CommandOptions {
+  long: string[];
+  short: string[];
+  /** The value must be attached (`-Ocmd`, `--open-files-in-pager=cmd`); alone the option takes none. */
+  attachedOnly?: boolean;
+  /** Options matched whole, their value the next argument (zip's `-TT`). */
+  exact?: string[];
+  /** The command within a value, or null when the value names none. */
+  pick?: (value: string) => string | null;
+  /** A computed argument is refused under an allowlist (it could be one of the options). */
+  computedRefused?: boolean;
+}
+
+/** Programs with options that run a command or a program of the caller's choosing. */
+const PROGRAM_COMMAND_OPTIONS: Record<string, CommandOptions> = {
+  tar: { long: ["--to-command", "--use-compress-program", "--info-script", "--new-volume-script", "--rsh-command"], short: ["-I", "-F"] },
+  // --checkpoint-action=exec=CMD
+  "tar-checkpoint": { long: ["--checkpoint-action"], short: [], pick: (v) => (v.startsWith("exec=") ? v.slice(5) : null) },
+  sort: { long: ["--compress-program"], short: [] },
+  rsync: { long: ["--rsh", "--rsync-path"], short: ["-e"] },
+  zip: { long: ["--unzip-command"], short: [], exact: ["-TT"] },
+  man: { long: ["--pager"], short: ["-P"] },
+  ssh: { long: [], short: ["-o"], pick: (v) => /^(proxycommand|localcommand|knownhostscommand)\s*[= ]\s*(.*)$/is.exec(v)?.[2] ?? null },
+};
+
 /** Option letters of mapfile/readarray that take a value (C: the callback). */
 const MAPFILE_VALUE = "dnOsucC";
 /** git's own options before the subcommand that take the next argument. */
@@ -343,7 +369,7 @@ const GIT_GLOBAL_VALUE = set("-c", "-C", "--config-env", "--git-dir", "--work-tr
  * Options of git subcommands whose value is a command git runs through the shell. `attachedOnly`:
  * the value must be attached (`-Ocmd`, `--open-files-in-pager=cmd`); alone the option takes none.
  */
-const GIT_COMMAND_OPTIONS: Record<string, { long: string[]; short: string[]; attachedOnly?: boolean }> = {
+const GIT_COMMAND_OPTIONS: Record<string, CommandOptions> = {
   rebase: { long: ["--exec"], short: ["-x"] },
   difftool: { long: ["--extcmd"], short: ["-x"] },
   grep: { long: ["--open-files-in-pager"], short: ["-O"], attachedOnly: true },
@@ -950,6 +976,17 @@ export class CommandPolicy {
         }
         return "not a wrapper";
       }
+      case "tar":
+      case "sort":
+      case "rsync":
+      case "zip":
+      case "man":
+      case "ssh": {
+        const r =
+          (await this.#optionCommands(cmd, a, PROGRAM_COMMAND_OPTIONS[base], base, depth)) ??
+          (base === "tar" ? await this.#optionCommands(cmd, a, PROGRAM_COMMAND_OPTIONS["tar-checkpoint"], base, depth) : undefined);
+        return r ?? "not a wrapper";
+      }
       case "mapfile":
       case "readarray": {
         // -C names code bash runs every -c lines (the callback, with an index and the line).
@@ -1097,28 +1134,42 @@ export class CommandPolicy {
     }
     const spec = GIT_COMMAND_OPTIONS[sub];
     if (spec === undefined) return undefined;
-    for (let k = 0; k < rest.length; k++) {
-      const v = rest[k];
+    return this.#optionCommands(cmd, rest, { ...spec, computedRefused: true }, `git ${sub}`, depth);
+  }
+
+  /**
+   * The commands named by options of `args` that `spec` lists (long `--opt=CMD`/`--opt CMD`, short
+   * `-oCMD`/`-o CMD` at the end of a cluster, `exact` two-letter ones like zip's `-TT CMD`), each
+   * checked as the script it is; `pick` takes the command out of a value that may hold one
+   * (ssh's `-o ProxyCommand=…`). With `computedRefused`, a computed argument is refused under an
+   * allowlist, since it could be such an option.
+   */
+  async #optionCommands(cmd: SimpleCommand, args: Array<string | undefined>, spec: CommandOptions, what: string, depth: number): Promise<Refusal | undefined> {
+    for (let k = 0; k < args.length; k++) {
+      const v = args[k];
       if (v === undefined) {
-        if (!this.#allowlist) continue;
-        return this.#refuse(cmd.text, "", "computed_at_run_time", `an argument of git ${sub} is computed at run time, and could be an option that runs a command, which an allowlist cannot check`);
+        if (!this.#allowlist || !spec.computedRefused) continue;
+        return this.#refuse(cmd.text, "", "computed_at_run_time", `an argument of ${what} is computed at run time, and could be an option that runs a command, which an allowlist cannot check`);
       }
       if (v === "--") break;
       let value: string | undefined;
       let found = false;
       for (const o of spec.long) {
         if (v.startsWith(`${o}=`)) [found, value] = [true, v.slice(o.length + 1)];
-        else if (v === o && !spec.attachedOnly) [found, value] = [true, rest[++k]];
+        else if (v === o && !spec.attachedOnly) [found, value] = [true, args[++k]];
       }
+      for (const o of spec.exact ?? []) if (v === o) [found, value] = [true, args[++k]];
       // A short option may end a cluster (`-ix CMD`) or carry its value attached (`-xCMD`, `-iOCMD`).
       for (const o of spec.short) {
-        const at = /^-[^-]/.test(v) ? v.indexOf(o[1]) : -1;
+        const at = /^-[^-]/.test(v) && !(spec.exact ?? []).includes(v) ? v.indexOf(o[1]) : -1;
         if (at < 0) continue;
         if (at + 1 < v.length) [found, value] = [true, v.slice(at + 1)];
-        else if (!spec.attachedOnly) [found, value] = [true, rest[++k]];
+        else if (!spec.attachedOnly) [found, value] = [true, args[++k]];
       }
       if (!found) continue;
-      const r = await this.#script(value, cmd, depth, `git ${sub}'s command`);
+      const script = value === undefined || spec.pick === undefined ? value : spec.pick(value);
+      if (script === null) continue;
+      const r = await this.#script(script, cmd, depth, `${what}'s command`);
       if (r) return r;
     }
     return undefined;
