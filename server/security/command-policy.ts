@@ -358,6 +358,8 @@ const PROGRAM_COMMAND_OPTIONS: Record<string, CommandOptions> = {
   rsync: { long: ["--rsh", "--rsync-path"], short: ["-e"] },
   zip: { long: ["--unzip-command"], short: [], exact: ["-TT"] },
   man: { long: ["--pager"], short: ["-P"] },
+  // ripgrep's preprocessor, run on every file it searches.
+  rg: { long: ["--pre"], short: [] },
   ssh: { long: [], short: ["-o"], pick: (v) => /^(proxycommand|localcommand|knownhostscommand)\s*[= ]\s*(.*)$/is.exec(v)?.[2] ?? null },
 };
 
@@ -961,27 +963,13 @@ export class CommandPolicy {
         if (r !== undefined) return r;
         return "not a wrapper";
       }
-      case "rg": {
-        // --pre names a program ripgrep runs on every file it searches.
-        for (let k = 0; k < a.length; k++) {
-          const v = a[k];
-          if (v === "--") break;
-          const value = v === "--pre" ? a[++k] : v?.startsWith("--pre=") ? v.slice(6) : null;
-          if (value === null) {
-            if (v === undefined && this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", "an argument of rg is computed at run time, and could name a preprocessor (--pre) an allowlist cannot check");
-            continue;
-          }
-          const r = await this.#simple({ name: value, args: [undefined], text: cmd.text, node: cmd.node }, depth + 1, functions);
-          if (r) return r;
-        }
-        return "not a wrapper";
-      }
       case "tar":
       case "sort":
       case "rsync":
       case "zip":
       case "man":
-      case "ssh": {
+      case "ssh":
+      case "rg": {
         const r =
           (await this.#optionCommands(cmd, a, PROGRAM_COMMAND_OPTIONS[base], base, depth)) ??
           (base === "tar" ? await this.#optionCommands(cmd, a, PROGRAM_COMMAND_OPTIONS["tar-checkpoint"], base, depth) : undefined);
@@ -1049,8 +1037,13 @@ export class CommandPolicy {
    * `-c core.fsmonitor=…`, `git config core.hooksPath …`): refused wherever rules limit what runs
    * (an allowlist, or a deny rule for git), since what git then runs is decided at run time.
    */
+  /** Whether rules limit git: an allowlist, or a deny rule naming git (`git push`). */
+  #limitsGit(): boolean {
+    return this.#allowlist || [...this.#serverDeny, ...this.#deny].some((r) => r.program.test("git"));
+  }
+
   #gitConfig(cmd: SimpleCommand): Refusal | undefined {
-    const limited = this.#allowlist || [...this.#serverDeny, ...this.#deny].some((r) => r.program.test("git"));
+    const limited = this.#limitsGit();
     if (!limited) return undefined;
     const a = cmd.args;
     const keys: Array<string | undefined> = [];
@@ -1061,7 +1054,7 @@ export class CommandPolicy {
       else if (v?.startsWith("-c") && v.length > 2) keys.push(v.slice(2).split("=")[0]);
       else if (v === "--config-env") keys.push(a[++i]?.split("=")[0]);
       else if (v?.startsWith("--config-env=")) keys.push(v.slice(13).split("=")[0]);
-      else if (v === "-C" || v === "--git-dir" || v === "--work-tree" || v === "--namespace") i++;
+      else if (v !== undefined && GIT_GLOBAL_VALUE.has(v)) i++;
       else if (v === undefined || !v.startsWith("-")) {
         sub = v;
         if (sub === "config") {
@@ -1120,7 +1113,7 @@ export class CommandPolicy {
       return this.#refuse(cmd.text, "", "computed_at_run_time", "git's subcommand is computed at run time, and some run commands an allowlist cannot check");
     }
     const rest = a.slice(i + 1);
-    const limited = this.#allowlist || [...this.#serverDeny, ...this.#deny].some((r) => r.program.test("git"));
+    const limited = this.#limitsGit();
     if ((sub === "init" || sub === "clone") && limited && rest.some((v) => v === "--template" || v?.startsWith("--template="))) {
       return this.#refuse(cmd.text, "--template", "computed_at_run_time", `'git ${sub} --template' copies hooks from a directory of the caller's choosing into the new repository, where git runs them`);
     }
