@@ -63,7 +63,8 @@ export type Reason =
   | "PATH_NOT_ASCII"
   | "BINARY_CONTENT"
   | "WORKSPACE_NOT_SHAREABLE"
-  | "EGRESS_DENIED";
+  | "EGRESS_DENIED"
+  | "ENFORCEMENT_UNAVAILABLE";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

@@ -39,6 +39,19 @@ export interface DiskMount {
   tmp: string;
   /** What the container sees as /var/tmp (mode 1777). */
   varTmp: string;
+  /** What the container sees as /dev/shm under an enforced allowlist (mode 1777; made only then). */
+  shm: string;
+}
+
+/** How a workspace's filesystem is mounted. */
+export interface DiskOptions {
+  /**
+   * Nothing on it may be executed: the kernel refuses an `execve` of its files and an executable
+   * mapping of them (a dynamic loader told to run one, a preloaded library), for the container
+   * (runc) and for the host side of gVisor's file access alike. For workspaces whose agent type
+   * has a command allowlist (executor/programs.ts).
+   */
+  noexec?: boolean;
 }
 
 /** Whether this host can give workspaces disk images, and why not. */
@@ -75,14 +88,14 @@ export class DiskImages {
   paths(id: string): { image: string; mount: DiskMount } {
     if (!/^[A-Za-z0-9_.-]+$/.test(id) || id.startsWith(".")) throw new Error(`not a workspace id: ${id}`);
     const dir = path.join(this.#dir, id);
-    return { image: `${dir}.img`, mount: { dir, workspace: path.join(dir, "workspace"), tmp: path.join(dir, "tmp"), varTmp: path.join(dir, "var-tmp") } };
+    return { image: `${dir}.img`, mount: { dir, workspace: path.join(dir, "workspace"), tmp: path.join(dir, "tmp"), varTmp: path.join(dir, "var-tmp"), shm: path.join(dir, "shm") } };
   }
 
   /**
    * Makes workspace `id`'s filesystem of `bytes` and mounts it, its workspace directory owned by
    * `owner`. Only after `probe` said ok. A failure leaves nothing behind.
    */
-  async create(id: string, bytes: number, owner: { uid: number; gid: number }): Promise<DiskMount> {
+  async create(id: string, bytes: number, owner: { uid: number; gid: number }, options: DiskOptions = {}): Promise<DiskMount> {
     const tools = await this.#ready();
     const { image, mount } = this.paths(id);
     await mkdir(this.#dir, { recursive: true, mode: 0o700 });
@@ -97,10 +110,10 @@ export class DiskImages {
       // -m 0: the whole limit is usable (no blocks reserved for root); lazy inode table and journal
       // initialisation and no discard keep mkfs at a few milliseconds for any size.
       await run(tools.mkfs, ["-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", image]);
-      await this.#mount(image, mount.dir);
+      await this.#mount(image, mount.dir, options);
       await mkdir(mount.workspace, { mode: 0o755 });
       await chown(mount.workspace, owner.uid, owner.gid);
-      for (const tmp of [mount.tmp, mount.varTmp]) {
+      for (const tmp of options.noexec ? [mount.tmp, mount.varTmp, mount.shm] : [mount.tmp, mount.varTmp]) {
         await mkdir(tmp);
         await chmod(tmp, 0o1777);
       }
@@ -115,7 +128,7 @@ export class DiskImages {
    * Mounts workspace `id`'s filesystem again if it is not mounted (the host restarted, or it was
    * unmounted by hand); a mounted one is left alone. Idempotent.
    */
-  async ensure(id: string): Promise<DiskMount> {
+  async ensure(id: string, options: DiskOptions = {}): Promise<DiskMount> {
     const { image, mount } = this.paths(id);
     if (await isMountPoint(mount.dir)) return mount;
     try {
@@ -126,7 +139,7 @@ export class DiskImages {
     try {
       // Still attached to a loop device (mounted elsewhere, say by Docker, but no longer here):
       // mount that device, never the image a second time (two devices on one ext4 corrupt it).
-      await this.#mount((await loopDeviceOf(image)) ?? image, mount.dir);
+      await this.#mount((await loopDeviceOf(image)) ?? image, mount.dir, options);
     } catch (err) {
       throw new DomainError("WORKSPACE_NOT_READY", "The workspace's disk could not be mounted", { cause: err });
     }
@@ -169,12 +182,13 @@ export class DiskImages {
   }
 
   /** Mounts an image file (through a new loop device) or a loop device at `dir`. */
-  async #mount(source: string, dir: string): Promise<void> {
+  async #mount(source: string, dir: string, options: DiskOptions): Promise<void> {
     const tools = await this.#ready();
     await mkdir(dir, { recursive: true, mode: 0o755 });
-    // nodev, nosuid: nothing on a workspace's disk is a device or gains privileges.
+    // nodev, nosuid: nothing on a workspace's disk is a device or gains privileges. Bind mounts of
+    // its directories (the container's /workspace, /tmp, …) keep these flags.
     const loop = source.startsWith("/dev/") ? "" : "loop,";
-    await run(tools.mount, ["-t", "ext4", "-o", `${loop}nodev,nosuid,noinit_itable`, source, dir]);
+    await run(tools.mount, ["-t", "ext4", "-o", `${loop}nodev,nosuid,${options.noexec ? "noexec," : ""}noinit_itable`, source, dir]);
   }
 }
 

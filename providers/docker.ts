@@ -28,7 +28,8 @@ import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
-import { DiskImages, type DiskMount } from "./disk-image.ts";
+import { DiskImages, type DiskMount, type DiskOptions } from "./disk-image.ts";
+import { PreparedImages } from "./prepared-images.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
@@ -122,15 +123,28 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
   const disks = options.diskDir === undefined ? undefined : new DiskImages(path.join(options.diskDir, options.name));
   let diskWarned = false;
   /** The image-backed filesystem of a new workspace, or undefined when disk limits cannot be enforced here. */
-  const makeDisk = async (id: string, bytes: number): Promise<DiskMount | undefined> => {
-    const support = disks ? await disks.probe() : { ok: false as const, reason: "no directory for disk images was configured" };
+  const diskSupport = async () => (disks ? await disks.probe() : { ok: false as const, reason: "no directory for disk images was configured" });
+  const makeDisk = async (id: string, bytes: number, diskOptions: DiskOptions): Promise<DiskMount | undefined> => {
+    const support = await diskSupport();
     if (!support.ok || !disks) {
       if (!diskWarned) options.log.warn("disk limits are not enforced on this provider", { provider: options.name, reason: support.ok ? "" : support.reason });
       diskWarned = true;
       return undefined;
     }
-    return disks.create(id, bytes, options.user);
+    return disks.create(id, bytes, options.user, diskOptions);
   };
+  /** Whether the runtime keeps bind mounts' noexec in the sandbox (gVisor needs the wrapper scripts/runsc-noexec). */
+  let noexecRuntime: boolean | undefined;
+  const runtimeKeepsNoexec = async (): Promise<boolean> => {
+    if (noexecRuntime === undefined) {
+      const info = (await docker.info().catch((err: unknown) => {
+        throw engineError(err, "ask the engine for its runtimes");
+      })) as { Runtimes?: Record<string, { path?: string }> };
+      noexecRuntime = path.basename(info.Runtimes?.[options.runtime ?? ""]?.path ?? "") === "agent-workspace-runsc";
+    }
+    return noexecRuntime;
+  };
+  const prepared = new PreparedImages(docker, options.executor, () => realpath(process.execPath), options.log);
   /**
    * The CPU limit given to Docker: at most the engine's CPU count, which Docker refuses to exceed
    * (so the default of 2 cores also works on a 1-core host). The count is asked once it is known.
@@ -149,7 +163,33 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
     name: options.name,
 
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {
-      const image = opts.image === "" ? options.image : opts.image;
+      const baseImage = opts.image === "" ? options.image : opts.image;
+      // An allowlist is enforced by the sandbox (executor/programs.ts): a prepared image, and
+      // writable filesystems the kernel will not execute from, which only a disk image gives.
+      const programs = opts.enforcement?.programs;
+      if (programs !== undefined) {
+        const support = await diskSupport();
+        const why = !support.ok
+          ? support.reason
+          : opts.limits.diskBytes <= 0
+            ? "the workspace has no disk limit, and only a workspace disk can be mounted noexec"
+            : isGvisor && !(await runtimeKeepsNoexec())
+              ? `the engine's ${options.runtime} runtime is not agent-workspace-runsc (scripts/setup-engines.sh), without which gVisor executes files from noexec mounts`
+              : "";
+        if (why !== "") {
+          throw new DomainError("ENFORCEMENT_UNAVAILABLE", `The ${options.name} provider cannot enforce the agent type's command allowlist here: ${why}`, {
+            metadata: { provider: options.name, why },
+          });
+        }
+      }
+      let image = baseImage;
+      if (programs !== undefined) {
+        try {
+          image = await prepared.imageFor(baseImage);
+        } catch (err) {
+          throw engineError(err, "prepare the workspace image for an allowlist");
+        }
+      }
       const network = opts.network === undefined ? options.network : opts.network === "none" ? "none" : options.egressNetwork;
       if (network === "") {
         throw new DomainError("INVALID_ARGUMENT", `The ${options.name} provider has no egress network on this server (AGENT_WORKSPACE_EGRESS_NETWORK)`, {
@@ -163,7 +203,12 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       const labels = { [LABELS.managed]: "true", [LABELS.workspace]: opts.id, [LABELS.provider]: options.name, [LABELS.instance]: options.instance };
       const volume = volumeName(opts.id);
       const nanoCpus = limits.cpus ? Math.round((await cpusOf(limits.cpus)) * 1e9) : undefined;
-      const disk = limits.diskBytes > 0 ? await makeDisk(opts.id, limits.diskBytes) : undefined;
+      const disk = limits.diskBytes > 0 ? await makeDisk(opts.id, limits.diskBytes, { noexec: programs !== undefined }) : undefined;
+      // What the executor enforces, fixed for the sandbox's life (executor/main.ts `--enforce`).
+      const fileRules = opts.enforcement?.fileRules;
+      const enforce = programs !== undefined || (fileRules && (fileRules.deny.length > 0 || fileRules.writeProtected.length > 0))
+        ? ["--enforce", Buffer.from(JSON.stringify({ ...(programs ? { programs } : {}), ...(fileRules ? { files: fileRules } : {}) })).toString("base64url")]
+        : [];
       const hostConfig: Docker.HostConfig = {
         // With a disk image, /workspace (the volume, bound to the image's directory), /tmp and
         // /var/tmp are that one filesystem, and nothing else is writable: the root filesystem is
@@ -174,6 +219,9 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             ? [
                 { Type: "bind" as const, Source: disk.tmp, Target: "/tmp" },
                 { Type: "bind" as const, Source: disk.varTmp, Target: "/var/tmp" },
+                // gVisor's own /dev/shm is memory in the sandbox, which maps executable whatever its
+                // mount says: under an allowlist it is the disk's, as noexec as the rest.
+                ...(programs !== undefined ? [{ Type: "bind" as const, Source: disk.shm, Target: "/dev/shm" }] : []),
               ]
             : []),
         ],
@@ -222,6 +270,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             String(options.user.uid),
             "--gid",
             String(options.user.gid),
+            ...enforce,
           ],
           Entrypoint: [],
           User: "0:0",
@@ -248,8 +297,9 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         createdAt: new Date(),
         labels: opts.labels,
         limits,
-        image,
-        state: { containerId: container.id, volume, ...(disk ? { disk: disk.dir } : {}) },
+        // The image asked for; a prepared one is derived from it (see the container for which).
+        image: baseImage,
+        state: { containerId: container.id, volume, ...(disk ? { disk: disk.dir } : {}), ...(programs !== undefined ? { noexec: "1" } : {}) },
       };
     },
 
@@ -412,7 +462,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
      * so the container starts on its own filesystem or not at all.
      */
     async open(record: WorkspaceRecord, openOptions?: OpenOptions): Promise<WorkspaceHandle> {
-      if (record.state.disk && disks) await disks.ensure(record.id);
+      if (record.state.disk && disks) await disks.ensure(record.id, { noexec: record.state.noexec === "1" });
       return provider.open(record, openOptions);
     },
   };

@@ -50,6 +50,7 @@ export function execRequest(spec: ExecSpec, root: string, proxyUrl?: string): Ex
     env: sandboxEnv(root, proxyUrl === undefined ? spec.env : { ...proxyEnv(proxyUrl), ...spec.env }),
     timeoutMs: spec.timeoutMs,
     killGraceMs: spec.killGraceMs ?? 5000,
+    ...(spec.programs?.length ? { programs: spec.programs } : {}),
   };
 }
 

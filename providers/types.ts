@@ -10,6 +10,8 @@ export type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome } from "./ex
 import type { DirEntry, FileStat, FoundFile, ReadOutcome } from "./executor/types.ts";
 import type { Duplex } from "node:stream";
 import type { FileRules } from "./executor/sensitive-files.ts";
+import type { ProgramRules } from "./executor/programs.ts";
+export type { ProgramRules } from "./executor/programs.ts";
 
 /**
  * Filesystem primitives of one workspace. Paths are workspace-relative and have passed the
@@ -69,6 +71,12 @@ export interface ExecSpec {
   killGraceMs?: number;
   /** Aborting kills the whole process tree at once. */
   signal?: AbortSignal;
+  /**
+   * Programs this run needs besides those the workspace's policy allows (names or paths): a tool's
+   * own program (git for the git tools, the grep tool's ripgrep). Where the sandbox enforces the
+   * policy's programs (executor/programs.ts), only these and the allowed ones can run.
+   */
+  programs?: string[];
   /**
    * A hint that the output is streamed and may be large: a provider may then read stdout
    * straight from the command's pipe (local: the executor hands the pipe over), which costs a
@@ -216,6 +224,13 @@ export interface CreateOptions {
    * network. The local provider isolates nothing and accepts every value.
    */
   network?: "none" | "egress";
+  /**
+   * What the sandbox itself enforces for the workspace's agent type (container providers; the
+   * others isolate nothing and ignore it): `programs`, an allowlist's programs, makes every other
+   * program unrunnable and the writable filesystems noexec; `fileRules` are the agent type's
+   * sensitive-file patterns, whose matches the sandbox seals (the server's always apply).
+   */
+  enforcement?: { programs?: ProgramRules; fileRules?: FileRules };
 }
 
 /** Where providers report lifecycle events and what their executors say on stderr (the server's logger fits). */

@@ -7,7 +7,9 @@
 #      (plus gcc and libc6-dev, which build-base-image.sh needs for its small
 #      statx shim), only when one of them is missing (one `apt-get update`).
 #   2. Registers gVisor with Docker in /etc/docker/daemon.json as the runtime
-#      "runsc" (merged into an existing file, other keys kept). runtimeArgs:
+#      "runsc" (merged into an existing file, other keys kept), through the
+#      wrapper scripts/runsc-noexec installed as /usr/local/sbin/agent-workspace-runsc
+#      (it keeps a bind mount's noexec inside the sandbox; see the script). runtimeArgs:
 #        --network=none  gVisor's own netstack is not wanted: workspaces have no
 #                        network, and with it runsc does not need to touch the
 #                        host network at all.
@@ -34,7 +36,11 @@ DAEMON_JSON=/etc/docker/daemon.json
 DOCKER_SOCK=/var/run/docker.sock
 DOCKERD_LOG=/var/log/dockerd.log
 DOCKERD_PIDFILE=/var/run/docker.pid
-RUNSC_PATH=/usr/bin/runsc
+RUNSC_BIN=/usr/bin/runsc
+# Docker's "runsc" runtime is runsc behind agent-workspace's wrapper (scripts/runsc-noexec): it
+# keeps a bind mount's noexec inside the sandbox, which workspaces under an allowlist rely on.
+RUNSC_PATH=/usr/local/sbin/agent-workspace-runsc
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 WAIT_SECS=60
 
 say() { printf 'setup-engines: %s\n' "$*"; }
@@ -205,8 +211,21 @@ check_disk_images() {
   say "disk images: ok (loop devices, mkfs.ext4, mount -o loop)"
 }
 
+# --- 2b. the runsc wrapper -----------------------------------------------------
+install_runsc_wrapper() {
+  [ -x "$RUNSC_BIN" ] || die "$RUNSC_BIN is missing (Debian package runsc)"
+  if ! cmp -s "$HERE/runsc-noexec" "$RUNSC_PATH"; then
+    install -m 0755 "$HERE/runsc-noexec" "$RUNSC_PATH.tmp"
+    mv -f "$RUNSC_PATH.tmp" "$RUNSC_PATH"
+    say "runsc wrapper: installed $RUNSC_PATH"
+  else
+    say "runsc wrapper: current ($RUNSC_PATH)"
+  fi
+}
+
 # --- main --------------------------------------------------------------------
 install_packages
+install_runsc_wrapper
 
 json_state=$(merge_daemon_json)
 say "daemon.json: $json_state ($DAEMON_JSON)"
@@ -245,6 +264,6 @@ cgroup=$(timeout 10 "$DOCKER" info --format '{{.CgroupDriver}} v{{.CgroupVersion
 server=$(timeout 10 "$DOCKER" version --format '{{.Server.Version}}' 2>/dev/null || echo '?')
 say "docker: server $server, storage driver $driver, cgroup $cgroup"
 say "runtimes: $(timeout 10 "$DOCKER" info --format '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null)"
-say "runsc: $("$RUNSC_PATH" --version 2>/dev/null | sed -n 1p)"
+say "runsc: $("$RUNSC_BIN" --version 2>/dev/null | sed -n 1p) (through $RUNSC_PATH)"
 say "ripgrep: $(rg --version 2>/dev/null | sed -n 1p)"
 say "ok"

@@ -9,7 +9,7 @@ import path from "node:path";
 import { createCredentialProvider } from "./git/credentials.ts";
 import { canonicalRoots } from "./mounts/host-mounts.ts";
 import { Pusher } from "./git/push.ts";
-import type { GitContext } from "./tools/context.ts";
+import type { CommandPolicyOf, GitContext } from "./tools/context.ts";
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { SpanExporter } from "@opentelemetry/sdk-trace-base";
@@ -79,6 +79,11 @@ export interface AppOverrides {
   policy?: Readonly<Record<string, Allowed>>;
   /** More span exporters for the audit trail (tests: the SDK's in-memory exporter). */
   spanExporters?: SpanExporter[];
+  /**
+   * The command policy of a workspace instead of the parser's (tests switch the parser off to show
+   * what the sandbox refuses on its own). Not reachable from settings or the network.
+   */
+  commandPolicy?: CommandPolicyOf;
 }
 
 /** Builds the application from settings. */
@@ -171,6 +176,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     toolLimits: settings.toolLimits,
     logger,
     audit,
+    ...(overrides.commandPolicy ? { commandPolicy: overrides.commandPolicy } : {}),
   });
   const pools = new WarmPools({
     workspaces,
@@ -251,7 +257,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     router.service(AuditService, createAuditService(audit, store.audit));
     router.service(ConfigService, createConfigService(agentTypes));
     router.service(WorkspaceService, createWorkspaceService(workspaces, sessions));
-    router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits, git: gitContext }));
+    router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits, git: gitContext, ...(overrides.commandPolicy ? { commandPolicy: overrides.commandPolicy } : {}) }));
     registerHealth(router, health);
     // Besides the services' own files: the tool option, and the error detail every error carries,
     // so reflection clients (buf curl, grpcurl) decode error details without local protos.

@@ -71,4 +71,5 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   BINARY_CONTENT: { code: Code.InvalidArgument, reason: ErrorReason.BINARY_CONTENT },
   WORKSPACE_NOT_SHAREABLE: { code: Code.FailedPrecondition, reason: ErrorReason.WORKSPACE_NOT_SHAREABLE },
   EGRESS_DENIED: { code: Code.PermissionDenied, reason: ErrorReason.EGRESS_DENIED },
+  ENFORCEMENT_UNAVAILABLE: { code: Code.FailedPrecondition, reason: ErrorReason.ENFORCEMENT_UNAVAILABLE },
 };

@@ -11,6 +11,7 @@ import type { Egress } from "./egress/egress.ts";
 import type { Logger } from "./logger.ts";
 import type { WorkspaceStore } from "./store/store.ts";
 import { type LimitStrings, resolveLimits } from "./workspace-limits.ts";
+import { programRules } from "./security/program-rules.ts";
 import { copyMounts, type HostMount, type MountSettings, mountFromProto, planMounts } from "./mounts/host-mounts.ts";
 
 /** What CreateWorkspace asks for. Empty fields take the agent type's values, then the server's. */
@@ -203,7 +204,8 @@ export class WorkspaceManager {
     status("creating", plan.providers[0] ?? "");
     let record: WorkspaceRecord | undefined;
     try {
-      const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network });
+      const enforcement = plan.binding ? { programs: programRules(plan.binding.commandPolicy), fileRules: plan.binding.sensitiveFiles } : undefined;
+      const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network, ...(enforcement ? { enforcement } : {}) });
       record = { ...made, ...(plan.binding ? { agentType: plan.binding } : {}), ...(req.session ? { session: req.session } : {}), ...(req.pool ? { pool: req.pool } : {}) };
       await this.#options.store.put(record);
       // The agent type may have been deleted while the sandbox was being made (its delete found

@@ -29,6 +29,7 @@ import { Jail, WORKSPACE_ROOT } from "./jail.ts";
 import { JailedFs, type PendingWrite } from "./jailed-fs.ts";
 import { type FileRules, guardFor } from "./sensitive-files.ts";
 import { type LaunchSpec, runProcess } from "./process-runner.ts";
+import { loadManifest, type ProgramRules, ProgramSet } from "./programs.ts";
 import { type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
 import { Tunnels } from "./tunnels.ts";
 import type { ExecEvent } from "./types.ts";
@@ -42,6 +43,11 @@ const { values: args } = parseArgs({
     sandbox: { type: "boolean" },
     uid: { type: "string" },
     gid: { type: "string" },
+    /**
+     * What this sandbox enforces for its workspace's agent type, fixed when the sandbox was made:
+     * base64url JSON `{ programs?: ProgramRules, files?: FileRules }` (programs.ts, seal.ts).
+     */
+    enforce: { type: "string" },
   },
   strict: true,
 });
@@ -75,6 +81,30 @@ const identity = (() => {
     }
   };
   return { user: { uid, gid }, privileged };
+})();
+
+/** The sandbox's enforcement (see the `enforce` argument); empty outside a sandbox. */
+const enforcement = ((): { programs?: ProgramRules; files?: FileRules } => {
+  if (args.enforce === undefined) return {};
+  const parsed = JSON.parse(Buffer.from(args.enforce, "base64url").toString("utf8")) as { programs?: ProgramRules; files?: FileRules };
+  const strings = (v: unknown) => Array.isArray(v) && v.every((x) => typeof x === "string");
+  if (parsed.programs !== undefined && !(strings(parsed.programs.allow) && strings(parsed.programs.deny))) throw new Error("--enforce: malformed programs");
+  if (parsed.files !== undefined && !(strings(parsed.files.deny) && strings(parsed.files.writeProtected))) throw new Error("--enforce: malformed files");
+  return parsed;
+})();
+
+/**
+ * The programs this sandbox's commands may run, when its policy is an allowlist. A sandbox told
+ * to enforce one that cannot (no manifest: the image was not prepared) runs no command at all.
+ */
+const programs = ((): { set: ProgramSet } | { error: string } | undefined => {
+  if (enforcement.programs === undefined) return undefined;
+  if (!SANDBOX || identity.user === undefined) return { error: "programs can be enforced only in a sandbox whose commands run as another user" };
+  try {
+    return { set: new ProgramSet(loadManifest(), enforcement.programs) };
+  } catch (err) {
+    return { error: `the sandbox's image was not prepared for an allowlist (${err instanceof Error ? err.message : String(err)})` };
+  }
 })();
 
 /** Jailed file operations per workspace root (one, /workspace, in a sandbox). */
@@ -212,7 +242,9 @@ function isZombie(pid: string): boolean {
  * a fresh marker descriptor, the sandbox identity. Both descriptors are closed right after the
  * spawn (the child holds its own), or by `release` if nothing was spawned.
  */
-function launchSpec(root: string, cwd: string, env: Record<string, string>): LaunchSpec & { release(): void } {
+function launchSpec(root: string, cwd: string, env: Record<string, string>, extraPrograms: string[] = []): LaunchSpec & { release(): void } {
+  if (programs !== undefined && "error" in programs) throw new Fault("WORKSPACE_NOT_READY", `No command can run: ${programs.error}`);
+  const groups = programs?.set ? { setpriv: programs.set.setpriv, gids: programs.set.groups(extraPrograms) } : undefined;
   const dirFd = fsFor(root, undefined).openDirectory(cwd);
   let open = true;
   let marker: { fd: number; link: string } | undefined;
@@ -233,7 +265,7 @@ function launchSpec(root: string, cwd: string, env: Record<string, string>): Lau
     closeSync(dirFd);
     if (marker !== undefined) closeSync(marker.fd);
   };
-  return { cwd: `/proc/self/fd/${dirFd}`, env, user: identity.user, privileged: identity.privileged, marker, onSpawn: release, release };
+  return { cwd: `/proc/self/fd/${dirFd}`, env, user: identity.user, privileged: identity.privileged, groups, marker, onSpawn: release, release };
 }
 let markers = 0;
 
@@ -256,7 +288,7 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
   try {
     const token = req.stdoutToken;
     if (token !== undefined && process.send === undefined) throw new Fault("INVALID_ARGUMENT", "this executor has no channel to pass a command's stdout on");
-    const spec = launchSpec(req.root, req.cwd, req.env);
+    const spec = launchSpec(req.root, req.cwd, req.env, req.programs);
     let events: AsyncGenerator<ExecEvent>;
     try {
       events = runProcess({

@@ -45,6 +45,12 @@ export interface LaunchSpec {
   user?: { uid: number; gid: number };
   /** Runs the spawn with the privilege to change identity (see main.ts); identity otherwise. */
   privileged?: <T>(fn: () => T) => T;
+  /**
+   * Starts the process through setpriv (at this path) as `user` with these supplementary groups,
+   * which decide the programs it may run (programs.ts). Without it the spawn itself switches to
+   * `user`, with no supplementary groups.
+   */
+  groups?: { setpriv: string; gids: number[] };
   /** Called right after the spawn, when the working directory's descriptor may be closed. */
   onSpawn?: () => void;
   /**
@@ -92,14 +98,22 @@ interface Launched {
 /** Spawns `argv` as described, stdin /dev/null, in a process group of its own. */
 function launch(argv: string[], spec: LaunchSpec): Launched {
   const marker = randomUUID();
+  // The spawn's own identity switch clears supplementary groups, so groups go through setpriv: the
+  // child starts as root in the privileged window and setpriv leaves it as the user, its groups
+  // set, no capability left, before it runs the command (same pid, same marks).
+  const via = spec.user && spec.groups ? spec.groups : undefined;
+  const file = via ? via.setpriv : argv[0];
+  const args = via && spec.user
+    ? ["--reuid", String(spec.user.uid), "--regid", String(spec.user.gid), "--groups", [spec.user.gid, ...via.gids].join(","), "--inh-caps=-all", "--", ...argv]
+    : argv.slice(1);
   const go = () =>
-    spawn(argv[0], argv.slice(1), {
+    spawn(file, args, {
       cwd: spec.cwd,
       env: { ...spec.env, [EXEC_MARKER_VAR]: marker },
       detached: true,
       stdio: ["ignore", "pipe", "pipe", ...(spec.marker ? [spec.marker.fd] : [])],
-      uid: spec.user?.uid,
-      gid: spec.user?.gid,
+      uid: via ? undefined : spec.user?.uid,
+      gid: via ? undefined : spec.user?.gid,
     });
   try {
     return { child: (spec.privileged ? spec.privileged(go) : go()) as Child, marker, markerLink: spec.marker?.link };

@@ -114,6 +114,8 @@ export interface ExecRequest {
   env: Record<string, string>;
   timeoutMs: number;
   killGraceMs: number;
+  /** Programs the run needs besides the workspace's allowed ones (a tool's own; see ExecSpec.programs). */
+  programs?: string[];
   /**
    * Hand the command's stdout to the server instead of streaming it in STDOUT frames (local
    * executor only, which has an IPC channel to the server): right after the spawn the executor

@@ -30,7 +30,7 @@ import type { FileRules } from "../../providers/executor/sensitive-files.ts";
 import { type PushResult, remainingMs, type ToolContext } from "../tools/context.ts";
 import type { CredentialProvider } from "./credentials.ts";
 import { type GitRun, hostGit, hostGitEnv, lastLine, redactor } from "./host-git.ts";
-import { gitArgv, gitMessage, gitToolEnv, runGit } from "./sandbox-git.ts";
+import { GIT_PROGRAMS, gitArgv, gitMessage, gitToolEnv, runGit } from "./sandbox-git.ts";
 
 /** Where a mirror keeps the repository's default branch as last fetched. */
 const REMOTE_HEAD = "refs/agent-workspace/remote-head";
@@ -247,7 +247,7 @@ export class Pusher {
     const signal = AbortSignal.any([stop, kill.signal]);
     try {
       const argv = gitArgv(["bundle", "create", "--quiet", "-", ...revs]);
-      for await (const ev of ctx.workspace.exec({ argv, cwd: "", env: gitToolEnv(), timeoutMs: this.#s.timeoutMs, signal, directStdout: true })) {
+      for await (const ev of ctx.workspace.exec({ argv, cwd: "", env: gitToolEnv(), timeoutMs: this.#s.timeoutMs, signal, directStdout: true, programs: GIT_PROGRAMS })) {
         if (ev.type === "stdout") {
           bytes += ev.data.length;
           if (bytes > this.#s.maxBytes) {

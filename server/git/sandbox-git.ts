@@ -62,6 +62,9 @@ export function gitToolEnv(extra: Record<string, string> = {}): Record<string, s
   return env;
 }
 
+/** What the git tools' exec may run besides the agent type's programs: git, however the allowlist reads. */
+export const GIT_PROGRAMS = ["git"];
+
 /** The argv that runs `git args…` (at the workspace root, where the tools' exec starts it). */
 export function gitArgv(args: string[]): string[] {
   return ["git", ...args];
@@ -104,7 +107,7 @@ export async function runGit(ctx: ToolContext, args: string[], options: GitRunOp
   let total = 0;
   let stderr = "";
   let exit: { exitCode: number; timedOut: boolean; spawnError?: string } | undefined;
-  for await (const ev of ctx.workspace.exec({ argv: gitArgv(args), cwd: "", env: gitToolEnv(options.env), timeoutMs, signal: ctx.signal })) {
+  for await (const ev of ctx.workspace.exec({ argv: gitArgv(args), cwd: "", env: gitToolEnv(options.env), timeoutMs, signal: ctx.signal, programs: GIT_PROGRAMS })) {
     if (ev.type === "stdout") {
       total += ev.data.length;
       if (kept < maxStdout) {

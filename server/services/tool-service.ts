@@ -24,7 +24,7 @@ import type { EntryType } from "../../providers/types.ts";
 import type { Change } from "../git/porcelain.ts";
 import type { GitDiffSet } from "../tools/git.ts";
 import type { BashInput, BashStreamEvent } from "../tools/bash.ts";
-import type { GitContext, ToolContext } from "../tools/context.ts";
+import type { CommandPolicyOf, GitContext, ToolContext } from "../tools/context.ts";
 import type { GrepEvent, GrepInput } from "../tools/grep.ts";
 import { TOOL_REGISTRY } from "../tools/registry.ts";
 import type { ToolLimits } from "../tools/tool-limits.ts";
@@ -57,6 +57,8 @@ export interface ToolServiceDeps {
   limits: ToolLimits;
   /** The git tools' context for a workspace (its identity, file rules and push path). */
   git: (workspaceId: string) => GitContext;
+  /** The command policy of a workspace's agent type (default: the parser's, commandPolicyOf). */
+  commandPolicy?: CommandPolicyOf;
 }
 
 /**
@@ -123,7 +125,7 @@ function grepEvent(ev: GrepEvent) {
 }
 
 /** Creates the ToolService implementation. */
-export function createToolService({ workspaces, limits, git }: ToolServiceDeps): ServiceImpl<typeof ToolService> {
+export function createToolService({ workspaces, limits, git, commandPolicy = commandPolicyOf }: ToolServiceDeps): ServiceImpl<typeof ToolService> {
   /** The server's tool limits, with the command timeouts of the workspace's agent type. */
   const limitsOf = (workspaceId: string): ToolLimits => {
     const binding = workspaces.find(workspaceId)?.agentType;
@@ -139,7 +141,7 @@ export function createToolService({ workspaces, limits, git }: ToolServiceDeps):
     return {
       workspace,
       limits: limitsOf(workspaceId),
-      commands: commandPolicyOf(record?.agentType),
+      commands: commandPolicy(record?.agentType),
       signal: cancelOnly(hctx.signal),
       deadline: left === undefined ? undefined : Date.now() + left,
       ...(task ? { env: taskEnv(task) } : {}),

@@ -19,6 +19,7 @@ import type { WorkspaceConfig } from "../../gen/agentworkspace/v1/config_pb.js";
 import { DEFAULT_SETUP_TIMEOUT_MS } from "../agent-types/validate.ts";
 import type { Logger } from "../logger.ts";
 import { commandPolicyOf } from "../security/command-policy.ts";
+import type { CommandPolicyOf } from "../tools/context.ts";
 import { TOOL_REGISTRY } from "../tools/registry.ts";
 import type { AuditTrail } from "../audit/audit-trail.ts";
 import type { ToolLimits } from "../tools/tool-limits.ts";
@@ -73,6 +74,8 @@ export interface ProvisionerOptions {
   logger: Logger;
   /** The audit trail, which records every setup command. */
   audit?: Pick<AuditTrail, "beginInternal">;
+  /** The command policy of a workspace's agent type (default: the parser's, commandPolicyOf). */
+  commandPolicy?: CommandPolicyOf;
 }
 
 const messageOf = (err: unknown) => (err instanceof Error ? err.message : String(err));
@@ -177,7 +180,7 @@ export class Provisioner {
     const workspace = await this.#o.workspaces.handle(workspaceId);
     const limits = { ...this.#o.toolLimits, defaultTimeoutMs: timeoutMs, maxTimeoutMs: timeoutMs };
     // Setup commands pass the same command policy as the agent's own.
-    const policy = commandPolicyOf(this.#o.workspaces.find(workspaceId)?.agentType);
+    const policy = (this.#o.commandPolicy ?? commandPolicyOf)(this.#o.workspaces.find(workspaceId)?.agentType);
     for (const [index, command] of commands.entries()) {
       const began = Date.now();
       emit({ type: "stage_started", stage: "setup_command", detail: command, index });

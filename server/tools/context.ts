@@ -3,10 +3,9 @@
  * `(ctx, input) → AsyncIterable<event>`, registered by tool name in registry.ts; the service
  * builds the context once per call. Later steps add the caller (principal) and the session here.
  */
-import type { WorkspaceHandle } from "../../providers/types.ts";
+import type { AgentTypeBinding, WorkspaceHandle } from "../../providers/types.ts";
 import type { FileRules } from "../../providers/executor/sensitive-files.ts";
 import type { BotIdentity } from "../git/credentials.ts";
-import type { CommandPolicy } from "../security/command-policy.ts";
 import type { ToolLimits } from "./tool-limits.ts";
 
 /** The context of one tool call. */
@@ -15,7 +14,7 @@ export interface ToolContext {
   workspace: WorkspaceHandle;
   limits: ToolLimits;
   /** The workspace's command policy: bash checks every script against it before anything runs. */
-  commands: CommandPolicy;
+  commands: CommandCheck;
   /**
    * Aborted when the caller cancels, goes away, or the server shuts down: stop at once (a command
    * gets SIGKILL). Not aborted by the protocol deadline, which `deadline` carries instead.
@@ -35,6 +34,15 @@ export interface ToolContext {
   /** What the git tools need besides the workspace (absent for setup commands, which run bash only). */
   git?: GitContext;
 }
+
+/** What the bash tool asks of a command policy (security/command-policy.ts). */
+export interface CommandCheck {
+  /** Resolves when `script` may run; throws COMMAND_NOT_ALLOWED otherwise. */
+  enforce(script: string, env?: Record<string, string>, workdir?: string): Promise<void>;
+}
+
+/** The command policy of a workspace made for `binding` (none: made without an agent type). */
+export type CommandPolicyOf = (binding: AgentTypeBinding | undefined) => CommandCheck;
 
 /** What a push did. */
 export interface PushResult {

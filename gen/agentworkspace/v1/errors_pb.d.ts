@@ -598,6 +598,15 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_EGRESS_DENIED = 57;
    */
   EGRESS_DENIED = 57,
+
+  /**
+   * The provider cannot make its sandbox enforce what the workspace's agent type requires (a
+   * command allowlist needs workspace disk images, which this host cannot mount). Metadata
+   * "provider" and "why". Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_ENFORCEMENT_UNAVAILABLE = 58;
+   */
+  ENFORCEMENT_UNAVAILABLE = 58,
 }
 
 /**
