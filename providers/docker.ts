@@ -357,6 +357,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         id: record.id,
         fs,
         ripgrepPath: `${MOUNT}/bin/rg`,
+        seal: () => fs.seal(),
         exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
           return (async function* () {
             const c = await connect();

@@ -16,6 +16,11 @@ export class ExecutorFs implements WorkspaceFs {
   /** Added sensitive-file rules, sent with each operation (the executor compiles them once). */
   readonly #rules: { rules: FileRules } | undefined;
 
+  /** Seals the workspace's sensitive files (executor/seal.ts); see WorkspaceHandle.seal. */
+  async seal(): Promise<{ sealed: number }> {
+    return (await this.#connect()).op<{ sealed: number }>({ root: this.#root, ...this.#rules, op: "seal", rel: "" });
+  }
+
   constructor(connect: () => Promise<SandboxConnection>, root: string, rules?: FileRules) {
     this.#connect = connect;
     this.#root = root;

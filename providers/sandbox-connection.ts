@@ -51,6 +51,7 @@ export function execRequest(spec: ExecSpec, root: string, proxyUrl?: string): Ex
     timeoutMs: spec.timeoutMs,
     killGraceMs: spec.killGraceMs ?? 5000,
     ...(spec.programs?.length ? { programs: spec.programs } : {}),
+    ...(spec.sweep === false ? { sweep: false as const } : {}),
   };
 }
 

@@ -78,6 +78,12 @@ export interface ExecSpec {
    */
   programs?: string[];
   /**
+   * False for the server's own runs that leave no secret behind or seal what they placed
+   * themselves (a clone, the git tools, grep): the sandbox then skips its sweep of never-read files
+   * after the run (executor/seal.ts), which every other command gets.
+   */
+  sweep?: false;
+  /**
    * A hint that the output is streamed and may be large: a provider may then read stdout
    * straight from the command's pipe (local: the executor hands the pipe over), which costs a
    * little more to start and nothing per byte. The events are the same either way.
@@ -204,6 +210,12 @@ export interface WorkspaceHandle {
    * PROCESSES_UNSUPPORTED, and tools that can do without a process (grep) work in the server.
    */
   readonly processes?: false;
+  /**
+   * Seals the workspace's sensitive files where the sandbox can (executor/seal.ts): called after
+   * the server put files in place (a clone, a checkout, host mounts, setup commands). Absent where
+   * nothing isolates commands from the server's user (local) or no command runs (memory).
+   */
+  seal?(): Promise<{ sealed: number }>;
   /** Current state of the sandbox. */
   health(): Promise<{ status: "ready" | "stopped" | "failed"; message: string }>;
   /** Releases server-side resources (connections) without destroying the workspace. */

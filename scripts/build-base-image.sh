@@ -8,7 +8,10 @@
 #   - user `agent` (uid 1000, gid 1000, home /home/agent, shell bash),
 #   - /workspace owned by 1000:1000 (the image's WORKDIR),
 #   - PATH set, apt caches, package lists and docs removed,
-#   - /usr/local/lib/aw-statx-compat.so in /etc/ld.so.preload (see below).
+#   - /usr/local/lib/aw-statx-compat.so in /etc/ld.so.preload (see below),
+#   - /usr/local/lib/aw-git-harden.so in /etc/ld.so.preload: git's hooks and
+#     command-running configuration off for every git in the workspace, by
+#     configuration nothing in the sandbox can undo (scripts/git-harden.c).
 #
 # Why the statx shim: Debian bookworm's gVisor (runsc 0.0~20221219) answers
 # statx(2) with EINVAL whenever AT_NO_AUTOMOUNT is in the flags, and
@@ -36,7 +39,7 @@ SUITE=bookworm
 INCLUDE=bash,coreutils,git,ripgrep,ca-certificates,procps,curl
 IMG_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # Bump when the image's contents change, so existing images get rebuilt.
-BASE_VERSION=3
+BASE_VERSION=4
 VERSION_LABEL=org.agent-workspace.base-version
 
 say() { printf 'build-base-image: %s\n' "$*"; }
@@ -172,8 +175,13 @@ int statx(int dirfd, const char *path, int flags, unsigned int mask, struct stat
 C
 gcc -shared -fPIC -O2 -Wall -Werror -o "$ROOT/usr/local/lib/aw-statx-compat.so" "$WORK/aw-statx-compat.c"
 chmod 0644 "$ROOT/usr/local/lib/aw-statx-compat.so"
-echo /usr/local/lib/aw-statx-compat.so >"$ROOT/etc/ld.so.preload"
-chroot "$ROOT" /bin/true || die "rootfs broken after installing the statx shim"
+gcc -shared -fPIC -O2 -Wall -Werror -o "$ROOT/usr/local/lib/aw-git-harden.so" "$(dirname "${BASH_SOURCE[0]}")/git-harden.c"
+chmod 0644 "$ROOT/usr/local/lib/aw-git-harden.so"
+printf '%s\n' /usr/local/lib/aw-statx-compat.so /usr/local/lib/aw-git-harden.so >"$ROOT/etc/ld.so.preload"
+chroot "$ROOT" /bin/true || die "rootfs broken after installing the preloaded libraries"
+# git must run hardened: a hook in a fresh repository does not run.
+chroot "$ROOT" /bin/bash -c 'cd /tmp && git init -q h && printf "#!/bin/sh\ntouch /tmp/HOOKED\n" > h/.git/hooks/pre-commit && chmod +x h/.git/hooks/pre-commit && cd h && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m x && ! test -e /tmp/HOOKED && rm -rf /tmp/h' || die "git is not hardened in the rootfs"
+chroot "$ROOT" /bin/bash -c 'cd /tmp && git init -q h2 && cd h2 && [ "$(git config core.hooksPath)" = /dev/null ] && rm -rf /tmp/h2' || die "git does not see the forced configuration"
 
 # Clean caches and host-specific leftovers.
 chroot "$ROOT" apt-get clean

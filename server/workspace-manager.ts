@@ -215,6 +215,7 @@ export class WorkspaceManager {
       const handle = await this.handle(id);
       if (mountPlans.length > 0) {
         record = { ...record, mounts: await copyMounts(handle, mountPlans, plan.binding?.sensitiveFiles) };
+        await handle.seal?.();
         await this.#options.store.put(record);
         this.#records.set(id, record);
       }

@@ -74,16 +74,14 @@ const ATTACKS: Array<{ name: string; marker: string; script: string }> = [
   { name: "tar --checkpoint-action, abbreviated", marker: "M_ckpt", script: "echo x > g && tar --checkpoint=1 --checkpoint-act=exec='touch M_ckpt' -cf b.tar g" },
   // rg runs its preprocessor on each file it searches; the marker is made only when `id` ran.
   { name: "RIPGREP_CONFIG_PATH with --pre", marker: "M_rg", script: "printf -- '--pre=/usr/bin/id\\n' > rgrc && mkdir -p rgd && echo uid > rgd/agent && cd rgd && RIPGREP_CONFIG_PATH=$PWD/../rgrc rg uid= agent > ../rg.out; cd ..; grep -q 'uid=' rg.out && : > M_rg" },
+  // What git's hardening (git-hardening.test.ts) cannot switch off, the kernel bounds: a
+  // repository's diff driver and an alias that runs a shell command.
   {
-    name: "a git hook unpacked into .git/hooks, run by git commit",
-    marker: "M_hook",
-    script: [
-      "git init -q h && cd h && git config user.email a@b.c && git config user.name a",
-      "printf '#!/bin/sh\\ntouch /workspace/M_hook\\n' > pre-commit && tar --mode=755 -cf ../hook.tar pre-commit && rm -f pre-commit 2>/dev/null; tar -xf ../hook.tar -C .git/hooks",
-      "git commit -q --allow-empty -m x",
-    ].join("\n"),
+    name: "a textconv driver named in .gitattributes, run by git diff",
+    marker: "M_textconv",
+    script: "git init -q tc && cd tc && echo a > f && git add f && git -c user.email=a@b.c -c user.name=a commit -qm x && echo b > f && echo '* diff=evil' > .gitattributes && git config diff.evil.textconv 'touch /workspace/M_textconv; cat' && git diff > /dev/null",
   },
-  { name: "git config core.fsmonitor", marker: "M_fsmon", script: "git init -q fsm && cd fsm && git -c core.fsmonitor='touch /workspace/M_fsmon; false' status >/dev/null" },
+  { name: "a git alias running a shell command", marker: "M_alias", script: "git init -q al && cd al && git -c alias.pwn='!touch /workspace/M_alias' pwn" },
   { name: "the dynamic loader running a program", marker: "M_ldso", script: "/lib64/ld-linux-x86-64.so.2 /usr/bin/touch M_ldso" },
   { name: "the server's Node binary", marker: "M_node", script: "/opt/agent-workspace/node -e \"require('fs').writeFileSync('M_node', '')\"" },
 ];
@@ -122,6 +120,9 @@ for (const provider of ["docker", "gvisor"] as const) {
     t.true(grep.matches.some((m) => m.path === "found.txt"), JSON.stringify(grep.matches));
     const id = await bash(t, kernel, "id -u; echo $?");
     t.notRegex(id.stdout, /^1000$/m, "id is not on the list");
+    // Variables glibc would obey for setpriv (which starts as root) still reach the command itself.
+    const env = await t.context.server.clients.grpc.tools.bash({ workspaceId: kernel, command: 'echo "$TMPDIR $TZDIR"', env: { TMPDIR: "/workspace/tmpx", TZDIR: "/workspace/zones" } });
+    t.is(env.stdout, "/workspace/tmpx /workspace/zones\n", env.stderr);
   });
 
   for (const attack of ATTACKS) {

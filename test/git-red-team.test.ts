@@ -359,6 +359,11 @@ interface Trick {
   arm: (a: TrickArena) => Promise<void>;
   /** Proves the trick is live for the agent's own git (the markers appear, the URL resolves to the decoy); it leaves markers behind. */
   control: (a: TrickArena) => Promise<void>;
+  /**
+   * Markers that the hardening of every git in a container (scripts/git-harden.c) keeps the
+   * agent's own git from making there: its control then shows the rest only (local, all of them).
+   */
+  hardened?: string[];
 }
 
 /** A command (for a shell) that creates the marker `m`, accepting any arguments git appends. */
@@ -409,24 +414,28 @@ const TRICKS: Trick[] = [
   {
     name: "credential.helper running a command",
     markers: ["credential-helper"],
+    hardened: ["credential-helper"],
     arm: (a) => a.sh(`git config credential.helper ${q(`!${touching(a.mark("credential-helper"))}`)}`).then(() => undefined),
     control: (a) => a.sh(own(`sh -c "printf 'protocol=http\\nhost=127.0.0.1\\n\\n' | GIT_TERMINAL_PROMPT=0 git credential fill"; true`)).then(() => undefined),
   },
   {
     name: "core.sshCommand with an ssh push URL",
     markers: ["ssh-command"],
+    hardened: ["ssh-command"],
     arm: (a) => a.sh(`git config core.sshCommand ${q(touching(a.mark("ssh-command")))} && git config remote.origin.pushurl ssh://git@127.0.0.1:1/evil.git`).then(() => undefined),
     control: (a) => a.sh(own("git ls-remote ssh://git@127.0.0.1:1/evil.git; true")).then(() => undefined),
   },
   {
     name: "core.fsmonitor running a command",
     markers: ["fsmonitor"],
+    hardened: ["fsmonitor"],
     arm: (a) => a.sh(`git config core.fsmonitor ${q(touching(a.mark("fsmonitor")))}`).then(() => undefined),
     control: (a) => a.sh(own("git status")).then(() => undefined),
   },
   {
     name: "core.hooksPath to hooks the agent wrote",
     markers: HOOKS,
+    hardened: HOOKS,
     arm: async (a) => {
       await writeHooks(a, "evil-hooks", HOOKS, "");
       await a.sh('git config core.hooksPath "$PWD/evil-hooks"');
@@ -441,6 +450,7 @@ const TRICKS: Trick[] = [
   {
     name: "include.path of a file setting insteadOf and core.fsmonitor",
     markers: ["include-fsmonitor"],
+    hardened: ["include-fsmonitor"],
     arm: async (a) => {
       const inc = `[url ${JSON.stringify(a.evil)}]\n\tinsteadOf = ${a.real}\n\tpushInsteadOf = ${a.real}\n[core]\n\tfsmonitor = ${JSON.stringify(touching(a.mark("include-fsmonitor")))}\n`;
       await a.c.tools.writeFile({ workspaceId: a.ws, path: "evil.inc", content: inc });
@@ -454,6 +464,8 @@ const TRICKS: Trick[] = [
   {
     name: "core.pager and pager.status",
     markers: ["core-pager", "pager-status"],
+    // GIT_PAGER, forced to cat (which git never runs), wins over both.
+    hardened: ["core-pager", "pager-status"],
     arm: (a) => a.sh(`git config core.pager ${q(touching(a.mark("core-pager"), " cat;"))} && git config pager.status ${q(touching(a.mark("pager-status"), " cat;"))}`).then(() => undefined),
     // A pager runs only on a terminal: script(1) gives the agent's git one.
     control: (a) => a.sh(own(`script -qec 'git status; git log -1' /dev/null > /dev/null`)).then(() => undefined),
@@ -479,6 +491,7 @@ const TRICKS: Trick[] = [
   {
     name: "the same tricks in the global configuration (~/.gitconfig)",
     markers: ["global-fsmonitor", "global-pre-commit", "global-credential-helper"],
+    hardened: ["global-fsmonitor", "global-pre-commit", "global-credential-helper"],
     arm: async (a) => {
       await writeHooks(a, "global-hooks", ["pre-commit"], "global-");
       await a.sh([
@@ -511,9 +524,10 @@ for (const provider of PROVIDERS) {
           const a: TrickArena = { t, c, ws, provider, real: s.url, evil: decoy.repoUrl(evilRepo), decoy, mark: (n) => `${markers.dir}/${n}`, sh: (cmd, env) => sh(c, ws, cmd, env) };
           await trick.arm(a);
 
-          // The trick is live: the agent's own git follows it.
+          // The trick is live: the agent's own git follows it, but for what a container's git hardening stops.
           await trick.control(a);
-          t.deepEqual(await markersIn(c, ws, provider, markers.dir), [...trick.markers].sort(), "control: the agent's own git ran every command the trick names");
+          const live = provider === "local" ? trick.markers : trick.markers.filter((m) => !(trick.hardened ?? []).includes(m));
+          t.deepEqual(await markersIn(c, ws, provider, markers.dir), [...live].sort(), "control: the agent's own git ran every command the trick names that nothing hardens");
           await sh(c, ws, `rm -f ${markers.dir}/*`);
           if (provider === "local") for (const n of readdirSync(markers.dir)) await rm(path.join(markers.dir, n), { force: true });
           t.deepEqual(await markersIn(c, ws, provider, markers.dir), []);
@@ -564,7 +578,8 @@ for (const provider of PROVIDERS) {
 
         // The .env change, committed with the agent's own git, then hidden: every remote-tracking
         // ref says the repository already has it.
-        await sh(c, ws, "git cherry-pick -n origin/env-change && git commit -q -m 'harmless, honestly'", IDENTITY);
+        // Built with plumbing: in a container the worktree's .env is sealed, the history is not.
+        await sh(c, ws, "git reset -q --soft $(git commit-tree -p HEAD -m 'harmless, honestly' $(git rev-parse 'origin/env-change^{tree}'))", IDENTITY);
         t.regex(await sh(c, ws, "git show --stat --format= HEAD"), /\.env/, "the commit changes .env");
         await sh(c, ws, "for r in leak main env-change HEAD; do git update-ref refs/remotes/origin/$r HEAD; done");
         const status = await c.tools.gitStatus({ workspaceId: ws });
@@ -597,10 +612,11 @@ for (const provider of PROVIDERS) {
           "git commit -q --allow-empty -m side",
           "git switch -q evil-merge",
           "git commit -q --allow-empty -m own",
-          "git merge -q --no-ff --no-commit side",
           // The policy refuses a command naming .env; a name computed at run time it lets through.
-          'n=env; git checkout origin/env-change -- ".$n"',
-          "git commit -q -m 'merge side'",
+          // The merge is built with plumbing: in a container the worktree's .env is sealed.
+          'n=env; e=$(git rev-parse "origin/env-change:.$n")',
+          'export GIT_INDEX_FILE=.git/evil-index; git read-tree HEAD; git update-index --add --cacheinfo "100644,$e,.$n"; t=$(git write-tree); unset GIT_INDEX_FILE',
+          "git reset -q --soft $(git commit-tree -p HEAD -p side -m 'merge side' $t)",
         ].join("\n"), IDENTITY);
         t.regex(await sh(c, ws, "git diff --name-only HEAD^1 HEAD"), /^\.env$/m, "the merge commit changes .env against its first parent");
         t.regex(await sh(c, ws, "git diff --name-only HEAD^2 HEAD"), /^\.env$/m, "and against its second parent");

@@ -41,6 +41,7 @@ import {
   refused,
   SECRET,
   sh,
+  inspect,
   shellQuote,
   transcript,
 } from "./helpers/red-team.ts";
@@ -275,8 +276,10 @@ for (const provider of PROVIDERS) {
   family("symlink race: a directory flipped between a real directory, a link to .ssh and a link outside never yields a secret, and nothing lands in .ssh or outside", async (t, a, c) => {
     const ws = { workspaceId: a.plain };
     const o = a.outside;
-    await sh(c, a.plain, [`mkdir -p race/real && printf 'inside race\\n' > race/real/x.txt`, `d=.ssh/x.txt; printf '${SECRET.key}\\n' > "$d"`, `printf '${SECRET.outside}\\n' > ${o}/x.txt`, "ln -sfn ../.ssh race/to-ssh", `ln -sfn ${o} race/to-out`].join(" && "));
-    const before = await sh(c, a.plain, `ls -A .ssh ${o}`);
+    await sh(c, a.plain, [`mkdir -p race/real && printf 'inside race\\n' > race/real/x.txt`, `printf '${SECRET.outside}\\n' > ${o}/x.txt`, "ln -sfn ../.ssh race/to-ssh", `ln -sfn ${o} race/to-out`].join(" && "));
+    // .ssh is sealed in containers (root's): the secret goes in, and is looked at, from outside the policy.
+    await inspect(a, a.plain, `printf '${SECRET.key}\\n' > .ssh/x.txt`);
+    const before = await inspect(a, a.plain, `ls -A .ssh ${o}`);
     await c.tools.writeFile({
       ...ws,
       path: "race/flip.cjs",
@@ -332,13 +335,14 @@ for (const provider of PROVIDERS) {
     }
     t.log(`${provider}: ${said.trim().split("\n").at(-1)}; outcomes ${[...seen].sort().map(([k, v]) => `${k}=${v}`).join(" ")}`);
     t.deepEqual(leaked, [], "a secret appeared in a response");
-    t.is(await sh(c, a.plain, `ls -A .ssh ${o}`), before, "something was written into .ssh or outside");
+    t.is(await inspect(a, a.plain, `ls -A .ssh ${o}`), before, "something was written into .ssh or outside");
     t.true(Number(/flips (\d+)/.exec(said)?.[1] ?? 0) > 20, said);
     // The race was live: reads met the real directory and met a link.
     const sum = (re: RegExp) => [...seen].filter(([k]) => re.test(k)).reduce((n, [, v]) => n + v, 0);
     t.true(sum(/^op[0-2] ok$/) > 0, "no read went through the real directory");
     t.true(sum(/^op[0-5] (SENSITIVE_FILE|PATH_OUTSIDE_WORKSPACE)$/) > 0, "no operation met a link");
-    for (const [k] of seen) t.regex(k, / (ok|SENSITIVE_FILE|PATH_OUTSIDE_WORKSPACE|FILE_NOT_FOUND|FIND_NOT_FOUND|NOT_A_DIRECTORY|IS_DIRECTORY|WORKSPACE_NOT_READY)$/);
+    // ACCESS_DENIED: the kernel refused a file a container sealed (executor/seal.ts).
+    for (const [k] of seen) t.regex(k, / (ok|SENSITIVE_FILE|PATH_OUTSIDE_WORKSPACE|FILE_NOT_FOUND|FIND_NOT_FOUND|NOT_A_DIRECTORY|IS_DIRECTORY|WORKSPACE_NOT_READY|ACCESS_DENIED)$/);
   });
 
   family("encodings: %2e%2e and full-width dots are names inside the workspace, NUL is refused, and .env spelled with trailing dots, spaces, capitals or full-width letters is still .env", async (t, a, c) => {
@@ -374,7 +378,7 @@ for (const provider of PROVIDERS) {
     }
     await sensitive(t, c.tools.writeFile({ ...ws, path: ".ENV.LOCAL.", content: "x" }), { path: ".ENV.LOCAL.", rule: ".env.*", list: "deny" });
     await absent(t, c, a.plain, [...spellings.map(([, rel]) => rel).filter((rel) => rel !== ".env"), ".ENV.LOCAL."]);
-    t.is(await sh(c, a.plain, 'd=.env; cat "$d"'), `API_KEY=${SECRET.env}\n`, ".env is unchanged");
+    t.is(await inspect(a, a.plain, "cat .env"), `API_KEY=${SECRET.env}\n`, ".env is unchanged");
 
     // Look-alikes: encoded names are ordinary names inside the workspace.
     await c.tools.writeFile({ ...ws, path: "%2e%2e/enc.txt", content: "pct\n" });
@@ -441,7 +445,7 @@ for (const provider of PROVIDERS) {
     t.regex((await c.tools.readFile({ ...ws, path: ".git/config" })).content, /\[core\]/);
     t.is((await c.tools.readFile({ ...ws, path: ".gitmodules" })).content, "1: [submodule]");
     // Everything is as it was.
-    t.is(await sh(c, a.plain, 'd=.env; cat "$d"; test ! -e .git/hooks/pre-commit && test ! -e .bashrc && test ! -e sub/.envrc && test ! -e config/.env.local && test ! -e .npmrc && cat .gitmodules'), `API_KEY=${SECRET.env}\n[submodule]\n`);
+    t.is(await inspect(a, a.plain, "cat .env; test ! -e .git/hooks/pre-commit && test ! -e .bashrc && test ! -e sub/.envrc && test ! -e config/.env.local && test ! -e .npmrc && cat .gitmodules"), `API_KEY=${SECRET.env}\n[submodule]\n`);
 
     // Look-alikes: templates, and names that only resemble sensitive ones, go through every tool.
     for (const p of [".env.sample", "src/id_utils.py", "pem.md", "keys.txt", "env", "config/.envrc.md"]) {
@@ -482,7 +486,9 @@ for (const provider of PROVIDERS) {
 
   family("links to sensitive files: a link to .env, a dangling link to a new .env file, a parent-directory link to .git/hooks, links to .git and .ssh", async (t, a, c) => {
     const ws = { workspaceId: a.plain };
-    await sh(c, a.plain, ['d=.env; ln -sfn "$d" env-link', 'd=.env.staging; ln -sfn "$d" staging-link', "ln -sfn .git/hooks hooks-link", "ln -sfn .git git-link", "ln -sfn .ssh ssh-link", `d=.ssh/known_hosts; printf '${SECRET.key} host\\n' > "$d"`, 'd=config/server.pem; ln -sfn "$d" notes-link.txt'].join(" && "));
+    await sh(c, a.plain, ['d=.env; ln -sfn "$d" env-link', 'd=.env.staging; ln -sfn "$d" staging-link', "ln -sfn .git/hooks hooks-link", "ln -sfn .git git-link", "ln -sfn .ssh ssh-link", 'd=config/server.pem; ln -sfn "$d" notes-link.txt'].join(" && "));
+    // .ssh is sealed in containers: the file inside is planted from outside the policy.
+    await inspect(a, a.plain, `printf '${SECRET.key} host\\n' > .ssh/known_hosts`);
     const envMeta = { path: ".env", rule: ".env", list: "deny" as const };
     await sensitive(t, c.tools.readFile({ ...ws, path: "env-link" }), envMeta);
     await sensitive(t, c.tools.writeFile({ ...ws, path: "env-link", content: "pwned" }), envMeta);
@@ -497,7 +503,7 @@ for (const provider of PROVIDERS) {
     await sensitive(t, c.tools.readFile({ ...ws, path: "ssh-link/id_ed25519" }), { path: "ssh-link/id_ed25519", rule: "id_ed25519*", list: "deny" });
     await sensitive(t, c.tools.readFile({ ...ws, path: "ssh-link/known_hosts" }), { path: ".ssh/known_hosts", rule: ".ssh/**", list: "deny" });
     await sensitive(t, c.tools.writeFile({ ...ws, path: "ssh-link/authorized_keys", content: "ssh-ed25519 AAAA attacker" }), { path: ".ssh/authorized_keys", rule: ".ssh/**", list: "deny" });
-    t.is(await sh(c, a.plain, 'd=.env; cat "$d"; test ! -e .env.staging && test ! -e .git/hooks/pre-commit && test ! -e .ssh/authorized_keys && echo untouched'), `API_KEY=${SECRET.env}\nuntouched\n`);
+    t.is(await inspect(a, a.plain, "cat .env; test ! -e .env.staging && test ! -e .git/hooks/pre-commit && test ! -e .ssh/authorized_keys && echo untouched"), `API_KEY=${SECRET.env}\nuntouched\n`);
 
     // Look-alikes: what the links reach that is not sensitive; deleting a link removes the link only.
     t.regex((await c.tools.readFile({ ...ws, path: "hooks-link/pre-commit.sample" })).content, /^1: #!\/bin\/sh/);
@@ -505,7 +511,7 @@ for (const provider of PROVIDERS) {
     t.regex((await c.tools.readFile({ ...ws, path: "git-link/config" })).content, /\[core\]/);
     t.true((await c.tools.listFiles({ ...ws, path: "" })).files.some((f) => f.path === "env-link"));
     await c.tools.deleteFile({ ...ws, path: "env-link" });
-    t.is(await sh(c, a.plain, 'test ! -L env-link && d=.env; cat "$d"'), `API_KEY=${SECRET.env}\n`);
+    t.is(await inspect(a, a.plain, "test ! -L env-link && cat .env"), `API_KEY=${SECRET.env}\n`);
   });
 
   family("the agent type's sensitive patterns add to the server's: its secrets/** are never read or grepped, its Makefile is never written", async (t, a, c) => {

@@ -24,6 +24,7 @@ export function checkExecRequest(v: unknown): ExecRequest {
   }
   if (!isCount(r.timeoutMs) || !isCount(r.killGraceMs)) throw new Error("timeouts");
   if (r.programs !== undefined && !(Array.isArray(r.programs) && r.programs.length <= 16 && r.programs.every((p) => isString(p) && p.length > 0 && p.length <= 256))) throw new Error("programs");
+  if (r.sweep !== undefined && r.sweep !== false) throw new Error("sweep");
   if (r.stdoutToken !== undefined && !(isString(r.stdoutToken) && /^[A-Za-z0-9-]{1,64}$/.test(r.stdoutToken))) throw new Error("stdoutToken");
   return r;
 }
@@ -42,6 +43,7 @@ export function checkOpRequest(v: unknown): OpRequest {
     case "remove":
     case "walk":
     case "release":
+    case "seal":
       return r;
     case "read":
     case "readFile":

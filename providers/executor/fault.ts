@@ -34,6 +34,12 @@ export interface FaultInfo {
 export class Fault extends Error {
   readonly reason: FaultReason;
   readonly metadata: Record<string, string>;
+  /**
+   * Where a path's resolution was refused by the kernel (ACCESS_DENIED), workspace-relative with
+   * what was left of the path: the jail's callers judge it against the sensitive-file rules. Not
+   * sent over the protocol.
+   */
+  at?: string;
 
   constructor(reason: FaultReason, message: string, metadata: Record<string, string> = {}, cause?: unknown) {
     super(message, cause === undefined ? undefined : { cause });

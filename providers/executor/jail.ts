@@ -245,11 +245,17 @@ export class Jail {
         }
         checkName(name, rel);
         const last = pending.every((p) => p === "" || p === ".");
+        /** A refusal here, with where it happened (a directory sealed by seal.ts, say). */
+        const refused = (err: unknown) => {
+          const f = faultOf(err, rel, false);
+          if (f.reason === "ACCESS_DENIED") f.at = [pathOf(name), ...pending.filter((p) => p !== "" && p !== ".")].join("/");
+          return f;
+        };
         let st: Stats | undefined;
         try {
           st = lstatSync(at(top(), name));
         } catch (err) {
-          if (errnoOf(err) !== "ENOENT") throw faultOf(err, rel, false);
+          if (errnoOf(err) !== "ENOENT") throw refused(err);
         }
         if (st === undefined) {
           if (last) return finish(name, undefined);
@@ -300,7 +306,7 @@ export class Jail {
             again(name);
             continue;
           }
-          throw faultOf(err, rel, false);
+          throw refused(err);
         }
         const opened = fstatSync(fd);
         if (!opened.isDirectory() || opened.ino !== st.ino || opened.dev !== st.dev) {

@@ -126,7 +126,14 @@ export class JailedFs {
       return fn(loc);
     } catch (err) {
       const fault = faultOf(err, rel, writing);
-      if (fault.reason === "FILE_NOT_FOUND" || fault.reason === "NOT_A_DIRECTORY") this.#check(rel, writing ? "write" : "read");
+      const access = writing ? "write" : "read";
+      if (fault.reason === "FILE_NOT_FOUND" || fault.reason === "NOT_A_DIRECTORY" || fault.reason === "ACCESS_DENIED") this.#check(rel, access);
+      // The kernel refused the way through a sealed tree (seal.ts): the rules say why, by the path reached.
+      if (fault.reason === "ACCESS_DENIED" && fault.at !== undefined) {
+        this.#check(fault.at, access);
+        const tree = this.guard.checkTree(fault.at, access);
+        if (tree !== undefined) throw sensitive(fault.at, tree.list, tree.pattern);
+      }
       throw fault;
     } finally {
       loc?.release();

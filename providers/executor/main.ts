@@ -29,6 +29,7 @@ import { Jail, WORKSPACE_ROOT } from "./jail.ts";
 import { JailedFs, type PendingWrite } from "./jailed-fs.ts";
 import { type FileRules, guardFor } from "./sensitive-files.ts";
 import { type LaunchSpec, runProcess } from "./process-runner.ts";
+import { Sealer } from "./seal.ts";
 import { loadManifest, type ProgramRules, ProgramSet } from "./programs.ts";
 import { type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
 import { Tunnels } from "./tunnels.ts";
@@ -128,6 +129,34 @@ function fsFor(root: string, rules: unknown): JailedFs {
   // Operations run synchronously from here on: no other request changes the guard meanwhile.
   fs.guard = guardFor(r as FileRules | undefined);
   return fs;
+}
+
+/** Sealers per workspace root (seal.ts): only in a sandbox, where the executor can act as root. */
+const sealers = new Map<string, Sealer>();
+function sealerFor(root: string, fs: JailedFs): Sealer | undefined {
+  const privileged = identity.privileged;
+  if (!SANDBOX || privileged === undefined) return undefined;
+  let s = sealers.get(root);
+  if (s === undefined) {
+    s = new Sealer(() => fs.jail.rootFd, privileged);
+    sealers.set(root, s);
+  }
+  return s;
+}
+
+/** The sandbox's file rules for sweeps: the server's lists and the agent type's, fixed with the sandbox. */
+const sweepGuard = guardFor(enforcement.files);
+
+/** Seals what the command that just ended left behind (in a sandbox); a failure is logged, never the command's. */
+function sweepAfter(root: string): void {
+  const fs = roots.get(root);
+  const sealer = fs && sealerFor(root, fs);
+  if (!sealer) return;
+  try {
+    sealer.seal(sweepGuard, "sweep");
+  } catch (err) {
+    process.stderr.write(`executor: sweep failed: ${err instanceof Error ? err.message : String(err)}\n`);
+  }
 }
 
 /** Marker descriptors (a deleted empty file per command) live in a private directory. */
@@ -244,7 +273,7 @@ function isZombie(pid: string): boolean {
  */
 function launchSpec(root: string, cwd: string, env: Record<string, string>, extraPrograms: string[] = []): LaunchSpec & { release(): void } {
   if (programs !== undefined && "error" in programs) throw new Fault("WORKSPACE_NOT_READY", `No command can run: ${programs.error}`);
-  const groups = programs?.set ? { setpriv: programs.set.setpriv, gids: programs.set.groups(extraPrograms) } : undefined;
+  const groups = programs?.set ? { setpriv: programs.set.setpriv, env: programs.set.env, gids: programs.set.groups(extraPrograms) } : undefined;
   const dirFd = fsFor(root, undefined).openDirectory(cwd);
   let open = true;
   let marker: { fd: number; link: string } | undefined;
@@ -316,6 +345,8 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
           await sendStreamed(call, ev.type === "stdout" ? F.STDOUT : F.STDERR, id, ev.data);
           break;
         case "exited":
+          // Before the answer: the next command must not find what this one left unsealed.
+          if (req.sweep !== false) sweepAfter(req.root);
           finish(id, F.EXITED, json(ev.exit));
           break;
       }
@@ -408,7 +439,12 @@ async function operate(id: number, req: OpRequest): Promise<void> {
         // The workspace is going away: its root descriptor goes first.
         roots.get(req.root)?.jail.close();
         roots.delete(req.root);
+        sealers.delete(req.root);
         return finish(id, F.RESULT, json({}));
+      case "seal": {
+        const sealer = sealerFor(req.root, fs);
+        return finish(id, F.RESULT, json({ sealed: sealer ? sealer.seal(fs.guard, "place").sealed : 0 }));
+      }
       case "write":
         // The content follows in DATA frames; END commits.
         call.upload = fs.beginWrite(req.rel);

@@ -35,6 +35,16 @@ export const EXEC_MARKER_VAR = "AGENT_WORKSPACE_EXEC_ID";
 export const PIPE_DRAIN_MS = 2000;
 export const PIPE_DRAIN_CAP_MS = 10_000;
 
+/**
+ * Variables glibc and its dynamic loader obey, and ignore for a set-id program (glibc's list of
+ * "unsecure" ones, besides every LD_*): a program started as root with them could load modules or
+ * write files of the caller's choosing.
+ */
+const ROOT_UNSAFE_ENV = new Set([
+  "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE", "NIS_PATH",
+  "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR", "MALLOC_ARENA_MAX", "MALLOC_CHECK_", "MALLOC_PERTURB_",
+]);
+
 /** Where and as whom a process is launched. */
 export interface LaunchSpec {
   /** Absolute working directory (`/proc/self/fd/<fd>` of a directory the jail opened). */
@@ -48,9 +58,10 @@ export interface LaunchSpec {
   /**
    * Starts the process through setpriv (at this path) as `user` with these supplementary groups,
    * which decide the programs it may run (programs.ts). Without it the spawn itself switches to
-   * `user`, with no supplementary groups.
+   * `user`, with no supplementary groups. `env` is env(1)'s path, which puts back after the switch
+   * the variables setpriv must not see as root (ROOT_UNSAFE_ENV).
    */
-  groups?: { setpriv: string; gids: number[] };
+  groups?: { setpriv: string; env: string; gids: number[] };
   /** Called right after the spawn, when the working directory's descriptor may be closed. */
   onSpawn?: () => void;
   /**
@@ -101,15 +112,27 @@ function launch(argv: string[], spec: LaunchSpec): Launched {
   // The spawn's own identity switch clears supplementary groups, so groups go through setpriv: the
   // child starts as root in the privileged window and setpriv leaves it as the user, its groups
   // set, no capability left, before it runs the command (same pid, same marks).
+  // setpriv itself runs as root: variables the dynamic loader or glibc would obey for it (a path of
+  // modules to load, a file to write) are kept from it and handed to the command by `env`, which
+  // runs after the switch, as the user.
   const via = spec.user && spec.groups ? spec.groups : undefined;
+  const env: Record<string, string> = { ...spec.env, [EXEC_MARKER_VAR]: marker };
+  const later: string[] = [];
+  if (via) {
+    for (const name of Object.keys(env)) {
+      if (!(name.startsWith("LD_") || ROOT_UNSAFE_ENV.has(name))) continue;
+      later.push(`${name}=${env[name]}`);
+      delete env[name];
+    }
+  }
   const file = via ? via.setpriv : argv[0];
   const args = via && spec.user
-    ? ["--reuid", String(spec.user.uid), "--regid", String(spec.user.gid), "--groups", [spec.user.gid, ...via.gids].join(","), "--inh-caps=-all", "--", ...argv]
+    ? ["--reuid", String(spec.user.uid), "--regid", String(spec.user.gid), "--groups", [spec.user.gid, ...via.gids].join(","), "--inh-caps=-all", "--", ...(later.length > 0 ? [via.env, ...later] : []), ...argv]
     : argv.slice(1);
   const go = () =>
     spawn(file, args, {
       cwd: spec.cwd,
-      env: { ...spec.env, [EXEC_MARKER_VAR]: marker },
+      env,
       detached: true,
       stdio: ["ignore", "pipe", "pipe", ...(spec.marker ? [spec.marker.fd] : [])],
       uid: via ? undefined : spec.user?.uid,

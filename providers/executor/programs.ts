@@ -123,6 +123,13 @@ export class ProgramSet {
     return this.#manifest.setpriv;
   }
 
+  /** env(1)'s path in the image (always allowed: a wrapper), or plain "env" to be looked up. */
+  get env(): string {
+    this.#envPath ??= this.#match("env")[0] ?? "env";
+    return this.#envPath;
+  }
+  #envPath: string | undefined;
+
   #gids(paths: Set<string>, applyDeny: boolean): number[] {
     const out = new Set<number>();
     for (const p of paths) {

@@ -116,6 +116,8 @@ export interface ExecRequest {
   killGraceMs: number;
   /** Programs the run needs besides the workspace's allowed ones (a tool's own; see ExecSpec.programs). */
   programs?: string[];
+  /** false: no sweep of never-read files after the run (see ExecSpec.sweep). */
+  sweep?: false;
   /**
    * Hand the command's stdout to the server instead of streaming it in STDOUT frames (local
    * executor only, which has an IPC channel to the server): right after the spawn the executor
@@ -140,6 +142,11 @@ export type OpRequest = { root: string; rules?: FileRules } & (
   | { op: "walk"; rel: string }
   | { op: "readRanges"; rel: string; ranges: Array<[number, number]> }
   | { op: "release"; rel: string }
+  /**
+   * Seal the workspace's sensitive files (seal.ts) after the server put files in place; answers
+   * { sealed } (0 where nothing can be sealed: outside a sandbox, or commands run as root).
+   */
+  | { op: "seal"; rel: string }
 );
 
 /** The 9-byte header of a frame whose payload has `length` bytes. */

@@ -134,17 +134,35 @@ function compile(pattern: string): RegExp {
   return new RegExp(`(?:^|/)${body}$`, "u");
 }
 
+/**
+ * For a pattern naming a whole tree (`.ssh/**`), a regular expression matching the tree's
+ * directory and every directory below it; undefined for any other pattern.
+ */
+function compileTree(pattern: string): RegExp | undefined {
+  const canonical = canonicalForMatch(pattern);
+  if (!canonical.endsWith("/**") || canonical === "**") return undefined;
+  const body = compile(canonical.slice(0, -3)).source.slice(0, -1);
+  return new RegExp(`${body}(?:/.*)?$`, "u");
+}
+
 /** Checks one compiled list. */
 class PatternList {
   readonly #res: RegExp[];
+  readonly #trees: Array<RegExp | undefined>;
   readonly patterns: readonly string[];
   constructor(patterns: readonly string[]) {
     this.patterns = patterns;
     this.#res = patterns.map(compile);
+    this.#trees = patterns.map(compileTree);
   }
   /** The first pattern matching the canonical path, or undefined. */
   match(canonical: string): string | undefined {
     for (let i = 0; i < this.#res.length; i++) if (this.#res[i].test(canonical)) return this.patterns[i];
+    return undefined;
+  }
+  /** The first tree pattern (`dir/**`) whose tree holds the canonical directory, or undefined. */
+  matchTree(canonical: string): string | undefined {
+    for (let i = 0; i < this.#trees.length; i++) if (this.#trees[i]?.test(canonical)) return this.patterns[i];
     return undefined;
   }
 }
@@ -179,6 +197,22 @@ export class FileGuard {
     }
     if (access === "write") {
       const p = this.#protected.match(canonical);
+      if (p !== undefined) return { list: "write_protected", pattern: p };
+    }
+    return undefined;
+  }
+
+  /**
+   * Why the directory `path` is part of a tree the lists name whole (`.ssh/**`: `.ssh` itself and
+   * every directory below it), or undefined. For `write`, write-protected trees count too.
+   */
+  checkTree(path: string, access: FileAccess): SensitiveMatch | undefined {
+    const canonical = canonicalForMatch(path);
+    if (canonical === "") return undefined;
+    const denied = this.#deny.matchTree(canonical);
+    if (denied !== undefined) return { list: "deny", pattern: denied };
+    if (access === "write") {
+      const p = this.#protected.matchTree(canonical);
       if (p !== undefined) return { list: "write_protected", pattern: p };
     }
     return undefined;

@@ -37,6 +37,10 @@ const HARDENING: Array<[string, string]> = [
   ["advice.detachedHead", "false"],
   ["protocol.allow", "never"],
   ["safe.directory", "*"],
+  // Sealed files (executor/seal.ts) changed owner and mode after git recorded them: that alone is
+  // no change to their content, and git could not read them to find out.
+  ["core.trustCtime", "false"],
+  ["core.checkStat", "minimal"],
 ];
 
 /** The environment of every tool git (added to the sandbox's minimal one). */
@@ -107,7 +111,7 @@ export async function runGit(ctx: ToolContext, args: string[], options: GitRunOp
   let total = 0;
   let stderr = "";
   let exit: { exitCode: number; timedOut: boolean; spawnError?: string } | undefined;
-  for await (const ev of ctx.workspace.exec({ argv: gitArgv(args), cwd: "", env: gitToolEnv(options.env), timeoutMs, signal: ctx.signal, programs: GIT_PROGRAMS })) {
+  for await (const ev of ctx.workspace.exec({ argv: gitArgv(args), cwd: "", env: gitToolEnv(options.env), timeoutMs, signal: ctx.signal, programs: GIT_PROGRAMS, sweep: false })) {
     if (ev.type === "stdout") {
       total += ev.data.length;
       if (kept < maxStdout) {

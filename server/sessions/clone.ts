@@ -19,6 +19,8 @@ import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import path from "node:path";
 import { DomainError } from "../../core/errors.ts";
 import type { WorkspaceHandle } from "../../providers/types.ts";
+import { type FileRules, guardFor } from "../../providers/executor/sensitive-files.ts";
+import { deniedPaths, sensitivePathspecs } from "../git/seal-placed.ts";
 import type { CredentialProvider, IssuedCredential } from "../git/credentials.ts";
 import { type GitRun, hostGit as git, hostGitEnv as gitEnv, lastLine, redactor } from "../git/host-git.ts";
 
@@ -57,7 +59,19 @@ export interface Checkout {
   commit: string;
   /** Something that did not stop the clone (a base branch the repository lacks). */
   warnings: string[];
+  /**
+   * Paths the never-read rules name: in the checked-out tree (sealed in the workspace), and
+   * anywhere in the fetched history (readable by any command that can run git). At most
+   * SENSITIVE_LISTED of each.
+   */
+  sensitive: { tracked: string[]; history: string[] };
 }
+
+/** Most sensitive paths a checkout lists of each kind. */
+export const SENSITIVE_LISTED = 100;
+
+/** The empty tree's id: a diff from it lists a commit's whole tree. */
+const EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
 /** Receives git's progress and the checkout's output, already redacted. */
 export type CloneOutput = (data: Uint8Array, stderr: boolean) => void;
@@ -71,7 +85,7 @@ const cloneFailed = (message: string, cause?: unknown) =>
  * Clones `target` into the workspace behind `handle` (whose /workspace must be empty) and checks
  * out its branch. Throws WORKSPACE_NOT_READY with git's own explanation, redacted, on failure.
  */
-export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, settings: CloneSettings, output: CloneOutput, signal: AbortSignal): Promise<Checkout> {
+export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, settings: CloneSettings, output: CloneOutput, signal: AbortSignal, fileRules?: FileRules): Promise<Checkout> {
   let scoped: IssuedCredential | undefined;
   try {
     scoped = await settings.credentials.credentialFor(target.url, signal);
@@ -121,6 +135,14 @@ export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, se
     const commitRun = await run(["-C", bare, "rev-parse", "HEAD"]);
     const commit = commitRun.stdout.trim();
     if (commitRun.code !== 0) throw why(commitRun, "Reading the commit");
+    // Secrets the repository holds: the checkout's are sealed in the workspace; its history's
+    // cannot be hidden from a command that can run git, so they are reported.
+    const guard = guardFor(fileRules);
+    const specs = sensitivePathspecs(fileRules);
+    const inTree = await run(["-C", bare, "diff", "--name-only", "-z", "--no-renames", EMPTY_TREE, "HEAD", "--", ...specs]);
+    const inHistory = await run(["-C", bare, "log", "--all", "--format=", "--name-only", "-z", "--no-renames", "--diff-filter=A", "--", ...specs]);
+    const listed = (r: GitRun) => (r.code === 0 ? deniedPaths(r.stdout, guard, SENSITIVE_LISTED) : []);
+    const sensitive = { tracked: listed(inTree), history: listed(inHistory) };
     const bundle = path.join(dir, "repo.bundle");
     const bundled = await run(["-C", bare, "bundle", "create", "--quiet", bundle, "--branches"]);
     if (bundled.code !== 0) throw why(bundled, "Bundling the repository");
@@ -139,7 +161,7 @@ export async function cloneInto(handle: WorkspaceHandle, target: CloneTarget, se
       `rm -f ${BUNDLE}`,
     ].join("\n");
     await sandboxExec(handle, ["bash", "-c", script, "bash", target.url, branch], output, stop, settings.timeoutMs, "Checking out the repository in the workspace");
-    return { repositoryUrl: target.url, branch, commit, warnings };
+    return { repositoryUrl: target.url, branch, commit, warnings, sensitive };
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -154,7 +176,8 @@ async function sandboxExec(handle: WorkspaceHandle, argv: string[], output: Clon
   let stderr = "";
   let exit: { exitCode: number; spawnError?: string } | undefined;
   // git and rm are the server's own steps here, whatever the agent type's allowlist says.
-  for await (const ev of handle.exec({ argv, cwd: "", timeoutMs, signal, programs: ["git", "rm"] })) {
+  // No sweep: what the clone places is sealed once git's index is settled (git/seal-placed.ts).
+  for await (const ev of handle.exec({ argv, cwd: "", timeoutMs, signal, programs: ["git", "rm"], sweep: false })) {
     if (ev.type === "stderr" || ev.type === "stdout") {
       output(ev.data, ev.type === "stderr");
       if (ev.type === "stderr" && stderr.length < 16 * 1024) stderr += Buffer.from(ev.data).toString("utf8");

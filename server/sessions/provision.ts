@@ -16,6 +16,8 @@ import { DomainError } from "../../core/errors.ts";
 import type { HostMount } from "../mounts/host-mounts.ts";
 import type { CheckoutInfo, PoolMembership, ProvisioningWarning, WorkspaceSession } from "../../providers/types.ts";
 import type { WorkspaceConfig } from "../../gen/agentworkspace/v1/config_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { GitCheckoutRequestSchema } from "../../gen/agentworkspace/v1/git_pb.js";
 import { DEFAULT_SETUP_TIMEOUT_MS } from "../agent-types/validate.ts";
 import type { Logger } from "../logger.ts";
 import { commandPolicyOf } from "../security/command-policy.ts";
@@ -24,7 +26,8 @@ import { TOOL_REGISTRY } from "../tools/registry.ts";
 import type { AuditTrail } from "../audit/audit-trail.ts";
 import type { ToolLimits } from "../tools/tool-limits.ts";
 import type { WorkspaceManager } from "../workspace-manager.ts";
-import { type CloneSettings, type CloneTarget, cloneInto } from "./clone.ts";
+import { type CloneSettings, type CloneTarget, cloneInto, SENSITIVE_LISTED } from "./clone.ts";
+import { sealPlaced } from "../git/seal-placed.ts";
 import type { SessionEvent } from "./session.ts";
 
 /** What to build. */
@@ -113,7 +116,12 @@ export class Provisioner {
         emit({ type: "warning", warning });
       }
       try {
+        // What the clone put in place is sealed before any command runs, what setup commands put
+        // there before the agent comes (their never-read files are swept after each already).
+        const handle = await this.#o.workspaces.handle(made.workspaceId);
+        if (made.checkout) await sealPlaced(handle, this.#o.workspaces.find(made.workspaceId)?.agentType?.sensitiveFiles, signal);
         warnings.push(...(await this.#setup(spec, made.workspaceId, emit, signal)));
+        await handle.seal?.();
       } catch (err) {
         await this.discard(made.workspaceId);
         throw err;
@@ -162,9 +170,37 @@ export class Provisioner {
     emit({ type: "stage_started", stage: "clone", detail: spec.target.url, index: 0 });
     try {
       const handle = await this.#o.workspaces.handle(workspaceId);
-      const out = await cloneInto(handle, spec.target, this.#o.clone, (data, stderr) => emit({ type: "output", stage: "clone", index: 0, data, stderr }), signal);
+      const rules = this.#o.workspaces.find(workspaceId)?.agentType?.sensitiveFiles;
+      // The clone is a tool operation of the server's, in the audit trail like a setup command.
+      const audited = this.#o.audit?.beginInternal({ tool: "git", procedure: "clone", request: create(GitCheckoutRequestSchema, { branch: spec.target.branch }), workspaceId, sessionId: spec.session?.id ?? "", agentType: spec.agentType });
+      let out;
+      try {
+        out = await cloneInto(handle, spec.target, this.#o.clone, (data, stderr) => emit({ type: "output", stage: "clone", index: 0, data, stderr }), signal, rules);
+      } catch (err) {
+        audited?.end({}, err);
+        throw err;
+      }
+      audited?.end({
+        repository: out.repositoryUrl,
+        commit: out.commit,
+        sensitive_tracked: out.sensitive.tracked.length,
+        sensitive_history: out.sensitive.history.length,
+        ...(out.sensitive.history.length > 0 ? { sensitive_history_paths: out.sensitive.history.slice(0, 20).join(",") } : {}),
+      });
       emit({ type: "stage_ended", stage: "clone", index: 0, ok: true, exitCode: 0, timedOut: false, durationMs: Date.now() - began, message: "" });
-      return { workspaceId, checkout: { repositoryUrl: out.repositoryUrl, branch: out.branch, commit: out.commit }, checkoutWarnings: out.warnings };
+      const history = out.sensitive.history;
+      const warnings = [...out.warnings];
+      if (history.length > 0) {
+        const listed = history.slice(0, 5).join(", ") + (history.length > 5 ? `, and ${history.length >= SENSITIVE_LISTED ? "more" : history.length - 5 + " more"}` : "");
+        warnings.push(
+          `The repository's history holds ${history.length >= SENSITIVE_LISTED ? `at least ${history.length}` : history.length} file(s) the sensitive-file rules name (${listed}): the workspace seals the checked-out ones, but any command that can run git can read every version from the history (git show REV:PATH). Rotate those secrets and remove them from the history`,
+        );
+      }
+      return {
+        workspaceId,
+        checkout: { repositoryUrl: out.repositoryUrl, branch: out.branch, commit: out.commit },
+        checkoutWarnings: warnings,
+      };
     } catch (err) {
       emit({ type: "stage_ended", stage: "clone", index: 0, ok: false, exitCode: 0, timedOut: false, durationMs: Date.now() - began, message: messageOf(err) });
       await this.discard(workspaceId);

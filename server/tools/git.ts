@@ -11,6 +11,7 @@ import { DomainError } from "../../core/errors.ts";
 import { guardFor } from "../../providers/executor/sensitive-files.ts";
 import { type Change, type NumstatEntry, branchNameProblem, parseNumstat, parseStatus } from "../git/porcelain.ts";
 import { type GitOutput, gitMessage, literal, mustSucceed, nulFields, runGit } from "../git/sandbox-git.ts";
+import { sealPlaced, sensitivePathspecs } from "../git/seal-placed.ts";
 import type { GitContext, PushResult, ToolContext } from "./context.ts";
 import { jailPath } from "./paths.ts";
 
@@ -118,10 +119,27 @@ async function diffSucceeded(ctx: ToolContext, out: GitOutput): Promise<GitOutpu
 
 /** One comparison (`against` is the diff arguments: ["--cached"], [], or [commit]). */
 async function diffSet(ctx: ToolContext, against: string[], specs: string[], context: string[]): Promise<GitDiffSet> {
-  const guard = guardFor(gitOf(ctx).fileRules);
+  const rules = gitOf(ctx).fileRules;
+  const guard = guardFor(rules);
   const common = ["--no-color", "--no-ext-diff", "--no-textconv", "-M", ...context];
-  const numstat = await diffSucceeded(ctx, await runGit(ctx, ["diff", "--numstat", "-z", ...common, ...against, "--", ...specs]));
-  const files: GitFileDiff[] = parseNumstat(nulFields(numstat.stdout)).map((f) => ({
+  const first = await runGit(ctx, ["diff", "--numstat", "-z", ...common, ...against, "--", ...specs]);
+  let entries: NumstatEntry[];
+  if (first.exitCode !== 0 && /Permission denied|cannot hash/.test(first.stderr)) {
+    // A sealed file in the working tree (executor/seal.ts) is unreadable, to git as to anyone:
+    // the rest is counted as usual, and a sealed file's change listed by name, its lines uncounted.
+    const base = specs.length > 0 ? specs : [":/"];
+    const sealed = sensitivePathspecs(rules).map((spec) => spec.replace(":(glob,icase)", ":(exclude,glob,icase)"));
+    const rest = await diffSucceeded(ctx, await runGit(ctx, ["diff", "--numstat", "-z", ...common, ...against, "--", ...base, ...sealed]));
+    const named = await diffSucceeded(ctx, await runGit(ctx, ["diff", "--name-only", "--no-renames", "-z", ...against, "--", ...base]));
+    entries = parseNumstat(nulFields(rest.stdout));
+    const counted = new Set(entries.map((e) => e.path));
+    for (const path of nulFields(named.stdout)) {
+      if (!counted.has(path) && guard.check(path, "read") !== undefined) entries.push({ path, oldPath: "", added: 0, removed: 0, binary: false });
+    }
+  } else {
+    entries = parseNumstat(nulFields((await diffSucceeded(ctx, first)).stdout));
+  }
+  const files: GitFileDiff[] = entries.map((f) => ({
     ...f,
     sensitive: guard.check(f.path, "read") !== undefined || (f.oldPath !== "" && guard.check(f.oldPath, "read") !== undefined),
   }));
@@ -289,6 +307,8 @@ export async function gitCheckout(ctx: ToolContext, input: GitCheckoutInput): Pr
     }
     throw new DomainError("GIT_FAILED", `Switching to '${input.branch}' failed: ${gitMessage(out.stderr)}`, { metadata: { branch: input.branch } });
   }
+  // The branch's files are in place: its sensitive ones are sealed like a clone's.
+  await sealPlaced(ctx.workspace, ctx.git?.fileRules, ctx.signal);
   const head = await runGit(ctx, ["rev-parse", "--verify", "--quiet", "HEAD"]);
   return { branch: input.branch, commit: head.exitCode === 0 ? head.stdout.toString("utf8").trim() : "", created: input.create };
 }

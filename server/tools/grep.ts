@@ -262,7 +262,7 @@ export async function* grep(ctx: ToolContext, input: GrepInput): AsyncGenerator<
   let timedOut = false;
   let spawnError: string | undefined;
   try {
-    const events = ws.exec({ argv, cwd, timeoutMs, killGraceMs: 1000, signal: stop.signal, programs: [ws.ripgrepPath] });
+    const events = ws.exec({ argv, cwd, timeoutMs, killGraceMs: 1000, signal: stop.signal, programs: [ws.ripgrepPath], sweep: false });
     const out = new TextDecoder("utf-8", { fatal: false });
     const err = new TextDecoder("utf-8", { fatal: false });
     let partial = "";

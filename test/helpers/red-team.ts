@@ -5,9 +5,12 @@
  * once, and the assertions every attack shares: refused with the exact reason and `why`, and
  * nothing of the refused script ran.
  */
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { ExecutionContext } from "ava";
+import Docker from "dockerode";
+import { Writable } from "node:stream";
 import { ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 import type { BashResponse } from "../../gen/agentworkspace/v1/tool_pb.js";
 import { type ClientSet, errorDetail, expectError } from "./server.ts";
@@ -107,6 +110,31 @@ export async function sh(clients: ClientSet, workspaceId: string, command: strin
   const r = await clients.tools.bash({ workspaceId, command, timeoutMs: 60_000n });
   if (r.exitCode !== 0) throw new Error(`fixture command failed (${r.exitCode}): ${command}\n${r.stdout}\n${r.stderr}`);
   return r.stdout;
+}
+
+/**
+ * Runs `command` at the workspace root outside every policy and as root on container providers:
+ * how a test looks at what commands no longer can (files the sandbox sealed, executor/seal.ts).
+ * On local, where nothing is sealed, it runs on the host in the workspace's directory (the plain
+ * workspace's: `arena.root`).
+ */
+export async function inspect(arena: Pick<Arena, "provider" | "root">, workspaceId: string, command: string): Promise<string> {
+  if (arena.provider === "local") return execFileSync("bash", ["-c", command], { cwd: arena.root, encoding: "utf8" });
+  const docker = new Docker({ socketPath: process.env.DOCKER_SOCKET ?? "/var/run/docker.sock" });
+  const [info] = await docker.listContainers({ all: true, filters: { label: [`agent-workspace.workspace-id=${workspaceId}`] } });
+  if (!info) throw new Error(`no container for ${workspaceId}`);
+  const exec = await docker.getContainer(info.Id).exec({ Cmd: ["bash", "-c", command], User: "0", WorkingDir: "/workspace", AttachStdout: true, AttachStderr: true });
+  const stream = await exec.start({ hijack: true, stdin: false });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  await new Promise<void>((resolve, reject) => {
+    docker.modem.demuxStream(stream, new Writable({ write: (b: Buffer, _e, done) => (out.push(b), done()) }), new Writable({ write: (b: Buffer, _e, done) => (err.push(b), done()) }));
+    stream.on("end", resolve);
+    stream.on("error", reject);
+  });
+  const { ExitCode } = await exec.inspect();
+  if (ExitCode !== 0) throw new Error(`inspection failed (${ExitCode}): ${command}\n${Buffer.concat(err).toString()}`);
+  return Buffer.concat(out).toString();
 }
 
 /** Makes a provider's two workspaces and plants their files. */

@@ -232,6 +232,8 @@ export declare type GitFileDiff = Message<"agentworkspace.v1.GitFileDiff"> & {
 
   /**
    * True when the file is a sensitive one: it is counted, and its text is left out of the diff.
+   * In a container's working tree a sensitive file is sealed (unreadable, to git as to anyone):
+   * its change is listed, its lines not counted (0).
    *
    * @generated from field: bool sensitive = 6;
    */
