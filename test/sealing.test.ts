@@ -175,6 +175,11 @@ for (const provider of SEALED_PROVIDERS) {
     const next = await agent.tools.bash({ command: "cat .npmrc; ls -la .npmrc" });
     t.false(`${next.stdout}${next.stderr}`.includes(SECRET.later));
     t.regex(next.stdout, /-rw------- 1 root root/);
+    // The sweep's reach: a project's .env one level down, and a credential directory at any depth of its own.
+    await agent.tools.bash({ command: `mkdir -p app .config/gh && printf 'K=${SECRET.later}\\n' > app/.env && printf 'token: ${SECRET.later}\\n' > .config/gh/hosts.yml` });
+    const after = await agent.tools.bash({ command: "cat app/.env .config/gh/hosts.yml; ls -l app/.env .config/gh/hosts.yml" });
+    t.false(`${after.stdout}${after.stderr}`.includes(SECRET.later), after.stdout);
+    t.is(after.stdout.match(/-rw------- 1 root +root/g)?.length, 2, after.stdout);
   });
 }
 

@@ -15,18 +15,20 @@
  *   it can see it.
  *
  * `place` runs after the server put files in place (a clone, a checkout, host mounts, setup
- * commands) and seals both lists. `sweep` runs after every command and seals never-read files a
- * command left, so a later command cannot read what an earlier one wrote (a token a login command
- * stored); it re-reads only directories whose change time moved since the last sweep. A command
- * can of course keep a copy of what it could read while it ran: a sweep is hygiene, sealing at
- * placement is the boundary.
+ * commands) and seals both lists, in the whole workspace. `sweep` runs after every command and
+ * seals never-read files a command left where programs store what they obtain: the workspace root
+ * (the sandbox's HOME) and its first-level directories (a project's `.env`), and the credential
+ * directories the rules name whole, at any depth (`.ssh`, `.aws`, `.config/gh`, …). It re-reads
+ * only directories whose change time moved since the last sweep, so it costs a few system calls
+ * when nothing changed, whatever the workspace's size. A command can of course keep a copy of what
+ * it could read while it ran: a sweep is hygiene, sealing at placement is the boundary.
  *
  * Every step works from descriptors: directories are opened with O_NOFOLLOW relative to their
  * parent and checked to be the one just listed, and an entry is sealed through an O_PATH
  * descriptor, so a command swapping a name for a link while this runs redirects nothing. Imports
  * only node: modules: it runs inside sandboxes.
  */
-import { chmodSync, chownSync, closeSync, constants, fstatSync, lstatSync, openSync, readdirSync, type Stats } from "node:fs";
+import { chmodSync, chownSync, closeSync, constants, type Dirent, fstatSync, lstatSync, openSync, readdirSync, type Stats } from "node:fs";
 import { at, DIR_OPEN } from "./jail.ts";
 import type { FileGuard } from "./sensitive-files.ts";
 
@@ -67,13 +69,35 @@ export class Sealer {
   seal(guard: FileGuard, mode: "place" | "sweep"): SealResult {
     const result: SealResult = { sealed: 0, listed: 0 };
     const seen = new Set<string>();
-    this.#dir(this.#rootFd(), "", guard, mode, result, seen, undefined);
-    // Directories gone since: their entries would otherwise be trusted if a new one took the name.
+    const root = this.#rootFd();
+    if (mode === "place") {
+      this.#dir(root, "", guard, mode, result, seen, undefined, Number.POSITIVE_INFINITY);
+    } else {
+      // The root (HOME) and its first-level directories, then the credential directories whole.
+      this.#dir(root, "", guard, mode, result, seen, undefined, 1);
+      for (const prefix of guard.credentialDirs()) {
+        const parts = prefix.split("/");
+        let fd = root;
+        const opened: number[] = [];
+        try {
+          for (const part of parts) {
+            const next = this.#open(fd, part);
+            if (next === undefined) break;
+            opened.push(next);
+            fd = next;
+          }
+          if (opened.length === parts.length) this.#dir(fd, prefix, guard, mode, result, seen, guard.checkTree(prefix, "read")?.list, Number.POSITIVE_INFINITY);
+        } finally {
+          for (const o of opened) closeSync(o);
+        }
+      }
+    }
+    // Directories gone since, or not visited by this kind of pass, are listed afresh next time.
     for (const rel of this.#seen.keys()) if (!seen.has(rel)) this.#seen.delete(rel);
     return result;
   }
 
-  #dir(fd: number, rel: string, guard: FileGuard, mode: "place" | "sweep", result: SealResult, seen: Set<string>, tree: "deny" | "write_protected" | undefined): void {
+  #dir(fd: number, rel: string, guard: FileGuard, mode: "place" | "sweep", result: SealResult, seen: Set<string>, tree: "deny" | "write_protected" | undefined, depth: number): void {
     seen.add(rel);
     const own = fstatSync(fd, { bigint: true });
     const before = this.#seen.get(rel);
@@ -84,27 +108,34 @@ export class Sealer {
       subdirs = before.subdirs;
     } else {
       subdirs = [];
-      let names: string[];
+      let entries: Dirent[];
       try {
-        names = this.#either(() => readdirSync(at(fd)));
+        entries = this.#either(() => readdirSync(at(fd), { withFileTypes: true }));
       } catch {
         return;
       }
       result.listed++;
-      for (const name of names) {
-        let st: Stats;
-        try {
-          st = this.#either(() => lstatSync(at(fd, name)));
-        } catch {
-          continue;
+      for (const entry of entries) {
+        const name = entry.name;
+        let isDir = entry.isDirectory();
+        let isFile = entry.isFile();
+        if (!isDir && !isFile && !entry.isSymbolicLink()) {
+          // The filesystem did not say (DT_UNKNOWN): ask.
+          try {
+            const st = this.#either(() => lstatSync(at(fd, name)));
+            isDir = st.isDirectory();
+            isFile = st.isFile();
+          } catch {
+            continue;
+          }
         }
         const path = rel === "" ? name : `${rel}/${name}`;
-        if (st.isDirectory()) subdirs.push(name);
-        else if (st.isFile()) {
+        if (isDir) subdirs.push(name);
+        else if (isFile) {
           const hit = tree === "deny" ? "deny" : guard.check(path, "read")?.list;
           if (hit === "deny") result.sealed += this.#seal(fd, name, SEALED.denyFile);
           else if (mode === "place" && (tree === "write_protected" || guard.check(path, "write")?.list === "write_protected")) {
-            result.sealed += this.#seal(fd, name, st.mode & 0o111 ? 0o755 : 0o644);
+            result.sealed += this.#seal(fd, name, "keepExec");
           }
         }
       }
@@ -114,13 +145,28 @@ export class Sealer {
     }
     for (const name of subdirs) {
       const path = rel === "" ? name : `${rel}/${name}`;
+      const inTree = tree ?? guard.checkTree(path, mode === "place" ? "write" : "read")?.list;
+      // A sweep stops at its depth, but a tree the rules name is always sealed whole.
+      if (depth <= 0 && inTree === undefined) continue;
+      // The last level of a sweep, unchanged since it was listed: one stat, no descriptor.
+      const known = this.#seen.get(path);
+      if (mode === "sweep" && inTree === undefined && depth <= 1 && known !== undefined) {
+        try {
+          const st = this.#either(() => lstatSync(at(fd, name), { bigint: true }));
+          if (st.isDirectory() && Number(st.ino) === known.ino && st.ctimeNs === known.ctimeNs) {
+            seen.add(path);
+            continue;
+          }
+        } catch {
+          continue;
+        }
+      }
       const child = this.#open(fd, name);
       if (child === undefined) continue;
       try {
-        const inTree = tree ?? guard.checkTree(path, mode === "place" ? "write" : "read")?.list;
         if (inTree === "deny") result.sealed += this.#seal(fd, name, SEALED.denyDir);
         else if (inTree === "write_protected") result.sealed += this.#seal(fd, name, SEALED.protectedDir);
-        this.#dir(child, path, guard, mode, result, seen, inTree);
+        this.#dir(child, path, guard, mode, result, seen, inTree, inTree === undefined ? depth - 1 : Number.POSITIVE_INFINITY);
       } finally {
         closeSync(child);
       }
@@ -161,8 +207,8 @@ export class Sealer {
     return child;
   }
 
-  /** Makes entry `name` of `fd` root's with `mode`; 1 when that changed anything. */
-  #seal(fd: number, name: string, mode: number): number {
+  /** Makes entry `name` of `fd` root's with `mode` ("keepExec": 0644, or 0755 when executable); 1 when that changed anything. */
+  #seal(fd: number, name: string, wanted: number | "keepExec"): number {
     let entry: number;
     try {
       entry = this.#either(() => openSync(at(fd, name), O_PATH | constants.O_NOFOLLOW));
@@ -172,6 +218,7 @@ export class Sealer {
     try {
       const st = fstatSync(entry);
       if (!st.isFile() && !st.isDirectory()) return 0;
+      const mode = wanted === "keepExec" ? (st.mode & 0o111 ? 0o755 : 0o644) : wanted;
       if (st.uid === 0 && st.gid === 0 && (st.mode & 0o7777) === mode) return 0;
       // Through the descriptor: the inode it names, whatever the name points at by now.
       this.#privileged(() => {

@@ -203,6 +203,25 @@ export class FileGuard {
   }
 
   /**
+   * The directories, from the workspace root (the sandbox's HOME), in which the never-read list
+   * names files by a path (`.aws/credentials`, `.ssh/**`, `.config/gh/hosts.yml`): where credential
+   * tools store what they obtain. Literal leading components only.
+   */
+  credentialDirs(): string[] {
+    const dirs = new Set<string>();
+    for (const pattern of this.#deny.patterns) {
+      const parts = canonicalForMatch(pattern).split("/");
+      const literal: string[] = [];
+      for (const part of parts.slice(0, -1)) {
+        if (/[*?[]/.test(part)) break;
+        literal.push(part);
+      }
+      if (literal.length > 0) dirs.add(literal.join("/"));
+    }
+    return [...dirs];
+  }
+
+  /**
    * Why the directory `path` is part of a tree the lists name whole (`.ssh/**`: `.ssh` itself and
    * every directory below it), or undefined. For `write`, write-protected trees count too.
    */
