@@ -18,7 +18,9 @@
  * pool, vs the same raw baseline; (l) `policy` — the command policy's parse-and-check vs spawning
  * `bash -c true`; (m) `audit` — a tool call unwatched, with a live WatchEvents reader and with a
  * stalled one; (n) `egress` — a 100 MB download and the time to first byte through the egress
- * proxy vs straight (and through docker and gvisor workspaces). `--providers` applies to (a), (d), (g), (h), (i), (j), (k) and (n).
+ * proxy vs straight (and through docker and gvisor workspaces); (o) `git`; (p) `mounts`; (q) `enforcement` — a no-op Bash under
+ * an allowlist (setpriv, program groups) and in a workspace of 20,000 files (the sweep) vs a plain one, on
+ * docker and gvisor. `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p) and (q).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -43,6 +45,7 @@ import { benchPeer } from "./peer.ts";
 import { benchReads } from "./reads.ts";
 import { benchPolicy } from "./policy.ts";
 import { benchEgress, EGRESS_BENCH_ENV } from "./egress.ts";
+import { benchEnforcement } from "./enforcement.ts";
 import { benchGit } from "./git.ts";
 import { benchMounts, MOUNT_ROOT } from "./mounts.ts";
 import { benchSessions } from "./sessions.ts";
@@ -55,7 +58,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -76,7 +79,7 @@ function parseOptions() {
   });
   if (values.help) {
     process.stdout.write(
-      "usage: npm run bench -- [--quick] [--only=a,b,…,p] [--providers=local,docker,gvisor] [--profile]\n" +
+      "usage: npm run bench -- [--quick] [--only=a,b,…,q] [--providers=local,docker,gvisor] [--profile]\n" +
         "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
         "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
         "  c|stream    StreamBash throughput and server RSS under a slow reader\n" +
@@ -88,7 +91,13 @@ function parseOptions() {
         "  i|kill      time for a timed-out command tree (setsid, nohup, TERM-ignoring) to die\n" +
         "  j|create    cold CreateWorkspace vs mkdir / raw docker create+start\n" +
         "  k|sessions  StartSession to ACTIVE, cold and from a warm pool, vs mkdir / raw docker create+start\n" +
-        "  --providers applies to a, d, g, h, i, j, k and n\n",
+        "  l|policy    the command policy's check vs spawning bash -c true\n" +
+        "  m|audit     a tool call unwatched, with a live and with a stalled WatchEvents reader\n" +
+        "  n|egress    downloads through the egress proxy vs straight\n" +
+        "  o|git       the git tools vs raw git\n" +
+        "  p|mounts    host mounts' share of CreateWorkspace vs cp -a\n" +
+        "  q|enforcement  no-op Bash under an allowlist and with a large tree (the sweep) vs plain (docker, gvisor)\n" +
+        "  --providers applies to a, d, g, h, i, j, k, n, p and q\n",
     );
     process.exit(0);
   }
@@ -151,6 +160,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     n: { downloads: quick ? 2 : 5, requests: quick ? 20 : 100 },
     o: { iterations: quick ? 30 : 200, warmup: quick ? 5 : 20, commits: quick ? 10 : 50 },
     p: { providers, iterations: quick ? 3 : 10, files: 2000, totalBytes: 20_000_000 },
+    q: { providers, iterations: quick ? 20 : 100, warmup: quick ? 3 : 10 },
   };
 }
 
@@ -231,6 +241,7 @@ async function main(): Promise<void> {
       await mkdir(MOUNT_ROOT, { recursive: true });
       results.mounts = await withServer("mounts", containers, (ctx) => benchMounts(ctx, settings.p), { AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: MOUNT_ROOT });
     }
+    if (opts.only.has("q")) results.enforcement = await withServer("enforcement", true, (ctx) => benchEnforcement(ctx, settings.q));
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];
