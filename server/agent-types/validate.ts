@@ -242,7 +242,8 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     repoSource: { type, url, branch },
     tools,
     resourceLimits: limits ? { cpu: limits.cpu.trim(), memory: limits.memory.trim(), disk: limits.disk.trim(), pids: limits.pids } : {},
-    checkoutOnStart: cfg.checkoutOnStart,
+    // Unset follows the repository source: a source that names a repository is there to be cloned.
+    checkoutOnStart: cfg.checkoutOnStart ?? type !== "none",
     baseImage: cfg.baseImage,
     setupCommands: [...cfg.setupCommands],
     provider: cfg.provider,

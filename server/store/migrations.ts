@@ -64,4 +64,19 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX sessions_status ON sessions (status);
     `,
   },
+  {
+    version: 3,
+    name: "agent types keep checkout_on_start = false as stored",
+    sql: `
+      -- checkout_on_start gained presence: unset now means "clone when repo_source names a
+      -- repository". Before, false was the default and was stored by leaving the field out, so a
+      -- stored agent type cannot tell "never set" from "false". Each keeps the false it was
+      -- stored with (and GET showed), written out, so an upgrade changes no agent type's
+      -- behaviour; saving its configuration again without the field applies the new default.
+      UPDATE agent_types
+        SET body = json_set(body, '$.workspace.checkoutOnStart', json('false'))
+        WHERE json_type(body, '$.workspace') = 'object'
+          AND json_type(body, '$.workspace.checkoutOnStart') IS NULL;
+    `,
+  },
 ];

@@ -122,11 +122,14 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
   resourceLimits?: ResourceLimits | undefined;
 
   /**
-   * Whether the repository is cloned when the workspace is made (true) or left to the agent.
+   * Whether the repository is cloned when the workspace is made (true) or left to the agent
+   * (false: an empty /workspace). Unset means true when repo_source names a repository (type
+   * "fixed" or "task_context") and false for type "none"; the stored configuration, and every
+   * answer, carries the value it resolved to.
    *
-   * @generated from field: bool checkout_on_start = 5;
+   * @generated from field: optional bool checkout_on_start = 5;
    */
-  checkoutOnStart: boolean;
+  checkoutOnStart?: boolean | undefined;
 
   /**
    * Container image for container providers; empty selects the server's default image.
