@@ -123,11 +123,18 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   const built: ProviderSet = overrides.providers
     ? { providers: overrides.providers, reconcileOrphans: async () => undefined }
     : await createProviders(settings.providers, logger, onRecord);
+  let mountRoots: string[];
+  try {
+    mountRoots = await canonicalRoots(settings.mounts.allowedRoots);
+  } catch (err) {
+    throw new SettingsError(`AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: ${(err as NodeJS.ErrnoException).path ?? ""} cannot be used (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+  }
   const agentTypes = new AgentTypes(store.agentTypes, {
     tools: TOOL_NAMES,
     providers: built.providers.map((p) => p.name),
     egressAllowed: settings.providers.docker.egressNetwork !== "" && built.providers.some((p) => p.name === "docker"),
     maxTimeoutMs: settings.toolLimits.maxTimeoutMs,
+    mountRoots,
   });
   await agentTypes.init();
   if (settings.agentTypesFile !== "") {
@@ -139,12 +146,6 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       if (err instanceof DomainError) throw new SettingsError(`--agent-types ${settings.agentTypesFile}: ${err.message}${err.metadata.field ? ` (field ${err.metadata.field})` : ""}`);
       throw err;
     }
-  }
-  let mountRoots: string[];
-  try {
-    mountRoots = await canonicalRoots(settings.mounts.allowedRoots);
-  } catch (err) {
-    throw new SettingsError(`AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: ${(err as NodeJS.ErrnoException).path ?? ""} cannot be used (${(err as NodeJS.ErrnoException).code ?? "error"})`);
   }
   const egress = new Egress(settings.egress, logger, (refusal) => audit.egressRefused(refusal));
   const workspaces = new WorkspaceManager({

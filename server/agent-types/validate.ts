@@ -16,6 +16,7 @@ import {
 } from "../../gen/agentworkspace/v1/config_pb.js";
 import { DomainError } from "../../core/errors.ts";
 import { parseRule } from "../egress/destinations.ts";
+import { mountRootProblem } from "../mounts/host-mounts.ts";
 import { ruleProblem } from "../security/command-policy.ts";
 import { checkDigestText, MAX_DIGESTS_PER_SESSION, sectionKeyOf } from "../sessions/digests.ts";
 import { MIN_DISK_BYTES, MIN_MEMORY_BYTES, parseCpu, sizeLimit } from "../workspace-limits.ts";
@@ -30,6 +31,8 @@ export interface ValidationContext {
   egressAllowed: boolean;
   /** The server's largest command timeout, in milliseconds. */
   maxTimeoutMs: number;
+  /** Canonical directories host mounts may come from (AGENT_WORKSPACE_ALLOWED_HOST_ROOTS); empty allows none. */
+  mountRoots: readonly string[];
 }
 
 export const REPO_SOURCE_TYPES = ["none", "fixed", "task_context"] as const;
@@ -166,6 +169,10 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     const mf = (name: string) => f(`mounts[${i}].${name}`);
     if (m.hostPath.trim() === "" || m.hostPath.includes("\0")) throw invalid(mf("host_path"), `mounts[${i}].host_path is required`);
     if (m.hostPath.split("/").includes("..")) throw invalid(mf("host_path"), `mounts[${i}].host_path may not contain '..'`);
+    const problem = mountRootProblem(m.hostPath, m.followSymlinks, ctx.mountRoots);
+    if (problem !== undefined) {
+      throw invalid(mf("host_path"), `mounts[${i}].host_path ${shown(m.hostPath)} cannot be mounted on this server: ${problem}`, { host_path: m.hostPath.slice(0, 300) });
+    }
     if (m.maxBytes < 0n) throw invalid(mf("max_bytes"), `mounts[${i}].max_bytes must not be negative`);
     const target = m.mountPath.trim() !== "" ? m.mountPath : m.hostPath.split("/").filter((x) => x !== "").at(-1) ?? "";
     if (target.startsWith("/") ? !target.startsWith("/workspace") : target.split("/").includes("..")) throw invalid(mf("mount_path"), `mounts[${i}].mount_path must stay inside the workspace`);

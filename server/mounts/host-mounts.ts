@@ -18,6 +18,7 @@
  * - sensitive files of the server's lists (and the agent type's) are skipped, and FIFOs, sockets
  *   and devices are never opened.
  */
+import { realpathSync } from "node:fs";
 import { realpath } from "node:fs/promises";
 import path from "node:path";
 import picomatch from "picomatch";
@@ -97,6 +98,33 @@ interface Plan {
 /** The canonical root holding `canonical`, on whole segments, or undefined. */
 function rootOf(canonical: string, roots: string[]): string | undefined {
   return roots.find((r) => canonical === r || canonical.startsWith(r === "/" ? "/" : `${r}/`));
+}
+
+/**
+ * Why an agent type's mount could never be copied on this server, or undefined: checked when the
+ * agent type is saved, so a mount outside the allowed roots is refused there and not first at a
+ * session's provisioning. `roots` are canonical. A path that does not exist yet is judged by its
+ * nearest existing parent (a link there counts); provisioning checks everything again, since the
+ * host may change in between.
+ */
+export function mountRootProblem(hostPath: string, followSymlinks: boolean, roots: readonly string[]): string | undefined {
+  if (roots.length === 0) return "this server allows no host mounts (AGENT_WORKSPACE_ALLOWED_HOST_ROOTS is not set)";
+  const lexical = path.resolve(roots[0], hostPath);
+  let existing = lexical;
+  let rest = "";
+  let canonical: string | undefined;
+  while (canonical === undefined) {
+    try {
+      canonical = path.join(realpathSync(existing), rest);
+    } catch {
+      if (existing === path.dirname(existing)) return undefined;
+      rest = path.join(path.basename(existing), rest);
+      existing = path.dirname(existing);
+    }
+  }
+  if (rootOf(canonical, [...roots]) === undefined) return `it is not inside an allowed root (${roots.join(", ")})`;
+  if (canonical !== lexical && !followSymlinks) return "it goes through a symbolic link (set follow_symlinks to follow links inside the allowed roots)";
+  return undefined;
 }
 
 /** Checks `mounts` against the settings without touching the host beyond resolving paths. */
