@@ -154,6 +154,20 @@ export class SettingsError extends Error {
   }
 }
 
+/**
+ * Reads the file a secret-bearing setting names. A setting that takes a path is sometimes given
+ * the secret itself (a key pasted where its file belongs), so a failure names the setting and the
+ * error code, never the value.
+ */
+function readSecretFile(file: string, name: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? "error";
+    throw new SettingsError(`${name} must name a readable file (${code}); the value is not shown, in case it is a secret rather than a path`);
+  }
+}
+
 /** Providers a request or the default may name. */
 export const PROVIDER_NAMES = ["local", "docker", "gvisor", "memory"] as const;
 
@@ -188,7 +202,8 @@ Options (each also read from the environment variable shown):
                             the server runs open, and only on a loopback address.
   --agent-types FILE        agent types to create or update at start, YAML or JSON
                             (AGENT_WORKSPACE_AGENT_TYPES)
-  --git-credentials FILE    tokens the server clones with, per git host, YAML or JSON
+  --git-credentials FILE    tokens the server clones with, per git host, YAML or JSON: a file,
+                            or the mapping itself when it starts with '{' or spans lines
                             (AGENT_WORKSPACE_GIT_CREDENTIALS)
 
 The README lists every other environment variable.`;
@@ -218,7 +233,8 @@ function otlpSettings(env: NodeJS.ProcessEnv): OtlpSettings | undefined {
   try {
     parsed = new URL(url);
   } catch {
-    throw new SettingsError(`${urlName}: '${url}' is not a URL (http://collector:4318)`);
+    // Not echoed: an endpoint may carry a password (refused below, once it parses).
+    throw new SettingsError(`${urlName} is not a URL like http://collector:4318 (the value is not shown: it may carry credentials)`);
   }
   if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new SettingsError(`${urlName}: only http:// and https:// endpoints are supported`);
   if (parsed.username !== "" || parsed.password !== "") throw new SettingsError(`${urlName}: put credentials in OTEL_EXPORTER_OTLP_HEADERS, not in the URL`);
@@ -331,13 +347,7 @@ function apiKeys(env: NodeJS.ProcessEnv, file: string | undefined, fileName: str
     .filter((k) => k !== "")
     .map((k, i) => [k, `key ${i + 1} of AGENT_WORKSPACE_API_KEYS`]);
   if (file !== undefined) {
-    let text: string;
-    try {
-      text = readFileSync(file, "utf8");
-    } catch (err) {
-      throw new SettingsError(`${fileName}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
-    }
-    text.split("\n").forEach((line, i) => {
+    readSecretFile(file, fileName).split("\n").forEach((line, i) => {
       const k = line.replace(/#.*/, "").trim();
       if (k !== "") keys.push([k, `line ${i + 1} of ${fileName}`]);
     });
@@ -367,32 +377,57 @@ function identityPart(value: string, name: string): string {
 }
 
 /**
- * The git credentials file: a mapping from host ("git.example.com", "127.0.0.1:8443") to a token,
- * or to { username, token }. Messages name the host, never the token.
+ * Where the git credentials are: a value that starts with "{" or spans several lines is the
+ * mapping itself (YAML or JSON), anything else the path of a file holding it.
  */
-function gitCredentials(file: string | undefined, name: string): Map<string, GitCredential> {
+export function isInlineCredentials(value: string): boolean {
+  return value.trimStart().startsWith("{") || value.includes("\n");
+}
+
+/**
+ * The git credentials (AGENT_WORKSPACE_GIT_CREDENTIALS, --git-credentials): a mapping from host
+ * ("git.example.com", "127.0.0.1:8443") to a token, or to { username, token }, given inline or in
+ * a file (`isInlineCredentials`). The value is full of tokens, so no message quotes it, nor a
+ * parser's excerpt of it, nor a key that is not a host name (a URL there may carry a token):
+ * messages name the entry, and the host once it is known to be one.
+ */
+function gitCredentials(value: string | undefined, name: string): Map<string, GitCredential> {
   const out = new Map<string, GitCredential>();
-  if (file === undefined) return out;
+  if (value === undefined) return out;
+  const inline = isInlineCredentials(value);
+  const where = inline ? `${name} (inline)` : `${name} (the file ${value})`;
+  let text = value;
+  if (!inline) {
+    try {
+      text = readSecretFile(value, name);
+    } catch (err) {
+      throw new SettingsError(`${(err as Error).message}. To give the mapping itself, start it with '{': {"github.com": "ghp_…"}`);
+    }
+  }
   let doc: unknown;
   try {
-    doc = parseYaml(readFileSync(file, "utf8"));
-  } catch (err) {
-    throw new SettingsError(`${name}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? "not YAML or JSON"})`);
+    doc = parseYaml(text);
+  } catch {
+    throw new SettingsError(`${where} is not valid YAML or JSON; the parser's message is not shown, since it quotes the text`);
   }
-  if (doc === null || typeof doc !== "object" || Array.isArray(doc)) throw new SettingsError(`${name}: ${file} must map git hosts to tokens`);
-  for (const [host, value] of Object.entries(doc as Record<string, unknown>)) {
-    if (!/^[A-Za-z0-9][A-Za-z0-9.-]*(:\d{1,5})?$/.test(host)) throw new SettingsError(`${name}: '${host.slice(0, 100)}' is not a host name (with an optional :port)`);
-    const entry = typeof value === "string" ? { username: "x-access-token", token: value } : (value as { username?: unknown; token?: unknown } | null);
+  if (doc === null || typeof doc !== "object" || Array.isArray(doc)) {
+    throw new SettingsError(`${where} must map git hosts to tokens, e.g. {"github.com": "ghp_…"}${inline ? "" : " (a value starting with '{' is read as the mapping itself)"}`);
+  }
+  Object.entries(doc as Record<string, unknown>).forEach(([host, entryValue], i) => {
+    if (!/^[A-Za-z0-9][A-Za-z0-9.-]*(:\d{1,5})?$/.test(host)) {
+      throw new SettingsError(`${where}: the key of entry ${i + 1} is not a host name with an optional :port (like github.com or git.example.com:8443); it is not shown, since a URL there may carry a token`);
+    }
+    const entry = typeof entryValue === "string" ? { username: "x-access-token", token: entryValue } : (entryValue as { username?: unknown; token?: unknown } | null);
     const token = entry?.token;
     const username = entry?.username ?? "x-access-token";
     if (typeof token !== "string" || token.length < 4 || /[\s\x00-\x1f\x7f]/.test(token)) {
-      throw new SettingsError(`${name}: the token for ${host} must be a string of at least 4 characters without spaces`);
+      throw new SettingsError(`${where}: the token for ${host} must be a string of at least 4 characters without spaces`);
     }
     if (typeof username !== "string" || username === "" || /[:\s\x00-\x1f\x7f]/.test(username)) {
-      throw new SettingsError(`${name}: the username for ${host} must be a non-empty string without ':' or spaces`);
+      throw new SettingsError(`${where}: the username for ${host} must be a non-empty string without ':' or spaces`);
     }
     out.set(host.toLowerCase(), { username, token });
-  }
+  });
   return out;
 }
 
@@ -409,12 +444,7 @@ function githubApp(env: NodeJS.ProcessEnv): GitHubAppSettings | undefined {
   if (appId === undefined && keyFile === undefined) return undefined;
   if (appId === undefined || !/^\d{1,20}$/.test(appId)) throw new SettingsError("AGENT_WORKSPACE_GITHUB_APP_ID must be the app's numeric id");
   if (keyFile === undefined) throw new SettingsError("AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE is required with AGENT_WORKSPACE_GITHUB_APP_ID");
-  let privateKey: string;
-  try {
-    privateKey = readFileSync(keyFile, "utf8");
-  } catch (err) {
-    throw new SettingsError(`AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE: cannot read ${keyFile} (${(err as NodeJS.ErrnoException).code ?? "error"})`);
-  }
+  const privateKey = readSecretFile(keyFile, "AGENT_WORKSPACE_GITHUB_APP_PRIVATE_KEY_FILE");
   let keyType: string | undefined;
   try {
     keyType = createPrivateKey(privateKey).asymmetricKeyType;
@@ -449,25 +479,41 @@ function dockerConnection(env: NodeJS.ProcessEnv): DockerConnection {
   if (socket !== undefined) return { socketPath: path.resolve(socket) };
   const host = read(env, "DOCKER_HOST");
   if (host === undefined) return { socketPath: "/var/run/docker.sock" };
+  // The value is not quoted in messages: a URL may carry a password.
   let url: URL;
   try {
     url = new URL(host);
   } catch {
-    throw new SettingsError(`DOCKER_HOST must be unix:///path or tcp://host:port; got '${host}'`);
+    throw new SettingsError("DOCKER_HOST must be unix:///path or tcp://host:port (the value is not shown: it may carry credentials)");
   }
+  if (url.username !== "" || url.password !== "") throw new SettingsError("DOCKER_HOST must not carry a user or password");
   if (url.protocol === "unix:") {
-    if (url.pathname === "" || url.pathname === "/") throw new SettingsError(`DOCKER_HOST names no socket path: '${host}'`);
+    if (url.pathname === "" || url.pathname === "/") throw new SettingsError("DOCKER_HOST names no socket path (unix:///path)");
     return { socketPath: url.pathname };
   }
   if (url.protocol === "tcp:") {
     const tls = bool(read(env, "DOCKER_TLS_VERIFY"), "DOCKER_TLS_VERIFY");
     const port = integer(url.port === "" ? undefined : url.port, "the port of DOCKER_HOST", tls ? 2376 : 2375, 1, 65535);
-    if (url.hostname === "") throw new SettingsError(`DOCKER_HOST names no host: '${host}'`);
+    if (url.hostname === "") throw new SettingsError("DOCKER_HOST names no host (tcp://host:port)");
     const certDir = read(env, "DOCKER_CERT_PATH");
     if (tls && certDir === undefined) throw new SettingsError("DOCKER_TLS_VERIFY=1 needs DOCKER_CERT_PATH (a directory with ca.pem, cert.pem and key.pem)");
     return { host: url.hostname, port, tlsCertDir: tls ? path.resolve(certDir as string) : undefined };
   }
   throw new SettingsError(`DOCKER_HOST must be unix:///path or tcp://host:port; '${url.protocol}' is not supported`);
+}
+
+/**
+ * A command-line parser's message without the values it may quote: an option's value or a stray
+ * argument (a credentials mapping the shell split in two) may be a secret. Option names stay, and
+ * so does a stray plain word ("serve"), which says what went wrong.
+ */
+function withoutValues(message: string, argv: string[]): string {
+  const values = argv
+    .flatMap((a) => (a.startsWith("-") ? (a.includes("=") ? [a.slice(a.indexOf("=") + 1)] : []) : [a]))
+    .filter((v) => v !== "" && !/^[a-z]{1,16}$/.test(v));
+  let out = message;
+  for (const v of values.sort((a, b) => b.length - a.length)) out = out.split(v).join("…");
+  return out;
 }
 
 /**
@@ -480,7 +526,7 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
     const options: ParseArgsOptionsConfig = Object.fromEntries(Object.entries(FLAGS).map(([k, v]) => [k, { type: v.type }]));
     ({ values } = parseArgs({ args: argv, options, strict: true, allowPositionals: false }));
   } catch (err) {
-    throw new SettingsError(`${(err as Error).message}\n\n${USAGE}`);
+    throw new SettingsError(`${withoutValues((err as Error).message, argv)}\n\n${USAGE}`);
   }
   // A flag wins over its variable; both go through the same checks under the flag's name.
   const pick = (flag: keyof typeof FLAGS): [string | undefined, string] => {
@@ -491,10 +537,20 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
     return [read(env, FLAGS[flag].env), FLAGS[flag].env];
   };
 
-  const [tlsCert] = pick("tls-cert");
-  const [tlsKey] = pick("tls-key");
+  const [tlsCert, tlsCertName] = pick("tls-cert");
+  const [tlsKey, tlsKeyName] = pick("tls-key");
   if ((tlsCert === undefined) !== (tlsKey === undefined)) {
     throw new SettingsError("--tls-cert and --tls-key (AGENT_WORKSPACE_TLS_CERT, AGENT_WORKSPACE_TLS_KEY) must be given together");
+  }
+  // Both are read when the server listens; checked now, so a key pasted where its path belongs is
+  // refused here without being repeated (the listener's error would quote it).
+  if (tlsCert !== undefined && tlsKey !== undefined) {
+    try {
+      readFileSync(tlsCert);
+    } catch (err) {
+      throw new SettingsError(`${tlsCertName}: cannot read ${tlsCert.slice(0, 200)} (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+    }
+    readSecretFile(tlsKey, tlsKeyName);
   }
   const maxTimeoutMs = integer(read(env, "AGENT_WORKSPACE_MAX_TIMEOUT_MS"), "AGENT_WORKSPACE_MAX_TIMEOUT_MS", DEFAULT_TOOL_LIMITS.maxTimeoutMs, 1000, 24 * 3600 * 1000);
   const quiet = bool(...pick("quiet"));
