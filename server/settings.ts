@@ -69,7 +69,11 @@ export interface AuditSettings {
   otlp: OtlpSettings | undefined;
 }
 
-/** An OTLP trace exporter's configuration, from the standard OpenTelemetry variables. */
+/**
+ * An OTLP trace exporter's configuration, from the standard OpenTelemetry variables, parsed here
+ * with the SDK's meanings so that nothing below reads the environment (the SDK would otherwise
+ * read some of them itself, silently ignoring a malformed one).
+ */
 export interface OtlpSettings {
   protocol: "http/protobuf" | "grpc";
   /** The full URL: `…/v1/traces` for HTTP, `http(s)://host:port` for gRPC. */
@@ -77,9 +81,41 @@ export interface OtlpSettings {
   /** Sent with every export (an API key of the collector, for example); never logged. */
   headers: Record<string, string>;
   timeoutMs: number;
+  /** OTEL_EXPORTER_OTLP_(TRACES_)COMPRESSION. */
+  compression: "none" | "gzip";
+  /**
+   * TLS towards the collector, PEM: the CA to trust (OTEL_EXPORTER_OTLP_(TRACES_)CERTIFICATE) and a
+   * client certificate with its key (…_CLIENT_CERTIFICATE, …_CLIENT_KEY; both or neither).
+   */
+  tls: { ca?: string; cert?: string; key?: string };
   /** `service.name` of the exported resource. */
   serviceName: string;
+  /** OTEL_RESOURCE_ATTRIBUTES (service.name is serviceName's, whatever they say). */
+  resourceAttributes: Record<string, string>;
+  /** The batch span processor's OTEL_BSP_* settings. */
+  batch: BatchSettings;
 }
+
+/** How spans are batched for export (OTEL_BSP_*). */
+export interface BatchSettings {
+  /** Longest a finished span waits before its batch is sent, in milliseconds. */
+  scheduledDelayMs: number;
+  /** Longest one export may take, in milliseconds. */
+  exportTimeoutMs: number;
+  /** Spans waiting for export beyond this are dropped. */
+  maxQueueSize: number;
+  /** Most spans in one export; never above maxQueueSize. */
+  maxExportBatchSize: number;
+}
+
+/**
+ * Defaults of OTEL_BSP_*. The SDK's are 5000 ms, 30000 ms, 2048 and 512; two differ here, on
+ * purpose. The delay is 1 s: spans are the audit trail, and a collector watching for refused or
+ * failing calls should see them within a second, which costs at most one export a second and
+ * none while idle. The queue holds 8192: the server answers thousands of small tool calls a
+ * second, and 2048 spans waiting for one delay would drop records in a burst.
+ */
+export const DEFAULT_BATCH: BatchSettings = { scheduledDelayMs: 1000, exportTimeoutMs: 30_000, maxQueueSize: 8192, maxExportBatchSize: 512 };
 
 /** How sessions and warm pools run. */
 export interface SessionSettings {
@@ -212,7 +248,11 @@ The README lists every other environment variable.`;
  * OTLP export from the standard OpenTelemetry variables: on when an endpoint is set
  * (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, used as it is, or OTEL_EXPORTER_OTLP_ENDPOINT, to which HTTP
  * adds /v1/traces) or OTEL_TRACES_EXPORTER=otlp asks for the default one; off with
- * OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true. The signal-specific variable wins.
+ * OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true. The signal-specific variable wins. With
+ * export on, the exporter's headers, timeout, compression and TLS files, OTEL_RESOURCE_ATTRIBUTES
+ * and the batch processor's OTEL_BSP_* are read too, with the SDK's meanings (DEFAULT_BATCH says
+ * where the defaults differ). OTEL_EXPORTER_OTLP_INSECURE is not needed: the endpoint's scheme
+ * decides. OTEL_TRACES_SAMPLER and the OTEL_*_LIMIT variables are not honoured (audit-trail.ts).
  */
 function otlpSettings(env: NodeJS.ProcessEnv): OtlpSettings | undefined {
   if (read(env, "OTEL_SDK_DISABLED")?.toLowerCase() === "true") return undefined;
@@ -240,7 +280,7 @@ function otlpSettings(env: NodeJS.ProcessEnv): OtlpSettings | undefined {
   if (parsed.username !== "" || parsed.password !== "") throw new SettingsError(`${urlName}: put credentials in OTEL_EXPORTER_OTLP_HEADERS, not in the URL`);
   // The generic endpoint is a base: HTTP exports go to its /v1/traces (the specification's rule).
   if (protocol === "http/protobuf" && tracesEndpoint === undefined) url = `${url.replace(/\/+$/, "")}/v1/traces`;
-  const headersName = read(env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS") === undefined ? "OTEL_EXPORTER_OTLP_HEADERS" : "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+  const headersName = signal(env, "HEADERS");
   const headers: Record<string, string> = {};
   for (const pair of (read(env, headersName) ?? "").split(",")) {
     if (pair.trim() === "") continue;
@@ -252,14 +292,74 @@ function otlpSettings(env: NodeJS.ProcessEnv): OtlpSettings | undefined {
       throw new SettingsError(`${headersName}: a key or value is not valid percent-encoding`);
     }
   }
-  const timeoutName = read(env, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") === undefined ? "OTEL_EXPORTER_OTLP_TIMEOUT" : "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+  const timeoutName = signal(env, "TIMEOUT");
+  const compressionName = signal(env, "COMPRESSION");
+  const maxQueueSize = integer(read(env, "OTEL_BSP_MAX_QUEUE_SIZE"), "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_BATCH.maxQueueSize, 1, 1_000_000);
+  const maxExportBatchSize = integer(read(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"), "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", Math.min(DEFAULT_BATCH.maxExportBatchSize, maxQueueSize), 1, 1_000_000);
+  if (maxExportBatchSize > maxQueueSize) {
+    throw new SettingsError(`OTEL_BSP_MAX_EXPORT_BATCH_SIZE (${maxExportBatchSize}) must not be above OTEL_BSP_MAX_QUEUE_SIZE (${maxQueueSize})`);
+  }
   return {
     protocol,
     url,
     headers,
     timeoutMs: integer(read(env, timeoutName), timeoutName, 10_000, 100, 600_000),
+    compression: oneOf(read(env, compressionName), compressionName, ["none", "gzip"] as const, "none"),
+    tls: otlpTls(env),
     serviceName: read(env, "OTEL_SERVICE_NAME") ?? "agent-workspace",
+    resourceAttributes: resourceAttributes(read(env, "OTEL_RESOURCE_ATTRIBUTES")),
+    batch: {
+      scheduledDelayMs: integer(read(env, "OTEL_BSP_SCHEDULE_DELAY"), "OTEL_BSP_SCHEDULE_DELAY", DEFAULT_BATCH.scheduledDelayMs, 0, 3_600_000),
+      exportTimeoutMs: integer(read(env, "OTEL_BSP_EXPORT_TIMEOUT"), "OTEL_BSP_EXPORT_TIMEOUT", DEFAULT_BATCH.exportTimeoutMs, 1, 3_600_000),
+      maxQueueSize,
+      maxExportBatchSize,
+    },
   };
+}
+
+/** The variable a trace exporter setting comes from: OTEL_EXPORTER_OTLP_TRACES_<what> when set, else OTEL_EXPORTER_OTLP_<what>. */
+function signal(env: NodeJS.ProcessEnv, what: string): string {
+  return read(env, `OTEL_EXPORTER_OTLP_TRACES_${what}`) === undefined ? `OTEL_EXPORTER_OTLP_${what}` : `OTEL_EXPORTER_OTLP_TRACES_${what}`;
+}
+
+/** The collector's CA and a client certificate with its key, read now (the key as a secret). */
+function otlpTls(env: NodeJS.ProcessEnv): OtlpSettings["tls"] {
+  const file = (what: string, secret: boolean): string | undefined => {
+    const name = signal(env, what);
+    const value = read(env, name);
+    if (value === undefined) return undefined;
+    if (secret) return readSecretFile(value, name);
+    try {
+      return readFileSync(value, "utf8");
+    } catch (err) {
+      throw new SettingsError(`${name}: cannot read ${value.slice(0, 200)} (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+    }
+  };
+  const ca = file("CERTIFICATE", false);
+  const cert = file("CLIENT_CERTIFICATE", false);
+  const key = file("CLIENT_KEY", true);
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new SettingsError(`${signal(env, "CLIENT_CERTIFICATE")} and ${signal(env, "CLIENT_KEY")} must be given together`);
+  }
+  return { ...(ca !== undefined ? { ca } : {}), ...(cert !== undefined && key !== undefined ? { cert, key } : {}) };
+}
+
+/** OTEL_RESOURCE_ATTRIBUTES: `key=value` pairs separated by commas, values percent-encoded (the specification's format). */
+function resourceAttributes(value: string | undefined): Record<string, string> {
+  const name = "OTEL_RESOURCE_ATTRIBUTES";
+  const out: Record<string, string> = {};
+  for (const pair of (value ?? "").split(",")) {
+    if (pair.trim() === "") continue;
+    const at = pair.indexOf("=");
+    const key = pair.slice(0, at).trim();
+    if (at <= 0 || key === "") throw new SettingsError(`${name}: expected key=value pairs separated by commas`);
+    try {
+      out[decodeURIComponent(key)] = decodeURIComponent(pair.slice(at + 1).trim());
+    } catch {
+      throw new SettingsError(`${name}: the value of '${key.slice(0, 100)}' is not valid percent-encoding`);
+    }
+  }
+  return out;
 }
 
 /** Reads one variable: trimmed, undefined when unset or empty. */

@@ -114,6 +114,7 @@ test("a bad setting stops the server at start with a message naming the variable
     [{ WORKSPACE_DEFAULT_MEMORY: "lots" }, [], /WORKSPACE_DEFAULT_MEMORY 'lots' is not a size/],
     [{ DOCKER_HOST: "ssh://box" }, [], /DOCKER_HOST must be unix:\/\/\/path or tcp:\/\/host:port; 'ssh:' is not supported/],
     [{}, ["--no-such-flag"], /Unknown option '--no-such-flag'/],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4318", OTEL_BSP_SCHEDULE_DELAY: "1s" }, [], /OTEL_BSP_SCHEDULE_DELAY must be a whole number from 0 to 3600000; got '1s'/],
   ];
   for (const [env, args, message] of cases) {
     const { code, stderr } = await refusedStart(args, env);

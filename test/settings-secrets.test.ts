@@ -1,7 +1,7 @@
 /**
  * No secret-bearing setting is ever echoed: every setting that carries a credential (API keys,
  * git tokens, the GitHub App's key and ids, OTLP headers and client key, URLs that may carry a
- * password, the TLS key) is fed a malformed value holding a planted secret, to the real server
+ * password, the TLS key, the OTLP client key) is fed a malformed value holding a planted secret, to the real server
  * binary, and the start must fail with exit code 2 and a message naming the setting, while
  * neither that message nor any other line on stderr (the logs included) contains the secret. Git
  * credentials may be given inline.
@@ -60,6 +60,8 @@ function cases(certFile: string, appKey: string): Case[] {
   add("an OTLP endpoint with a password that is not a URL", "OTEL_EXPORTER_OTLP_ENDPOINT", (s) => ({ env: { OTEL_EXPORTER_OTLP_ENDPOINT: `http://collector:${s}@otel.example:99999` } }));
   add("an OTLP trace endpoint with a password that is not a URL", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", (s) => ({ env: { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `https://collector:${s}@otel.example:99999/v1/traces` } }));
   add("an OTLP endpoint with a password", "OTEL_EXPORTER_OTLP_ENDPOINT", (s) => ({ env: { OTEL_EXPORTER_OTLP_ENDPOINT: `http://collector:${s}@otel.example:4318` } }));
+  add("the OTLP client key itself where its file's path belongs", "OTEL_EXPORTER_OTLP_CLIENT_KEY", (s) => ({ env: { OTEL_EXPORTER_OTLP_ENDPOINT: "https://127.0.0.1:4318", OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE: certFile, OTEL_EXPORTER_OTLP_CLIENT_KEY: pem(s) } }));
+  add("the OTLP trace client key itself where its file's path belongs", "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", (s) => ({ env: { OTEL_EXPORTER_OTLP_ENDPOINT: "https://127.0.0.1:4318", OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE: certFile, OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY: pem(s) } }));
   add("a Docker host with a password that is not a URL", "DOCKER_HOST", (s) => ({ env: { DOCKER_HOST: `tcp://engine:${s}@docker.example:99999` } }));
   add("the TLS key itself where its file's path belongs", "AGENT_WORKSPACE_TLS_KEY", (s) => ({ env: { AGENT_WORKSPACE_TLS_CERT: certFile, AGENT_WORKSPACE_TLS_KEY: pem(s) } }));
   add("the TLS key given to --tls-key", "--tls-key", (s) => ({ args: ["--tls-cert", certFile, "--tls-key", pem(s)] }));

@@ -145,6 +145,21 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_EGRESS_IDLE_TIMEOUT_MS: "5" }, [], /^AGENT_WORKSPACE_EGRESS_IDLE_TIMEOUT_MS must be a whole number from 1000/],
     [{ AGENT_WORKSPACE_EGRESS_MAX_BYTES: "much" }, [], /^AGENT_WORKSPACE_EGRESS_MAX_BYTES 'much' is not a size/],
   ];
+  const otlp = { OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" };
+  cases.push(
+    [{ ...otlp, OTEL_BSP_SCHEDULE_DELAY: "soon" }, [], /^OTEL_BSP_SCHEDULE_DELAY must be a whole number from 0 to 3600000; got 'soon'$/],
+    [{ ...otlp, OTEL_BSP_EXPORT_TIMEOUT: "0" }, [], /^OTEL_BSP_EXPORT_TIMEOUT must be a whole number from 1 /],
+    [{ ...otlp, OTEL_BSP_MAX_QUEUE_SIZE: "-5" }, [], /^OTEL_BSP_MAX_QUEUE_SIZE must be a whole number from 1 /],
+    [{ ...otlp, OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "1.5" }, [], /^OTEL_BSP_MAX_EXPORT_BATCH_SIZE must be a whole number/],
+    [{ ...otlp, OTEL_BSP_MAX_QUEUE_SIZE: "100", OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "200" }, [], /^OTEL_BSP_MAX_EXPORT_BATCH_SIZE \(200\) must not be above OTEL_BSP_MAX_QUEUE_SIZE \(100\)$/],
+    [{ ...otlp, OTEL_EXPORTER_OTLP_COMPRESSION: "zstd" }, [], /^OTEL_EXPORTER_OTLP_COMPRESSION must be one of none, gzip; got 'zstd'$/],
+    [{ ...otlp, OTEL_EXPORTER_OTLP_COMPRESSION: "gzip", OTEL_EXPORTER_OTLP_TRACES_COMPRESSION: "brotli" }, [], /^OTEL_EXPORTER_OTLP_TRACES_COMPRESSION must be one of none, gzip/],
+    [{ ...otlp, OTEL_RESOURCE_ATTRIBUTES: "team" }, [], /^OTEL_RESOURCE_ATTRIBUTES: expected key=value pairs/],
+    [{ ...otlp, OTEL_RESOURCE_ATTRIBUTES: "team=a%zz" }, [], /^OTEL_RESOURCE_ATTRIBUTES: the value of 'team' is not valid percent-encoding$/],
+    [{ ...otlp, OTEL_EXPORTER_OTLP_CERTIFICATE: "/nonexistent/ca.pem" }, [], /^OTEL_EXPORTER_OTLP_CERTIFICATE: cannot read \/nonexistent\/ca\.pem \(ENOENT\)$/],
+    [{ ...otlp, OTEL_EXPORTER_OTLP_CLIENT_KEY: "/nonexistent/key.pem" }, [], /^OTEL_EXPORTER_OTLP_CLIENT_KEY must name a readable file \(ENOENT\)/],
+    [{ ...otlp, OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY: "/dev/null" }, [], /^OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY must be given together$/],
+  );
   for (const [env, argv, message] of cases) {
     const err = t.throws(() => parseSettings(env, argv), { instanceOf: SettingsError }, `${JSON.stringify(env)} ${argv.join(" ")}`);
     t.regex(err?.message ?? "", message);
@@ -197,6 +212,29 @@ test("a GitHub App: its key is read from a file and never echoed; its API URL an
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
+});
+
+test("OTLP export reads the SDK's variables with the SDK's meanings; a delay of 1 s and a queue of 8192 are this server's defaults", (t) => {
+  t.is(parseSettings({ OTEL_BSP_SCHEDULE_DELAY: "soon" }).audit.otlp, undefined, "without export the OTEL_BSP_* variables are not read");
+  const plain = parseSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" }).audit.otlp;
+  t.like(plain, { url: "http://collector:4318/v1/traces", compression: "none", tls: {}, resourceAttributes: {}, serviceName: "agent-workspace" });
+  t.deepEqual(plain?.batch, { scheduledDelayMs: 1000, exportTimeoutMs: 30_000, maxQueueSize: 8192, maxExportBatchSize: 512 });
+  t.deepEqual(parseSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318", OTEL_BSP_MAX_QUEUE_SIZE: "100" }).audit.otlp?.batch.maxExportBatchSize, 100, "the batch never outgrows the queue");
+  const set = parseSettings({
+    OTEL_EXPORTER_OTLP_ENDPOINT: "http://c:4318",
+    OTEL_BSP_SCHEDULE_DELAY: "5000",
+    OTEL_BSP_EXPORT_TIMEOUT: "12000",
+    OTEL_BSP_MAX_QUEUE_SIZE: "4096",
+    OTEL_BSP_MAX_EXPORT_BATCH_SIZE: "256",
+    OTEL_EXPORTER_OTLP_COMPRESSION: "none",
+    OTEL_EXPORTER_OTLP_TRACES_COMPRESSION: "gzip",
+    OTEL_RESOURCE_ATTRIBUTES: "deployment.environment=prod,k8s.pod.name=aw-0 ,note=a%2Cb",
+    OTEL_EXPORTER_OTLP_CERTIFICATE: "/dev/null",
+  }).audit.otlp;
+  t.deepEqual(set?.batch, { scheduledDelayMs: 5000, exportTimeoutMs: 12_000, maxQueueSize: 4096, maxExportBatchSize: 256 });
+  t.is(set?.compression, "gzip", "the signal-specific variable wins");
+  t.deepEqual(set?.resourceAttributes, { "deployment.environment": "prod", "k8s.pod.name": "aw-0", note: "a,b" });
+  t.deepEqual(set?.tls, { ca: "" });
 });
 
 test("only loopback addresses run open", (t) => {

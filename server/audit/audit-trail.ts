@@ -132,18 +132,30 @@ export class AuditTrail {
     const otlp = options.settings.otlp;
     if (otlp) {
       processors.push(
+        // Every option given: the SDK would otherwise read OTEL_BSP_* itself (settings.ts has).
         new BatchSpanProcessor(new ReportingExporter(otlpExporter(otlp), otlp.url, options.logger), {
-          maxQueueSize: 8192,
-          maxExportBatchSize: 512,
-          scheduledDelayMillis: 1000,
-          exportTimeoutMillis: otlp.timeoutMs,
+          maxQueueSize: otlp.batch.maxQueueSize,
+          maxExportBatchSize: otlp.batch.maxExportBatchSize,
+          scheduledDelayMillis: otlp.batch.scheduledDelayMs,
+          exportTimeoutMillis: otlp.batch.exportTimeoutMs,
         }),
       );
     }
     for (const e of options.exporters ?? []) processors.push(new SimpleSpanProcessor(e));
     this.#provider = new NodeTracerProvider({
-      resource: resourceFromAttributes({ "service.name": otlp?.serviceName ?? "agent-workspace" }),
+      resource: resourceFromAttributes({ ...otlp?.resourceAttributes, "service.name": otlp?.serviceName ?? "agent-workspace" }),
       sampler: new AlwaysOnSampler(),
+      // The SDK's own defaults, given so that it reads no OTEL_*_LIMIT variable: the span is also
+      // the database's audit record, which an export setting must not truncate.
+      generalLimits: { attributeValueLengthLimit: Infinity, attributeCountLimit: 128 },
+      spanLimits: {
+        attributeValueLengthLimit: Infinity,
+        attributeCountLimit: 128,
+        linkCountLimit: 128,
+        eventCountLimit: 128,
+        attributePerEventCountLimit: 128,
+        attributePerLinkCountLimit: 128,
+      },
       spanProcessors: processors,
     });
     // Not registered globally: the server's tracer is its own, and tests run several servers in one process.
@@ -484,18 +496,33 @@ class ReportingExporter implements SpanExporter {
   }
 }
 
-/** The OTLP exporter for the configured protocol. */
+/**
+ * The OTLP exporter for the configured protocol, with every setting given explicitly (compression
+ * and TLS included), so the exporter's own fallbacks to the environment never decide anything.
+ */
 function otlpExporter(s: OtlpSettings): SpanExporter {
+  // The exporters' CompressionAlgorithm enum has exactly these strings as values; it lives in a
+  // package this one does not depend on directly.
+  const compression = s.compression as unknown as NonNullable<NonNullable<ConstructorParameters<typeof import("@opentelemetry/exporter-trace-otlp-proto").OTLPTraceExporter>[0]>["compression"]>;
+  const pem = (text: string | undefined) => (text === undefined ? undefined : Buffer.from(text));
   if (s.protocol === "grpc") {
     // Loaded only when asked for: @grpc/grpc-js is large.
-    const { Metadata } = requireModule("@grpc/grpc-js") as typeof import("@grpc/grpc-js");
+    const { Metadata, credentials } = requireModule("@grpc/grpc-js") as typeof import("@grpc/grpc-js");
     const { OTLPTraceExporter } = requireModule("@opentelemetry/exporter-trace-otlp-grpc") as typeof import("@opentelemetry/exporter-trace-otlp-grpc");
     const metadata = new Metadata();
     for (const [k, v] of Object.entries(s.headers)) metadata.set(k, v);
-    return new OTLPTraceExporter({ url: s.url, metadata, timeoutMillis: s.timeoutMs });
+    // The endpoint's scheme decides: http:// is plaintext, https:// TLS with the configured CA and client certificate.
+    const channel = s.url.startsWith("https:") ? credentials.createSsl(pem(s.tls.ca) ?? null, pem(s.tls.key) ?? null, pem(s.tls.cert) ?? null) : credentials.createInsecure();
+    return new OTLPTraceExporter({ url: s.url, metadata, timeoutMillis: s.timeoutMs, compression, credentials: channel });
   }
   const { OTLPTraceExporter } = requireModule("@opentelemetry/exporter-trace-otlp-proto") as typeof import("@opentelemetry/exporter-trace-otlp-proto");
-  return new OTLPTraceExporter({ url: s.url, headers: s.headers, timeoutMillis: s.timeoutMs });
+  return new OTLPTraceExporter({
+    url: s.url,
+    headers: s.headers,
+    timeoutMillis: s.timeoutMs,
+    compression,
+    httpAgentOptions: { keepAlive: true, ca: s.tls.ca, cert: s.tls.cert, key: s.tls.key },
+  });
 }
 
 

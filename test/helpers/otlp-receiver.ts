@@ -1,12 +1,14 @@
 /**
- * Test fixture: a real OTLP trace endpoint, over HTTP/protobuf (POST /v1/traces) or gRPC (h2c,
+ * Test fixture: a real OTLP trace endpoint, over HTTP/protobuf (POST /v1/traces, plain or HTTPS) or gRPC (h2c,
  * `opentelemetry.proto.collector.trace.v1.TraceService/Export`), that decodes every export
  * request's protobuf and keeps the spans. The decoder reads the wire format with protobuf-es's
  * BinaryReader, field numbers from opentelemetry-proto's trace.proto and common.proto.
  */
 import http from "node:http";
 import http2 from "node:http2";
+import https from "node:https";
 import type { AddressInfo } from "node:net";
+import { gunzipSync } from "node:zlib";
 import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
 
 /** An attribute value as OTLP carries it. */
@@ -111,16 +113,27 @@ export interface OtlpReceiver {
   /** What OTEL_EXPORTER_OTLP_ENDPOINT should be. */
   endpoint: string;
   spans: OtlpSpan[];
-  /** Export requests received, and their headers (the configured ones must arrive). */
-  requests: Array<{ headers: Record<string, string | string[] | undefined> }>;
+  /** Export requests received: their headers (the configured ones must arrive), and how many spans each carried. */
+  requests: Array<{ headers: Record<string, string | string[] | undefined>; spans?: number }>;
   close(): Promise<void>;
 }
 
-/** Starts an OTLP/HTTP (protobuf) endpoint on 127.0.0.1, on `port` or any free one. */
-export async function startOtlpHttpReceiver(port = 0): Promise<OtlpReceiver> {
+/** HTTPS for the HTTP receiver: its certificate and key (PEM), and the CA client certificates must chain to (then required). */
+export interface ReceiverTls {
+  cert: string;
+  key: string;
+  clientCa?: string;
+}
+
+/**
+ * Starts an OTLP/HTTP (protobuf) endpoint on 127.0.0.1, on `port` or any free one; over HTTPS
+ * with `tls` (requiring a client certificate when it names a client CA). Gzipped bodies
+ * (`content-encoding: gzip`) are inflated.
+ */
+export async function startOtlpHttpReceiver(port = 0, tls?: ReceiverTls): Promise<OtlpReceiver> {
   const spans: OtlpSpan[] = [];
   const requests: OtlpReceiver["requests"] = [];
-  const server = http.createServer((req, res) => {
+  const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
@@ -128,15 +141,20 @@ export async function startOtlpHttpReceiver(port = 0): Promise<OtlpReceiver> {
         res.writeHead(404).end();
         return;
       }
-      requests.push({ headers: req.headers });
-      spans.push(...decodeExportRequest(Buffer.concat(chunks)));
+      const body = Buffer.concat(chunks);
+      const received = decodeExportRequest(req.headers["content-encoding"] === "gzip" ? gunzipSync(body) : body);
+      requests.push({ headers: req.headers, spans: received.length });
+      spans.push(...received);
       // An empty ExportTraceServiceResponse: everything accepted.
       res.writeHead(200, { "content-type": "application/x-protobuf" }).end();
     });
-  });
+  };
+  const server = tls
+    ? https.createServer({ cert: tls.cert, key: tls.key, ...(tls.clientCa ? { ca: tls.clientCa, requestCert: true, rejectUnauthorized: true } : {}) }, handler)
+    : http.createServer(handler);
   await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
   return {
-    endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    endpoint: `${tls ? "https" : "http"}://127.0.0.1:${(server.address() as AddressInfo).port}`,
     spans,
     requests,
     close: () => new Promise((resolve) => {
