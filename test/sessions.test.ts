@@ -307,16 +307,6 @@ test("a session token reaches its own workspace and session only, and stops work
   t.is((await clientsWithToken(server.url, b.token).tools.bash({ command: "echo ok" })).stdout, "ok\n", "the other session is untouched");
 });
 
-test("tool calls wait for ACTIVE: SESSION_NOT_READY while provisioning", async (t) => {
-  const { server } = t.context;
-  const op = server.clients.connect;
-  const type = await agentType(op, { enabled: true, setupCommands: ["sleep 5"] });
-  const { session, token } = await startSession(op, type);
-  await expectError(t, clientsWithToken(server.url, token).tools.bash({ command: "true" }), Code.FailedPrecondition, ErrorReason.SESSION_NOT_READY);
-  await watchUntilReady(op, session.id);
-  t.is((await clientsWithToken(server.url, token).tools.bash({ command: "echo ready" })).stdout, "ready\n");
-});
-
 test("a clone that fails on every provider leaves the session DEGRADED: no workspace, the cause logged, tool calls FAILED_PRECONDITION", async (t) => {
   const { server, git } = t.context;
   const op = server.clients.connect;

@@ -21,9 +21,12 @@ export interface Admission {
   done(): void;
 }
 
-/** Decides whether a principal may use a tool in a workspace; throws the refusal. */
+/**
+ * Decides whether a principal may use a tool in a workspace; throws the refusal. It may wait (a
+ * session still provisioning its workspace) until `signal`, the call's own, aborts.
+ */
 export interface ToolAccess {
-  admit(principal: Principal, workspaceId: string, tool: string): Admission;
+  admit(principal: Principal, workspaceId: string, tool: string, signal: AbortSignal): Promise<Admission>;
 }
 
 /** Options of the permission interceptor. */
@@ -74,7 +77,7 @@ export function createPermissionInterceptor({ policy, toolAccess }: PermissionOp
     if (tool === "") return next(req);
     if (!req.stream) {
       const message = (req as UnaryRequest).message;
-      const admitted = toolAccess.admit(principal, workspaceIdOf(message), tool);
+      const admitted = await toolAccess.admit(principal, workspaceIdOf(message), tool, req.signal);
       setWorkspaceId(message, admitted.workspaceId);
       try {
         return await next(req);
@@ -85,7 +88,7 @@ export function createPermissionInterceptor({ policy, toolAccess }: PermissionOp
     // A server-streaming request has one message: read it, decide, and hand the same message on.
     const messages: unknown[] = [];
     for await (const m of (req as StreamRequest).message) messages.push(m);
-    const admitted = toolAccess.admit(principal, workspaceIdOf(messages[0]), tool);
+    const admitted = await toolAccess.admit(principal, workspaceIdOf(messages[0]), tool, req.signal);
     setWorkspaceId(messages[0], admitted.workspaceId);
     let res: StreamResponse;
     try {

@@ -108,6 +108,8 @@ export class SessionManager implements SessionTokenLookup {
   readonly #byWorkspace = new Map<string, Set<string>>();
   /** Workspaces whose last session ended: being discarded, never joined again. */
   readonly #releasing = new Set<string>();
+  /** Per provisioning session, what to call once it leaves PROVISIONING (tool calls waiting for it). */
+  readonly #waiters = new Map<string, Set<() => void>>();
   #timer: NodeJS.Timeout | undefined;
   #lastFlush = Date.now();
   #closed = false;
@@ -561,6 +563,34 @@ export class SessionManager implements SessionTokenLookup {
     }
   }
 
+  /**
+   * Resolves once the session has left PROVISIONING (ACTIVE, DEGRADED or ENDED), at once if it
+   * has; rejects with the signal's reason if the signal aborts first (the caller's deadline or
+   * cancellation, or the server stopping), and then keeps nothing of the wait. A tool call made
+   * while its session's workspace is being made waits here instead of being refused.
+   */
+  whenSettled(id: string, signal: AbortSignal): Promise<void> {
+    const live = this.#live(id);
+    if (live.record.status !== "provisioning") return Promise.resolve();
+    if (signal.aborted) return Promise.reject(signal.reason);
+    this.#o.logger.debug("a tool call waits for its session's workspace", { session_id: id });
+    return new Promise<void>((resolve, reject) => {
+      const waiters = this.#waiters.get(id) ?? new Set<() => void>();
+      this.#waiters.set(id, waiters);
+      const settled = () => {
+        signal.removeEventListener("abort", aborted);
+        resolve();
+      };
+      const aborted = () => {
+        waiters.delete(settled);
+        if (waiters.size === 0 && this.#waiters.get(id) === waiters) this.#waiters.delete(id);
+        reject(signal.reason);
+      };
+      waiters.add(settled);
+      signal.addEventListener("abort", aborted, { once: true });
+    });
+  }
+
   /** Marks the start of a tool call in a session; the returned function marks its end. */
   enter(sessionId: string): () => void {
     const live = this.#sessions.get(sessionId);
@@ -586,6 +616,12 @@ export class SessionManager implements SessionTokenLookup {
     live.events.emit({ time: new Date(), ...ev } as SessionEvent);
     if (ev.type === "status") {
       const r = live.record;
+      // Emitted after the status is recorded, so a woken call finds the session as it now is.
+      const waiters = ev.status === "provisioning" ? undefined : this.#waiters.get(r.id);
+      if (waiters) {
+        this.#waiters.delete(r.id);
+        for (const wake of waiters) wake();
+      }
       this.#o.onStatus?.({ sessionId: r.id, agentType: r.agentType, status: ev.status, message: ev.message, workspaceId: ev.workspaceId || r.workspaceId });
     }
   }

@@ -400,7 +400,8 @@ export enum ErrorReason {
   SESSION_NOT_FOUND = 31,
 
   /**
-   * The session is still provisioning its workspace; watch it and call again once ACTIVE
+   * The session was still provisioning its workspace when the call's deadline passed (a tool
+   * call waits for ACTIVE until then; nothing ran), or, for SetWorkspaceDigest, it has ended
    * (FAILED_PRECONDITION).
    *
    * @generated from enum value: ERROR_REASON_SESSION_NOT_READY = 32;

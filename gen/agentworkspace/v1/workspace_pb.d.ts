@@ -1495,7 +1495,10 @@ export enum SessionStatus {
   UNSPECIFIED = 0,
 
   /**
-   * The workspace is being made (sandbox, clone, setup commands); tool calls wait for ACTIVE.
+   * The workspace is being made (sandbox, clone, setup commands). A tool call with the session's
+   * token waits, bounded by its deadline and cancellation, and runs once the session is ACTIVE
+   * (or fails as DEGRADED says); a deadline that passes first is FAILED_PRECONDITION,
+   * SESSION_NOT_READY, and a cancellation CANCELLED, with nothing run.
    *
    * @generated from enum value: SESSION_STATUS_PROVISIONING = 1;
    */
@@ -1669,7 +1672,7 @@ export declare const WorkspaceService: GenService<{
    * PROVISIONING (or ACTIVE when a warm-pool workspace was ready, or the agent type has no
    * workspace), with the session token that authorises its tool calls. The workspace is made in
    * the background from the agent type's configuration and the task: sandbox, clone, setup
-   * commands. WatchSession shows the progress.
+   * commands. WatchSession shows the progress; tool calls made meanwhile wait for the workspace.
    *
    * @generated from rpc agentworkspace.v1.WorkspaceService.StartSession
    */
