@@ -10,11 +10,9 @@
  * `watch`, …), whose inner command is checked in their place. Command names are taken after quote
  * removal (`r''m`, `"rm"`, `\rm`, `$'\x72m'` are `rm`) and path normalisation (`/bin/./rm`).
  *
- * Rules are a program and argument patterns. A deny rule matches when its patterns occur, in
- * order, among the arguments (so `git push` catches `git -C . push`); an allow rule when they are
- * the first arguments (`npm test` allows `npm test -- --watch`, not `npm install test`). A
- * short-option bundle in a pattern (`-rf`) matches the arguments' short options in any spelling
- * (`-r -f`, `-fr`). Denials win; the server's deny list cannot be removed.
+ * Rules are a program and argument patterns (command-rules.ts); denials win, and the server's deny
+ * list cannot be removed. What programs do with their options is data (program-table.ts), read
+ * by the walker here.
  *
  * Under an allowlist (default "deny") what cannot be known before the run is refused: a command
  * name computed at run time, `eval` or `bash -c` of computed text, a shell reading a script from a
@@ -28,7 +26,41 @@ import { posix } from "node:path";
 import { DomainError } from "../../core/errors.ts";
 import { type FileGuard, guardFor } from "../../providers/executor/sensitive-files.ts";
 import type { AgentTypeBinding } from "../../providers/types.ts";
+import { braceExpand } from "./brace-expansion.ts";
+import { allowMatches, compileRule, DEFAULT_DENY_RULES, denyMatches, type Rule } from "./command-rules.ts";
+import { recursion } from "./fork-bomb.ts";
+import {
+  type CommandOptions,
+  ENV_VALUE,
+  EXEC_VALUE,
+  FLOCK_VALUE,
+  GIT_COMMAND_OPTIONS,
+  GIT_CONFIG_VALUE,
+  GIT_CONFIG_VERBS,
+  GIT_GLOBAL_VALUE,
+  IONICE_VALUE,
+  isRestrictedVariable,
+  MAPFILE_VALUE,
+  NICE_VALUE,
+  NON_READERS,
+  PROGRAM_COMMAND_OPTIONS,
+  READERS,
+  RESERVED_WORDS,
+  RUNS_COMMANDS,
+  SAFE_BUILTINS,
+  set,
+  SHELL_VALUE,
+  SHELLS,
+  STDBUF_VALUE,
+  SYSTEM_DIRS,
+  TIME_VALUE,
+  TIMEOUT_VALUE,
+  WATCH_VALUE,
+  XARGS_VALUE,
+} from "./program-table.ts";
 import { literal, MAX_PARSE_MS, type Node, parseShell } from "./shell-parser.ts";
+
+export { ruleProblem } from "./command-rules.ts";
 
 /** An agent type's command policy, as configured. */
 export interface CommandPolicyConfig {
@@ -37,132 +69,6 @@ export interface CommandPolicyConfig {
   allow: string[];
   deny: string[];
 }
-
-/**
- * The server's deny list: commands that destroy the machine or leave the sandbox. Always
- * applied; an agent type adds to it and can never remove from it.
- */
-export const DEFAULT_DENY_RULES: readonly string[] = [
-  // Privilege.
-  "sudo",
-  "su",
-  "doas",
-  "pkexec",
-  // Mounts, namespaces, kernel.
-  "mount",
-  "umount",
-  "chroot",
-  "pivot_root",
-  "unshare",
-  "nsenter",
-  "capsh",
-  "setcap",
-  "insmod",
-  "rmmod",
-  "modprobe",
-  "kexec",
-  "sysctl -w",
-  // Disks and filesystems.
-  "mkfs",
-  "mkfs.*",
-  "mke2fs",
-  "mkswap",
-  "swapon",
-  "swapoff",
-  "fdisk",
-  "sfdisk",
-  "parted",
-  "wipefs",
-  "dd of=/dev/*",
-  // Power.
-  "shutdown",
-  "reboot",
-  "halt",
-  "poweroff",
-  "telinit",
-  "init",
-  "systemctl poweroff",
-  "systemctl reboot",
-  "systemctl halt",
-  // Deleting or opening up everything.
-  "rm --no-preserve-root",
-  "rm /",
-  "rm /\\*",
-  "rm ~",
-  "rm ~/",
-  "rm ~/\\*",
-  "chmod /",
-  "chown /",
-  "chgrp /",
-  "find / -delete",
-  // Signalling every process.
-  "kill -1",
-  "killall5",
-];
-
-/** Names that change what later commands run; refused as assignments under an allowlist. */
-const RESTRICTED_VARIABLES = [
-  /^PATH$/,
-  /^LD_/,
-  /^DYLD_/,
-  /^BASH_ENV$/,
-  /^ENV$/,
-  /^BASH_FUNC_/,
-  /^SHELLOPTS$/,
-  /^BASHOPTS$/,
-  /^PS4$/,
-  /^PROMPT_COMMAND$/,
-  /^IFS$/,
-  /^CDPATH$/,
-  /^GLOBIGNORE$/,
-  /^GIT_/,
-  /^GCONV_PATH$/,
-  /^HOME$/,
-  /^XDG_CONFIG_HOME$/,
-  /^NODE_OPTIONS$/,
-  /^PYTHONPATH$/,
-  /^PYTHONSTARTUP$/,
-  /^PYTHONHOME$/,
-  /^PERL5OPT$/,
-  /^PERL5LIB$/,
-  /^PERLLIB$/,
-  /^RUBYOPT$/,
-  /^RUBYLIB$/,
-  /^JAVA_TOOL_OPTIONS$/,
-  /^_JAVA_OPTIONS$/,
-  /^NPM_CONFIG_/i,
-  /^EDITOR$/,
-  /^VISUAL$/,
-  /^PAGER$/,
-  /^MANPAGER$/,
-  /^LESSOPEN$/,
-  /^LESSCLOSE$/,
-  /^SSH_ASKPASS$/,
-];
-
-/** True when assigning `name` can change what runs. */
-export function isRestrictedVariable(name: string): boolean {
-  return RESTRICTED_VARIABLES.some((re) => re.test(name));
-}
-
-/** Builtins that run nothing by themselves; allowed under every allowlist (their arguments are still checked). */
-const SAFE_BUILTINS = new Set([
-  "cd", "echo", "printf", "true", "false", "test", "[", "pwd", "export", "set", "unset", "shift", "local", "declare", "typeset",
-  "readonly", "read", "return", "exit", "wait", ":", "break", "continue", "let", "type", "hash", "umask", "ulimit", "shopt", "alias",
-  "unalias", "trap", "getopts", "mapfile", "readarray", "dirs", "pushd", "popd", "jobs", "times",
-]);
-
-/** Programs whose arguments are text or names, not files they open: exempt from the sensitive-file check. */
-const NON_READERS = new Set(["echo", "printf", "test", "[", "ls", "find", "cd", "pushd", "popd", "type", "which", "basename", "dirname", "mkdir", "touch", "command", "hash", "alias", "export", "declare", "local", "typeset", "readonly", "unset", "read"]);
-
-/** Programs that only read their file arguments: may name write-protected files. */
-const READERS = new Set(["cat", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "diff", "cmp", "wc", "file", "stat", "md5sum", "sha1sum", "sha256sum", "od", "xxd", "hexdump", "strings", "nl", "sort", "uniq", "git"]);
-
-/** Shells whose `-c` string (or literal stdin) is a script to check. */
-const SHELLS = new Set(["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "rbash"]);
-
-/** Directories a program named by path may come from under an allowlist without a rule naming that path. */
-const SYSTEM_DIRS = new Set(["/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin", "/usr/local/sbin"]);
 
 /** Deepest nesting of wrappers and shell strings checked; deeper is refused, never skipped. */
 const MAX_DEPTH = 24;
@@ -194,51 +100,6 @@ export interface Refusal {
   message: string;
 }
 
-/** One argument pattern of a rule. */
-type ArgPattern = { kind: "glob"; re: RegExp } | { kind: "bundle"; letters: string };
-
-/** A compiled rule. */
-interface Rule {
-  text: string;
-  program: RegExp;
-  /** True when the program pattern names a path (compared with the whole normalised name). */
-  byPath: boolean;
-  args: ArgPattern[];
-}
-
-/** A glob (`*`, `?`, `\*` for a literal star) as an anchored regular expression. */
-function globRe(glob: string): RegExp {
-  let re = "";
-  for (let i = 0; i < glob.length; i++) {
-    const c = glob[i];
-    if (c === "\\" && i + 1 < glob.length) re += glob[++i].replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
-    else if (c === "*") re += ".*";
-    else if (c === "?") re += ".";
-    else re += c.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
-  }
-  return new RegExp(`^${re}$`, "su");
-}
-
-/** Splits a rule into words and checks its shape; returns a message for a bad rule. */
-export function ruleProblem(rule: string): string | undefined {
-  const words = rule.trim().split(/\s+/);
-  if (rule.trim() === "") return "is empty";
-  if (rule.length > 200) return "is longer than 200 characters";
-  if (/[\u0000-\u001f]/.test(rule)) return "holds a control character";
-  if (words[0].startsWith("-")) return "must start with a program name, not an option";
-  return undefined;
-}
-
-function compileRule(text: string): Rule {
-  const [program, ...args] = text.trim().split(/\s+/);
-  return {
-    text: text.trim(),
-    program: globRe(program),
-    byPath: program.includes("/"),
-    args: args.map((a): ArgPattern => (/^-[A-Za-z]{2,}$/.test(a) ? { kind: "bundle", letters: a.slice(1) } : { kind: "glob", re: globRe(a) })),
-  };
-}
-
 /** A simple command as the policy sees it: its name and arguments after quote removal. */
 interface SimpleCommand {
   /** undefined: computed at run time. */
@@ -251,51 +112,6 @@ interface SimpleCommand {
   node?: Node;
   /** What the command reads on stdin when the script says so literally (a heredoc, a here-string); "pipe" when it is computed or fed by a pipe. */
   stdin?: { text: string } | "pipe";
-}
-
-/** The normalised form of an argument for matching: paths from the root lose `.`, `..` and doubled slashes. */
-function normaliseArg(arg: string): string {
-  const eq = /^-{0,2}[A-Za-z0-9_.-]+=\//.test(arg) ? arg.indexOf("=") + 1 : 0;
-  const path = arg.slice(eq);
-  if (!path.startsWith("/")) return arg;
-  const n = posix.normalize(path);
-  return arg.slice(0, eq) + (n.length > 1 && n.endsWith("/") ? n.slice(0, -1) : n);
-}
-
-/** Short options of the arguments before `--` (`-rf` and `-r -f` both give r and f). */
-function shortOptions(args: Array<string | undefined>): Set<string> {
-  const letters = new Set<string>();
-  for (const a of args) {
-    if (a === "--") break;
-    if (a !== undefined && /^-[A-Za-z]+$/.test(a)) for (const l of a.slice(1)) letters.add(l);
-  }
-  return letters;
-}
-
-function argMatches(p: ArgPattern, arg: string | undefined): boolean {
-  if (arg === undefined) return false;
-  if (p.kind === "glob") return p.re.test(arg) || p.re.test(normaliseArg(arg));
-  return arg === `-${p.letters}`;
-}
-
-/** Whether a deny rule matches: program, then its patterns in order anywhere among the arguments. */
-function denyMatches(rule: Rule, name: string, base: string, args: Array<string | undefined>): boolean {
-  if (!rule.program.test(rule.byPath ? name : base)) return false;
-  let at = 0;
-  const letters = shortOptions(args);
-  for (const p of rule.args) {
-    if (p.kind === "bundle" && [...p.letters].every((l) => letters.has(l))) continue;
-    while (at < args.length && !argMatches(p, args[at])) at++;
-    if (at >= args.length) return false;
-    at++;
-  }
-  return true;
-}
-
-/** Whether an allow rule matches: program, then its patterns as the first arguments. */
-function allowMatches(rule: Rule, name: string, base: string, args: Array<string | undefined>): boolean {
-  if (!rule.program.test(rule.byPath ? name : base)) return false;
-  return rule.args.every((p, i) => argMatches(p, args[i]));
 }
 
 /** Skips a wrapper's options: returns the index of its first operand. */
@@ -318,75 +134,6 @@ function skipOptions(args: Array<string | undefined>, start: number, withValue: 
   }
   return i;
 }
-
-const set = (...xs: string[]) => new Set(xs);
-const ENV_VALUE = set("-u", "--unset", "-C", "--chdir", "-S", "--split-string");
-const TIMEOUT_VALUE = set("-s", "--signal", "-k", "--kill-after");
-const NICE_VALUE = set("-n", "--adjustment");
-const STDBUF_VALUE = set("-i", "-o", "-e", "--input", "--output", "--error");
-const IONICE_VALUE = set("-c", "-n", "--class", "--classdata");
-const XARGS_VALUE = set("-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--eof", "--replace", "--max-lines", "--max-args", "--max-procs", "--max-chars", "--process-slot-var");
-const EXEC_VALUE = set("-a");
-const TIME_VALUE = set("-o", "-f", "--output", "--format");
-const FLOCK_VALUE = set("-w", "--timeout", "-E", "--conflict-exit-code");
-const WATCH_VALUE = set("-n", "--interval", "-q", "--equexit");
-const SHELL_VALUE = set("-o", "+o", "-O", "+O", "--rcfile", "--init-file");
-/** Options of git config that take the next argument. */
-const GIT_CONFIG_VALUE = set("-f", "--file", "--blob", "--type", "--default", "--comment", "--value");
-/** git config's subcommands (git 2.46 and later) before the key. */
-const GIT_CONFIG_VERBS = set("set", "get", "unset", "rename-section", "remove-section", "get-color", "get-colorbool");
-/** Options whose value is a command a program runs (see #optionCommands). */
-interface CommandOptions {
-  long: string[];
-  short: string[];
-  /** The value must be attached (`-Ocmd`, `--open-files-in-pager=cmd`); alone the option takes none. */
-  attachedOnly?: boolean;
-  /** Options matched whole, their value the next argument (zip's `-TT`). */
-  exact?: string[];
-  /** The command within a value, or null when the value names none. */
-  pick?: (value: string) => string | null;
-  /** A computed argument is refused under an allowlist (it could be one of the options). */
-  computedRefused?: boolean;
-}
-
-/** Programs with options that run a command or a program of the caller's choosing. */
-const PROGRAM_COMMAND_OPTIONS: Record<string, CommandOptions> = {
-  tar: { long: ["--to-command", "--use-compress-program", "--info-script", "--new-volume-script", "--rsh-command"], short: ["-I", "-F"] },
-  // --checkpoint-action=exec=CMD
-  "tar-checkpoint": { long: ["--checkpoint-action"], short: [], pick: (v) => (v.startsWith("exec=") ? v.slice(5) : null) },
-  sort: { long: ["--compress-program"], short: [] },
-  rsync: { long: ["--rsh", "--rsync-path"], short: ["-e"] },
-  zip: { long: ["--unzip-command"], short: [], exact: ["-TT"] },
-  man: { long: ["--pager"], short: ["-P"] },
-  // ripgrep's preprocessor, run on every file it searches.
-  rg: { long: ["--pre"], short: [] },
-  ssh: { long: [], short: ["-o"], pick: (v) => /^(proxycommand|localcommand|knownhostscommand)\s*[= ]\s*(.*)$/is.exec(v)?.[2] ?? null },
-};
-
-/** Option letters of mapfile/readarray that take a value (C: the callback). */
-const MAPFILE_VALUE = "dnOsucC";
-/** git's own options before the subcommand that take the next argument. */
-const GIT_GLOBAL_VALUE = set("-c", "-C", "--config-env", "--git-dir", "--work-tree", "--namespace", "--super-prefix");
-/**
- * Options of git subcommands whose value is a command git runs through the shell. `attachedOnly`:
- * the value must be attached (`-Ocmd`, `--open-files-in-pager=cmd`); alone the option takes none.
- */
-const GIT_COMMAND_OPTIONS: Record<string, CommandOptions> = {
-  rebase: { long: ["--exec"], short: ["-x"] },
-  difftool: { long: ["--extcmd"], short: ["-x"] },
-  grep: { long: ["--open-files-in-pager"], short: ["-O"], attachedOnly: true },
-  "filter-branch": { long: ["--setup", "--env-filter", "--tree-filter", "--index-filter", "--parent-filter", "--msg-filter", "--commit-filter", "--tag-name-filter"], short: [] },
-  clone: { long: ["--upload-pack"], short: ["-u"] },
-  fetch: { long: ["--upload-pack"], short: [] },
-  pull: { long: ["--upload-pack"], short: [] },
-  "ls-remote": { long: ["--upload-pack"], short: [] },
-  push: { long: ["--receive-pack", "--exec"], short: [] },
-  "send-pack": { long: ["--receive-pack", "--exec"], short: [] },
-  "fetch-pack": { long: ["--upload-pack", "--exec"], short: [] },
-  archive: { long: ["--exec"], short: [] },
-  instaweb: { long: ["--httpd", "--browser"], short: ["-d", "-b"] },
-  "send-email": { long: ["--smtp-server", "--sendmail-cmd", "--to-cmd", "--cc-cmd", "--header-cmd"], short: [] },
-};
 
 /** A compiled policy: the server's deny list, an agent type's rules, the sensitive-file rules. */
 export class CommandPolicy {
@@ -1268,90 +1015,3 @@ const LEADING_KEYWORDS = /^(?:\s*(?:(?:then|else|elif|do|done|fi|esac|in)(?=[\s;
 /** Closers and separators that can end a line without ending a command begun on it. */
 const TRAILING_CLOSERS = /(?:\s*(?:[;&|]+|\)|\}|`|;;|(?<=^|[\s;&|])(?:done|fi|esac)))+\s*$/;
 
-/** Reserved words: bash never runs a program for one of these written bare as a command name. */
-const RESERVED_WORDS = new Set(["if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until", "do", "done", "in", "function", "time", "{", "}", "!", "[[", "]]", "coproc"]);
-
-/** git configuration keys that run a program or another git command. */
-const RUNS_COMMANDS =
-  /^(alias\.|core\.(fsmonitor|pager|sshcommand|editor|hookspath|askpass|gitproxy)$|(diff|merge|filter)\.|credential\.|gpg\.|sequence\.editor$|pager\.|uploadpack\.|receive\.|ssh\.|protocol\.|url\.|include\.|includeif\.|remote\..*\.(uploadpack|receivepack|proxy)$|sendemail\.|web\.browser$|browser\.|man\.|instaweb\.|init\.templatedir$)/i;
-
-/**
- * Functions that call one another in a cycle (a self-call included), as a list of names, or
- * undefined: the call graph of a script's own functions.
- */
-function recursion(calls: Map<string, Set<string>>): string[] | undefined {
-  const state = new Map<string, "open" | "done">();
-  const path: string[] = [];
-  const visit = (f: string): string[] | undefined => {
-    state.set(f, "open");
-    path.push(f);
-    for (const g of calls.get(f) ?? []) {
-      if (!calls.has(g)) continue;
-      if (state.get(g) === "open") return path.slice(path.indexOf(g));
-      if (state.get(g) === undefined) {
-        const c = visit(g);
-        if (c) return c;
-      }
-    }
-    path.pop();
-    state.set(f, "done");
-    return undefined;
-  };
-  for (const f of calls.keys()) {
-    if (state.get(f) === undefined) {
-      const c = visit(f);
-      if (c) return c;
-    }
-  }
-  return undefined;
-}
-
-/** Most words one brace expansion may give before the rest is not judged. */
-const MAX_BRACE_WORDS = 256;
-
-/** bash's brace expansion of a word (`.env{,}` → `.env .env`, `{a,b}c` → `ac bc`), bounded. */
-export function braceExpand(word: string): string[] {
-  const open = word.indexOf("{");
-  if (open < 0) return [word];
-  let depth = 0;
-  const commas: number[] = [];
-  for (let i = open; i < word.length; i++) {
-    const c = word[i];
-    if (c === "\\") {
-      i++;
-      continue;
-    }
-    if (c === "{") depth++;
-    else if (c === "}") {
-      depth--;
-      if (depth === 0) {
-        const head = word.slice(0, open);
-        const tail = word.slice(i + 1);
-        const body = word.slice(open + 1, i);
-        let parts: string[];
-        if (commas.length > 0) {
-          parts = [];
-          let from = open + 1;
-          for (const at of [...commas, i]) {
-            parts.push(word.slice(from, at));
-            from = at + 1;
-          }
-        } else {
-          const range = /^(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])$/.exec(body);
-          // `{x}` without a comma stays as it is; a range is judged by its ends.
-          if (!range) return braceExpand(tail).map((t) => head + word.slice(open, i + 1) + t);
-          parts = [range[1], range[2]];
-        }
-        const out: string[] = [];
-        for (const p of parts) {
-          for (const t of braceExpand(p + tail)) {
-            out.push(head + t);
-            if (out.length >= MAX_BRACE_WORDS) return out;
-          }
-        }
-        return out;
-      }
-    } else if (c === "," && depth === 1) commas.push(i);
-  }
-  return [word];
-}
