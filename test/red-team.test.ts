@@ -1575,3 +1575,24 @@ test("closed bypass: options that make an allowlisted program run a command (tar
     t.is(await policy.check(script), undefined, script);
   }
 });
+
+// A program named by a path without a slash left once normalised (`./git`, `.git/../git`) was
+// judged by its base name, so a script the agent wrote and called `git` ran as the allowlist's git.
+bypass("a workspace file named like an allowed program: ./git and .git/../git run a script the agent wrote (expected not_in_allowlist)", async (t, a, c) => {
+  for (const spelling of ["./git", ".git/../git"]) {
+    const [m, p] = [marker("bp-dotslash"), marker("bp-dotslash-p")];
+    const script = `${guard(m)}printf '#!/bin/sh\\ntouch ${p}\\n' > git; python3 -c "import os; os.chmod('git', 0o755)"; ${spelling} status`;
+    await mustRefuse(t, c, a.agent, script, { command: `${spelling} status`, rule: "", why: "not_in_allowlist" }, [m, p]);
+  }
+  // The allowlist's git, by name or from a system directory, still runs.
+  await allowed(t, c, a.agent, "git --version && /usr/bin/git --version");
+});
+
+// The fork-bomb check read only calls written as commands; one inside a literal eval string was
+// invisible, so `f(){ eval 'f | f &'; }; f` passed.
+bypass("a fork bomb inside an eval string: f(){ eval 'f | f &'; }; f (expected fork_bomb, rule f)", async (t, a, c) => {
+  const m = marker("bp-bomb-eval");
+  await mustRefuse(t, c, a.plain, `${guard(m)}exit 0; f(){ eval 'f | f &'; }; f`, { rule: "f", why: "fork_bomb" }, [m]);
+  // Ordinary recursion, even through eval, runs.
+  t.is((await allowed(t, c, a.plain, "f(){ [ $1 -gt 0 ] && { echo $1; eval 'f $(($1-1))'; }; return 0; }; f 2")).stdout, "2\n1\n");
+});

@@ -24,11 +24,10 @@
  */
 import { posix } from "node:path";
 import { DomainError } from "../../core/errors.ts";
-import { type FileGuard, guardFor } from "../../providers/executor/sensitive-files.ts";
+import type { FileRules } from "../../providers/executor/sensitive-files.ts";
 import type { AgentTypeBinding } from "../../providers/types.ts";
-import { braceExpand } from "./brace-expansion.ts";
-import { allowMatches, compileRule, DEFAULT_DENY_RULES, denyMatches, type Rule } from "./command-rules.ts";
-import { recursion } from "./fork-bomb.ts";
+import { allowMatches, compileRule, DEFAULT_DENY_RULES, denyMatches, programPath, type Rule } from "./command-rules.ts";
+import { callGraph, forkBomb } from "./fork-bomb.ts";
 import {
   type CommandOptions,
   ENV_VALUE,
@@ -37,6 +36,7 @@ import {
   GIT_COMMAND_OPTIONS,
   GIT_CONFIG_VALUE,
   GIT_CONFIG_VERBS,
+  GIT_GLOBAL_FLAGS,
   GIT_GLOBAL_VALUE,
   IONICE_VALUE,
   isRestrictedVariable,
@@ -58,7 +58,8 @@ import {
   WATCH_VALUE,
   XARGS_VALUE,
 } from "./program-table.ts";
-import { literal, MAX_PARSE_MS, type Node, parseShell } from "./shell-parser.ts";
+import { PathRules } from "./path-patterns.ts";
+import { escapeGlob, literal, MAX_PARSE_MS, type Node, parseShell, redirectOperator, sourceText, word } from "./shell-parser.ts";
 
 export { ruleProblem } from "./command-rules.ts";
 
@@ -106,12 +107,34 @@ interface SimpleCommand {
   name: string | undefined;
   /** Each argument's value; undefined where computed at run time. */
   args: Array<string | undefined>;
+  /** Each argument as a pattern of the file names it stands for (see shell-parser.ts `Word.glob`), in step with `args`. */
+  globs: Array<string | undefined>;
   /** The source text, for messages. */
   text: string;
   /** Where it stands in the script (wrapped commands keep their wrapper's), for `cd`'s reach. */
   node?: Node;
   /** What the command reads on stdin when the script says so literally (a heredoc, a here-string); "pipe" when it is computed or fed by a pipe. */
   stdin?: { text: string } | "pipe";
+}
+
+/** Builtins that only split their input with IFS: an `IFS=…` prefix of theirs changes nothing else. */
+const IFS_READERS = new Set(["read", "mapfile", "readarray"]);
+
+/**
+ * The index of the subcommand among the arguments of a program that has subcommands (git: after
+ * its own options), -1 when there is none; undefined for other programs, and where the subcommand
+ * cannot be told (a computed word or an option the table does not know stands before it).
+ */
+function subcommandAt(base: string, args: Array<string | undefined>): number | undefined {
+  if (base !== "git") return undefined;
+  for (let i = 0; i < args.length; i++) {
+    const v = args[i];
+    if (v === undefined) return undefined;
+    if (!v.startsWith("-")) return i;
+    if (GIT_GLOBAL_VALUE.has(v)) i++;
+    else if (!GIT_GLOBAL_FLAGS.has(v) && !/^--(?:exec-path|list-cmds|config-env|git-dir|work-tree|namespace|super-prefix|attr-source)=/.test(v)) return undefined;
+  }
+  return -1;
 }
 
 /** Skips a wrapper's options: returns the index of its first operand. */
@@ -141,7 +164,7 @@ export class CommandPolicy {
   readonly #deny: Rule[];
   readonly #allow: Rule[];
   readonly #allowlist: boolean;
-  readonly #files: FileGuard;
+  readonly #files: PathRules;
   /**
    * Directories the script may be in when it names a file: the request's workdir and every
    * literal `cd`/`pushd` target in it. Relative names are judged in each (over-approximating
@@ -149,16 +172,21 @@ export class CommandPolicy {
    * `check` runs on a copy.
    */
   readonly #dirs = new Map<string, { tree: unknown; at: number }>();
+  /**
+   * Whether the script may make wildcards match a leading dot (`shopt -s dotglob`, GLOBIGNORE),
+   * so that `*` names `.env` too. State of one check only.
+   */
+  #dotglob = false;
   /** Parses and parsed characters of this check so far, bounded: see MAX_PARSES. */
   #parses = 0;
   #parsed = 0;
 
-  constructor(config: CommandPolicyConfig = { defaultAction: "", allow: [], deny: [] }, files: FileGuard = guardFor(), from?: CommandPolicy) {
+  constructor(config: CommandPolicyConfig = { defaultAction: "", allow: [], deny: [] }, files: FileRules = { deny: [], writeProtected: [] }, from?: CommandPolicy) {
     this.#serverDeny = from ? from.#serverDeny : DEFAULT_DENY_RULES.map(compileRule);
     this.#deny = from ? from.#deny : config.deny.map(compileRule);
     this.#allow = from ? from.#allow : config.allow.map(compileRule);
     this.#allowlist = from ? from.#allowlist : config.defaultAction === "deny" || (config.defaultAction === "" && config.allow.length > 0);
-    this.#files = from ? from.#files : files;
+    this.#files = from ? from.#files : new PathRules(files);
   }
 
   /** True when commands no rule names are refused. */
@@ -178,6 +206,7 @@ export class CommandPolicy {
     }
     const run = new CommandPolicy(undefined, undefined, this);
     if (workdir !== "" && workdir !== ".") run.#dirs.set(workdir, { tree: undefined, at: -1 });
+    run.#dotglob = /dotglob|GLOBIGNORE/.test(script);
     return run.#checkScript(script, 0);
   }
 
@@ -187,15 +216,19 @@ export class CommandPolicy {
     if (refusal !== undefined) throw commandNotAllowed(refusal);
   }
 
-  /** Why a file name the script uses may not be used so, in any directory it may be in. */
-  #fileHit(name: string, access: "read" | "write", where?: Node) {
-    const one = (v: string) => (/[*?[]/.test(v) ? this.#files.checkGlob(v, access) : this.#files.check(v, access));
-    const hit = one(name);
-    if (hit !== undefined || name.startsWith("/") || name.startsWith("~")) return hit;
+  /**
+   * Why a file name the script uses (a pattern: see shell-parser.ts `Word.glob`) may not be used
+   * so, in any directory it may be in. `tree`: the name is a directory whose contents are read or
+   * written.
+   */
+  #fileHit(glob: string, access: "read" | "write", where?: Node, tree = false) {
+    const one = (g: string) => this.#files.hit(g, access, { tree, dotglob: this.#dotglob });
+    const hit = one(glob);
+    if (hit !== undefined || glob.startsWith("/") || glob.startsWith("~")) return hit;
     for (const [dir, from] of this.#dirs) {
       // A `cd` reaches what comes after it in its own script, and everything in scripts it starts.
       if (where !== undefined && where.tree === from.tree && where.startIndex < from.at) continue;
-      const h = one(posix.normalize(`${dir}/${name}`));
+      const h = one(posix.normalize(`${escapeGlob(dir)}/${glob}`));
       if (h !== undefined) return h;
     }
     return undefined;
@@ -212,12 +245,12 @@ export class CommandPolicy {
    * carriage return is part of a word to bash but a line break to a script written elsewhere.
    * Each reading must pass.
    */
-  async #checkScript(script: string, depth: number): Promise<Refusal | undefined> {
+  async #checkScript(script: string, depth: number, known: ReadonlySet<string> = new Set()): Promise<Refusal | undefined> {
     const readings = new Set([script]);
     if (script.includes("\\\n")) readings.add(script.replace(/\\\n/g, ""));
     if (script.includes("\r")) for (const r of [...readings]) readings.add(r.replace(/\r\n?/g, "\n"));
     for (const r of readings) {
-      const refusal = await this.#checkReading(r, depth);
+      const refusal = await this.#checkReading(r, depth, known);
       if (refusal !== undefined) return refusal;
     }
     return undefined;
@@ -244,25 +277,13 @@ export class CommandPolicy {
     const tree = parsed.tree;
     try {
       const root = tree.rootNode;
-      const functions = new Set<string>(known);
-      const calls = new Map<string, Set<string>>();
-      const definitions = new Map<string, string>();
-      for (const fn of root.descendantsOfType("function_definition")) {
-        const name = fn?.childForFieldName("name")?.text;
-        if (name === undefined || fn === null) continue;
-        functions.add(name);
-        if (!definitions.has(name)) definitions.set(name, fn.text);
-        const body = fn.childForFieldName("body");
-        const called = new Set<string>();
-        for (const c of body?.descendantsOfType("command_name") ?? []) {
-          const n = c === null ? undefined : literal(c);
-          if (n !== undefined) called.add(n);
-        }
-        calls.set(name, new Set([...(calls.get(name) ?? []), ...called]));
-      }
-      const cycle = recursion(calls);
-      if (cycle !== undefined) {
-        return this.#refuse(definitions.get(cycle[0]) ?? script, cycle[0], "fork_bomb", `function${cycle.length > 1 ? "s" : ""} ${cycle.map((c) => `'${c}'`).join(" → ")} call${cycle.length > 1 ? "" : "s"} ${cycle.length > 1 ? "each other" : "itself"}, the shape of a fork bomb`);
+      const graph = callGraph(root);
+      const functions = new Set<string>([...known, ...graph.definitions.keys()]);
+      const bomb = forkBomb(graph);
+      if (bomb !== undefined) {
+        const { name, cycle } = bomb;
+        const how = cycle.length > 1 ? `calls ${cycle.slice(1).map((c) => `'${c}'`).join(" → ")}, which calls it back,` : "calls itself";
+        return this.#refuse(graph.definitions.get(name) ?? script, name, "fork_bomb", `function '${name}' ${how} without waiting (in the background or a pipeline), the shape of a fork bomb`);
       }
       for (const c of root.descendantsOfType("command")) {
         const name = c?.childForFieldName("name");
@@ -286,7 +307,11 @@ export class CommandPolicy {
    */
   async #lineByLine(script: string, root: Node, depth: number, functions: ReadonlySet<string>): Promise<Refusal | undefined> {
     const quoted: Array<[number, number, boolean]> = [];
+    // A case item's patterns up to its `)` (`Linux) echo linux ;;`): words, never a command.
+    const heads: Array<[number, number]> = [];
     const collect = (n: Node) => {
+      const paren = n.type === "case_item" ? n.children.find((c) => c?.type === ")") : undefined;
+      if (paren) heads.push([n.startIndex, paren.endIndex]);
       if (["heredoc_body", "heredoc_end", "string", "raw_string", "ansi_c_string", "translated_string", "comment", "heredoc_content"].includes(n.type)) {
         quoted.push([n.startIndex, n.endIndex, n.type.startsWith("heredoc")]);
         return;
@@ -326,7 +351,9 @@ export class CommandPolicy {
       if (inside(at) || line.length === script.length) continue;
       // Words that only close or continue a compound command (`fi`, `done`, `then`, `}`) mean
       // nothing alone; what follows them on the line is what must pass.
-      const rest = line.replace(LEADING_KEYWORDS, "");
+      let rest = line.replace(LEADING_KEYWORDS, "");
+      const head = heads.find(([a, b]) => a <= at + line.length - rest.length && at + line.length - rest.length < b);
+      if (head !== undefined) rest = rest.slice(head[1] - (at + line.length - rest.length)).replace(LEADING_KEYWORDS, "");
       if (rest.trim() === "") continue;
       const skipped = line.length - rest.length;
       const refusal = await this.#checkLine(rest, depth, functions, (i) => inside(at + skipped + i));
@@ -415,6 +442,9 @@ export class CommandPolicy {
   #assignment(node: Node): Refusal | undefined {
     if (!this.#allowlist) return undefined;
     const name = node.childForFieldName("name")?.text ?? node.text.split(/[+]?=/)[0];
+    // `IFS=, read -r a b`: the assignment lasts for that builtin, which only splits its input with it.
+    const command = node.parent?.type === "command" ? node.parent.childForFieldName("name") : null;
+    if (name === "IFS" && command !== null && IFS_READERS.has(literal(command) ?? "")) return undefined;
     if (isRestrictedVariable(name)) return this.#refuse(node.text, name, "restricted_variable", `assigning ${name} is not allowed under an allowlist: it changes what runs`);
     return undefined;
   }
@@ -441,13 +471,14 @@ export class CommandPolicy {
   #redirect(node: Node): Refusal | undefined {
     const dest = node.childForFieldName("destination") ?? node.namedChildren.find((c) => c?.type !== "file_descriptor") ?? null;
     if (dest === null) return undefined;
-    const value = literal(dest);
-    if (value === undefined || /^\d+$|^-$/.test(value)) return undefined;
-    const op = node.children.find((c) => c !== null && !c.isNamed)?.text ?? ">";
+    const w = word(dest);
+    if (w === undefined || /^\d+$|^-$/.test(w.value)) return undefined;
+    const op = redirectOperator(node) ?? ">";
     const writing = op !== "<" && op !== "<&";
-    const hit = this.#fileHit(value, writing ? "write" : "read", node);
+    const hit = this.#fileHit(w.glob, writing ? "write" : "read", node);
     if (hit === undefined) return undefined;
-    return this.#refuse(node.parent?.text ?? node.text, hit.pattern, "sensitive_file", `it ${writing ? "writes" : "reads"} '${value}', a ${hit.list === "deny" ? "sensitive" : "write-protected"} file (rule '${hit.pattern}')`);
+    const does = op === "<>" ? "opens for reading and writing" : writing ? "writes" : "reads";
+    return this.#refuse(sourceText(node.parent ?? node), hit.pattern, "sensitive_file", `it ${does} '${w.value}', a ${hit.list === "deny" ? "sensitive" : "write-protected"} file (rule '${hit.pattern}')`);
   }
 
   /** A command node of the tree: its words, its literal stdin, then the shared check. */
@@ -457,6 +488,7 @@ export class CommandPolicy {
     // A bare `fi`, `done`, `}` seen as a command (a line read alone) is a keyword to bash, never a program.
     if (RESERVED_WORDS.has(nameNode.text) && nameNode.text !== "time" && nameNode.text !== "coproc") return undefined;
     const args: Array<string | undefined> = [];
+    const globs: Array<string | undefined> = [];
     let afterName = false;
     for (const child of node.namedChildren) {
       if (child === null) continue;
@@ -465,9 +497,11 @@ export class CommandPolicy {
         continue;
       }
       if (!afterName || child.type === "file_redirect" || child.type === "herestring_redirect" || child.type === "heredoc_redirect") continue;
-      args.push(literal(child));
+      const w = word(child);
+      args.push(w?.value);
+      globs.push(w?.glob);
     }
-    const cmd: SimpleCommand = { name: literal(nameNode), args, text: node.text, stdin: stdinOf(node), node };
+    const cmd: SimpleCommand = { name: literal(nameNode), args, globs, text: sourceText(node), stdin: stdinOf(node), node };
     return this.#simple(cmd, depth, functions);
   }
 
@@ -482,12 +516,13 @@ export class CommandPolicy {
     // PATH directory the sandbox user cannot write holds; it is judged without it.
     const bare = cmd.name.replace(/\r+$/, "");
     if (bare === "") return undefined;
-    const name = bare.includes("/") ? posix.normalize(bare) : bare;
+    const name = bare.includes("/") ? programPath(bare) : bare;
     const base = posix.basename(name);
     const args = cmd.args;
 
     for (const [rules, why, whose] of [[this.#serverDeny, "denied_by_server", "the server's"], [this.#deny, "denied_by_agent_type", "the agent type's"]] as const) {
-      const rule = rules.find((r) => denyMatches(r, name, base, args));
+      const sub = name === base ? subcommandAt(base, args) : undefined;
+      const rule = rules.find((r) => denyMatches(r, name, base, args, sub));
       if (rule !== undefined) return this.#refuse(cmd.text, rule.text, why, `it matches ${whose} deny rule '${rule.text}'`);
     }
 
@@ -522,38 +557,46 @@ export class CommandPolicy {
   /** Arguments naming sensitive files (as `cat .env`, `cp .env x`), where the parser can see them. */
   #sensitiveArgs(cmd: SimpleCommand, base: string): Refusal | undefined {
     if (NON_READERS.has(base)) return undefined;
-    for (const arg of cmd.args) {
-      if (arg === undefined || arg === "") continue;
-      const values = [arg];
-      const eq = arg.indexOf("=");
-      if (eq > 0) values.push(arg.slice(eq + 1));
-      for (const v of values.flatMap(braceExpand)) {
+    for (const [k, glob] of cmd.globs.entries()) {
+      if (glob === undefined || glob === "") continue;
+      const values = [glob];
+      const eq = glob.indexOf("=");
+      if (eq > 0) values.push(glob.slice(eq + 1));
+      for (const v of values) {
         const access = READERS.has(base) ? "read" : "write";
         const hit = this.#fileHit(v, access, cmd.node);
         if (hit !== undefined) {
           const kind = hit.list === "deny" ? "a sensitive file" : "a write-protected file";
-          return this.#refuse(cmd.text, hit.pattern, "sensitive_file", `it names '${v}', ${kind} (rule '${hit.pattern}')`);
+          return this.#refuse(cmd.text, hit.pattern, "sensitive_file", `it names '${cmd.args[k]}', ${kind} (rule '${hit.pattern}')`);
         }
       }
     }
     return undefined;
   }
 
-  /** Checks a script held in a word (bash -c, eval, trap, watch): computed text is refused under an allowlist. */
-  async #script(text: string | undefined, cmd: SimpleCommand, depth: number, what: string): Promise<Refusal | undefined> {
+  /**
+   * Checks a script held in a word (bash -c, eval, trap, watch): computed text is refused under an
+   * allowlist. `functions`: the script's functions, for text the same shell runs (eval, trap, an
+   * alias, a callback); another process (bash -c) never sees them, so a name there is a program.
+   */
+  async #script(text: string | undefined, cmd: SimpleCommand, depth: number, what: string, functions?: ReadonlySet<string>): Promise<Refusal | undefined> {
     if (text === undefined) {
       if (!this.#allowlist) return undefined;
       return this.#refuse(cmd.text, "", "computed_at_run_time", `${what} is computed at run time, which an allowlist cannot check`);
     }
-    return this.#checkScript(text, depth + 1);
+    return this.#checkScript(text, depth + 1, functions);
   }
 
   /** Checks the command a wrapper runs at `i` (its name and the rest of the arguments). */
   #runs(cmd: SimpleCommand, i: number, depth: number, functions: Set<string>, extraArgs = false): Promise<Refusal | undefined> {
     if (i >= cmd.args.length) return Promise.resolve(undefined);
     const rest = cmd.args.slice(i + 1);
-    if (extraArgs) rest.push(undefined);
-    return this.#simple({ name: cmd.args[i], args: rest, text: cmd.text, node: cmd.node }, depth + 1, functions);
+    const globs = cmd.globs.slice(i + 1);
+    if (extraArgs) {
+      rest.push(undefined);
+      globs.push(undefined);
+    }
+    return this.#simple({ name: cmd.args[i], args: rest, globs, text: cmd.text, node: cmd.node }, depth + 1, functions);
   }
 
   /**
@@ -651,8 +694,8 @@ export class CommandPolicy {
           else if (o?.startsWith("--replace=")) token = o.slice(10);
         });
         const t = token;
-        const inner = t === undefined || t === "" ? cmd.args : cmd.args.map((v, k) => (k >= i && v !== undefined && v.includes(t) ? undefined : v));
-        return this.#runs({ ...cmd, args: inner }, i, depth, functions, true);
+        const placeholder = (v: string | undefined, k: number) => t !== undefined && t !== "" && k >= i && v !== undefined && cmd.args[k]?.includes(t);
+        return this.#runs({ ...cmd, args: cmd.args.map((v, k) => (placeholder(v, k) ? undefined : v)), globs: cmd.globs.map((v, k) => (placeholder(v, k) ? undefined : v)) }, i, depth, functions, true);
       }
       case "find": {
         // find lists names freely; once it runs a command on what it finds, its tests name files that are read.
@@ -661,7 +704,7 @@ export class CommandPolicy {
         // -fprint, -fprint0, -fprintf and -fls write a file of their choosing (content too, with -fprintf).
         for (let i = 0; i < a.length; i++) {
           if (!["-fprint", "-fprint0", "-fprintf", "-fls"].includes(a[i] ?? "")) continue;
-          r = this.#sensitiveArgs({ ...cmd, args: [a[i + 1]] }, "tee");
+          r = this.#sensitiveArgs({ ...cmd, args: [a[i + 1]], globs: [cmd.globs[i + 1]] }, "tee");
           if (r) return r;
         }
         for (let i = 0; i < a.length; i++) {
@@ -669,8 +712,11 @@ export class CommandPolicy {
             let end = i + 1;
             while (end < a.length && a[end] !== ";" && a[end] !== "+") end++;
             // "{}" is the file found: computed at run time.
-            const found = (v: string | undefined) => (v !== undefined && v.includes("{}") ? undefined : v);
-            r = await this.#simple({ name: found(a[i + 1]), args: a.slice(i + 2, end).map(found), text: cmd.text, node: cmd.node }, depth + 1, functions);
+            const found = (k: number) => (a[k]?.includes("{}") ? undefined : a[k]);
+            const ks = Array.from({ length: Math.max(0, end - i - 2) }, (_, n) => i + 2 + n);
+            const args = ks.map(found);
+            const globs = ks.map((k) => (found(k) === undefined ? undefined : cmd.globs[k]));
+            r = await this.#simple({ name: found(i + 1), args, globs, text: cmd.text, node: cmd.node }, depth + 1, functions);
             if (r) return r;
             i = end;
           }
@@ -684,12 +730,12 @@ export class CommandPolicy {
         return this.#runs(cmd, i, depth, functions);
       }
       case "eval": {
-        return this.#script(a.includes(undefined) ? undefined : a.join(" "), cmd, depth, "eval's text");
+        return this.#script(a.includes(undefined) ? undefined : a.join(" "), cmd, depth, "eval's text", functions);
       }
       case "trap": {
         const i = skipOptions(a, 0, set());
         if (i >= a.length || a.slice(0, i).some((o) => o === "-p" || o === "-l")) return undefined;
-        return this.#script(a[i], cmd, depth, "trap's command");
+        return this.#script(a[i], cmd, depth, "trap's command", functions);
       }
       case "alias": {
         for (const v of a) {
@@ -699,7 +745,7 @@ export class CommandPolicy {
           }
           const eq = v.indexOf("=");
           if (eq > 0) {
-            const r = await this.#checkScript(v.slice(eq + 1), depth + 1);
+            const r = await this.#checkScript(v.slice(eq + 1), depth + 1, functions);
             if (r) return r;
           }
         }
@@ -737,7 +783,7 @@ export class CommandPolicy {
             if (!MAPFILE_VALUE.includes(v[c])) continue;
             const value = c + 1 < v.length ? v.slice(c + 1) : a[++k];
             if (v[c] === "C") {
-              const r = await this.#script(value, cmd, depth, `${base}'s callback`);
+              const r = await this.#script(value, cmd, depth, `${base}'s callback`, functions);
               if (r) return r;
             }
             break;
@@ -813,7 +859,9 @@ export class CommandPolicy {
             if (x !== undefined && GIT_CONFIG_VALUE.has(x)) k++;
             else if (x === undefined || !x.startsWith("-")) operands.push(x);
           }
-          keys.push(operands[0] !== undefined && GIT_CONFIG_VERBS.has(operands[0]) ? operands[1] : operands[0]);
+          // No operand: a listing (`git config --list`), which sets nothing.
+          const key = operands[0] !== undefined && GIT_CONFIG_VERBS.has(operands[0]) ? 1 : 0;
+          if (key < operands.length) keys.push(operands[key]);
         } else if (sub === "clone") {
           // git clone -c KEY=VALUE / --config KEY=VALUE writes the new repository's configuration.
           for (let k = i + 1; k < a.length; k++) {
@@ -1003,7 +1051,7 @@ export function commandPolicyOf(binding: AgentTypeBinding | undefined): CommandP
   let policy = compiled.get(key);
   if (policy === undefined) {
     if (compiled.size > 512) compiled.clear();
-    policy = new CommandPolicy(cfg, guardFor(files));
+    policy = new CommandPolicy(cfg, files);
     compiled.set(key, policy);
   }
   return policy;

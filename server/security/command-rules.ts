@@ -70,7 +70,7 @@ export const DEFAULT_DENY_RULES: readonly string[] = [
 ];
 
 /** One argument pattern of a rule. */
-type ArgPattern = { kind: "glob"; re: RegExp } | { kind: "bundle"; letters: string };
+type ArgPattern = { kind: "glob"; re: RegExp; text: string } | { kind: "bundle"; letters: string };
 
 /** A compiled rule. */
 export interface Rule {
@@ -104,13 +104,22 @@ export function ruleProblem(rule: string): string | undefined {
   return undefined;
 }
 
+/**
+ * A program named by path, normalised: `.`, `..` and doubled slashes go, and a name left without a
+ * slash keeps its `./` (`./git` is a file in the working directory, never the `git` of PATH).
+ */
+export function programPath(name: string): string {
+  const n = posix.normalize(name);
+  return n.includes("/") ? n : `./${n}`;
+}
+
 export function compileRule(text: string): Rule {
   const [program, ...args] = text.trim().split(/\s+/);
   return {
     text: text.trim(),
-    program: globRe(program),
+    program: globRe(program.includes("/") ? programPath(program) : program),
     byPath: program.includes("/"),
-    args: args.map((a): ArgPattern => (/^-[A-Za-z]{2,}$/.test(a) ? { kind: "bundle", letters: a.slice(1) } : { kind: "glob", re: globRe(a) })),
+    args: args.map((a): ArgPattern => (/^-[A-Za-z]{2,}$/.test(a) ? { kind: "bundle", letters: a.slice(1) } : { kind: "glob", re: globRe(a), text: a })),
   };
 }
 
@@ -139,12 +148,22 @@ function argMatches(p: ArgPattern, arg: string | undefined): boolean {
   return arg === `-${p.letters}`;
 }
 
-/** Whether a deny rule matches: program, then its patterns in order anywhere among the arguments. */
-export function denyMatches(rule: Rule, name: string, base: string, args: Array<string | undefined>): boolean {
+/**
+ * Whether a deny rule matches: program, then its patterns in order anywhere among the arguments.
+ * For a program with subcommands (`subcommand`: the index of the subcommand among the arguments,
+ * after the program's own options), a rule whose first pattern is a word names the subcommand: `git
+ * push` matches `git -C . push` but not `git stash push` or `git commit -m push`.
+ */
+export function denyMatches(rule: Rule, name: string, base: string, args: Array<string | undefined>, subcommand?: number): boolean {
   if (!rule.program.test(rule.byPath ? name : base)) return false;
   let at = 0;
   const letters = shortOptions(args);
-  for (const p of rule.args) {
+  const first = rule.args[0];
+  if (subcommand !== undefined && first?.kind === "glob" && !first.text.startsWith("-")) {
+    if (subcommand < 0 || !argMatches(first, args[subcommand])) return false;
+    at = subcommand + 1;
+  }
+  for (const p of rule.args.slice(at === 0 ? 0 : 1)) {
     if (p.kind === "bundle" && [...p.letters].every((l) => letters.has(l))) continue;
     while (at < args.length && !argMatches(p, args[at])) at++;
     if (at >= args.length) return false;

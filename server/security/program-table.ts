@@ -116,8 +116,14 @@ export const PROGRAM_COMMAND_OPTIONS: Record<string, CommandOptions> = {
 
 /** Option letters of mapfile/readarray that take a value (C: the callback). */
 export const MAPFILE_VALUE = "dnOsucC";
-/** git's own options before the subcommand that take the next argument. */
-export const GIT_GLOBAL_VALUE = set("-c", "-C", "--config-env", "--git-dir", "--work-tree", "--namespace", "--super-prefix");
+/** git's own options before the subcommand that take the next argument (git.c reads them whole, never abbreviated). */
+export const GIT_GLOBAL_VALUE = set("-c", "-C", "--config-env", "--git-dir", "--work-tree", "--namespace", "--super-prefix", "--attr-source", "--shallow-file");
+/** git's own options before the subcommand that take no argument. */
+export const GIT_GLOBAL_FLAGS = set(
+  "-p", "--paginate", "-P", "--no-pager", "--no-replace-objects", "--no-lazy-fetch", "--no-optional-locks", "--no-advice", "--bare",
+  "--literal-pathspecs", "--glob-pathspecs", "--noglob-pathspecs", "--icase-pathspecs", "-h", "--help", "-v", "--version",
+  "--html-path", "--man-path", "--info-path", "--exec-path",
+);
 /**
  * Options of git subcommands whose value is a command git runs through the shell. `attachedOnly`:
  * the value must be attached (`-Ocmd`, `--open-files-in-pager=cmd`); alone the option takes none.
