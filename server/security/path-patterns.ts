@@ -273,6 +273,8 @@ interface Nfa {
   edges: Array<Array<{ to: number; label: Label }>>;
   start: number;
   accept: Set<number>;
+  /** Each state's ε-closure, computed on first use. */
+  closures?: number[][];
 }
 
 class Builder {
@@ -405,18 +407,31 @@ function patternNfa(pattern: string): Nfa {
   return { edges: b.edges, start: top, accept: new Set([at]) };
 }
 
-function closure(nfa: Nfa, states: Iterable<number>): Set<number> {
-  const out = new Set(states);
-  const stack = [...out];
-  while (stack.length > 0) {
-    const s = stack.pop() as number;
-    for (const e of nfa.edges[s]) {
-      if (e.label === null && !out.has(e.to)) {
-        out.add(e.to);
-        stack.push(e.to);
+/** The ε-closure of one state, cached on the automaton. */
+function closureOf(nfa: Nfa, state: number): number[] {
+  nfa.closures ??= [];
+  let c = nfa.closures[state];
+  if (c === undefined) {
+    const out = new Set([state]);
+    const stack = [state];
+    while (stack.length > 0) {
+      const s = stack.pop() as number;
+      for (const e of nfa.edges[s]) {
+        if (e.label === null && !out.has(e.to)) {
+          out.add(e.to);
+          stack.push(e.to);
+        }
       }
     }
+    c = [...out];
+    nfa.closures[state] = c;
   }
+  return c;
+}
+
+function closure(nfa: Nfa, states: Iterable<number>): Set<number> {
+  const out = new Set<number>();
+  for (const s of states) for (const c of closureOf(nfa, s)) out.add(c);
   return out;
 }
 
@@ -447,17 +462,21 @@ function wildReach(pat: Nfa, p: number, dot: boolean): Set<number> {
  * both, but only by each side's wildcard taking the other's literal text).
  */
 function intersects(word: Nfa, pat: Nfa, dot: boolean): boolean {
-  const seen = new Set<string>();
+  const width = pat.edges.length;
+  const seen = new Uint8Array(word.edges.length * width);
   const stack: Array<[number, number, number]> = [];
-  // Bit 1: a literal of the word met a wildcard of the rule; bit 2: a literal of the rule met a wildcard of the word.
+  // Bit 1: a literal of the word met a wildcard of the rule; bit 2: a literal of the rule met a
+  // wildcard of the word. `seen` holds, per pair of states, the flag sets already met (one bit each).
   const push = (ws: Iterable<number>, ps: Iterable<number>, flags: number) => {
     const pc = closure(pat, ps);
-    for (const w of closure(word, ws)) {
-      for (const p of pc) {
-        const key = `${w},${p},${flags}`;
-        if (seen.has(key)) continue;
-        seen.add(key);
-        stack.push([w, p, flags]);
+    for (const w0 of ws) {
+      for (const w of closureOf(word, w0)) {
+        for (const p of pc) {
+          const at = w * width + p;
+          if (seen[at] & (1 << flags)) continue;
+          seen[at] |= 1 << flags;
+          stack.push([w, p, flags]);
+        }
       }
     }
   };
@@ -526,6 +545,8 @@ export class PathRules {
    * written. `dotglob`: the script may have made wildcards match leading dots.
    */
   hit(glob: string, access: FileAccess, options: { tree?: boolean; dotglob?: boolean } = {}): SensitiveMatch | undefined {
+    // Most words are plain names: judged as the jail judges them, without building anything.
+    if (!options.tree && !/[\\*?[{]/.test(glob)) return this.#guard.check(glob, access);
     const ts = tokens(glob);
     const words = isPattern(ts) ? undefined : enumerate(ts);
     const rules = access === "write" ? [...this.#deny, ...this.#protected] : this.#deny;
