@@ -276,7 +276,7 @@ for (const provider of PROVIDERS) {
   family("symlink race: a directory flipped between a real directory, a link to .ssh and a link outside never yields a secret, and nothing lands in .ssh or outside", async (t, a, c) => {
     const ws = { workspaceId: a.plain };
     const o = a.outside;
-    await sh(c, a.plain, [`mkdir -p race/real && printf 'inside race\\n' > race/real/x.txt`, `printf '${SECRET.outside}\\n' > ${o}/x.txt`, "ln -sfn ../.ssh race/to-ssh", `ln -sfn ${o} race/to-out`].join(" && "));
+    await sh(c, a.plain, [`mkdir -p race/real && printf 'inside race\\n' > race/real/x.txt`, `printf '${SECRET.outside}\\n' > ${o}/x.txt`, 'd=../.ssh; ln -sfn "$d" race/to-ssh', `ln -sfn ${o} race/to-out`].join(" && "));
     // .ssh is sealed in containers (root's): the secret goes in, and is looked at, from outside the policy.
     await inspect(a, a.plain, `printf '${SECRET.key}\\n' > .ssh/x.txt`);
     const before = await inspect(a, a.plain, `ls -A .ssh ${o}`);
@@ -486,7 +486,9 @@ for (const provider of PROVIDERS) {
 
   family("links to sensitive files: a link to .env, a dangling link to a new .env file, a parent-directory link to .git/hooks, links to .git and .ssh", async (t, a, c) => {
     const ws = { workspaceId: a.plain };
-    await sh(c, a.plain, ['d=.env; ln -sfn "$d" env-link', 'd=.env.staging; ln -sfn "$d" staging-link', "ln -sfn .git/hooks hooks-link", "ln -sfn .git git-link", "ln -sfn .ssh ssh-link", 'd=config/server.pem; ln -sfn "$d" notes-link.txt'].join(" && "));
+    // The links are made with computed names: the command policy refuses a literal link to .env,
+    // .git or .ssh (a new name for a protected tree is a way into it), and these attack the file tools.
+    await sh(c, a.plain, ['d=.env; ln -sfn "$d" env-link', 'd=.env.staging; ln -sfn "$d" staging-link', 'd=.git/hooks; ln -sfn "$d" hooks-link', 'd=.git; ln -sfn "$d" git-link', 'd=.ssh; ln -sfn "$d" ssh-link', 'd=config/server.pem; ln -sfn "$d" notes-link.txt'].join(" && "));
     // .ssh is sealed in containers: the file inside is planted from outside the policy.
     await inspect(a, a.plain, `printf '${SECRET.key} host\\n' > .ssh/known_hosts`);
     const envMeta = { path: ".env", rule: ".env", list: "deny" as const };
@@ -1595,4 +1597,189 @@ bypass("a fork bomb inside an eval string: f(){ eval 'f | f &'; }; f (expected f
   await mustRefuse(t, c, a.plain, `${guard(m)}exit 0; f(){ eval 'f | f &'; }; f`, { rule: "f", why: "fork_bomb" }, [m]);
   // Ordinary recursion, even through eval, runs.
   t.is((await allowed(t, c, a.plain, "f(){ [ $1 -gt 0 ] && { echo $1; eval 'f $(($1-1))'; }; return 0; }; f 2")).stdout, "2\n1\n");
+});
+
+// ── Bypass families found against a realistic allowlist (the parser's side of the issue) ────────
+
+/** An agent type with the allowlist a team would really write: git, tar, env, rg, sort and the usual tools; `git push` denied. */
+const REALISTIC = "red-team-realistic";
+const REALISTIC_ALLOW = ["git", "tar", "env", "rg", "sort", "cat", "cp", "mv", "ln", "rm", "mkdir", "chmod", "ls", "echo", "grep", "find", "xargs", "sed", "head", "tail", "wc"];
+const IDENTITY = "-c user.name=agent -c user.email=agent@example.invalid";
+let realistic: Promise<{ id: string; root: string }> | undefined;
+
+/** Its workspace on local: a repository with one commit, a committed `.env` and an archive of a hook (made with computed names). */
+function realisticWorkspace(c: ClientSet): Promise<{ id: string; root: string }> {
+  realistic ??= (async () => {
+    await c.config.createAgentType({ agentType: { id: REALISTIC, workspace: { enabled: true, tools: ["bash", "read", "write", "list"], commandPolicy: { defaultAction: "", allow: REALISTIC_ALLOW, deny: ["git push"] } } } });
+    const { workspace } = await c.workspaces.createWorkspace({ provider: "local", agentType: REALISTIC });
+    const id = workspace?.id as string;
+    const fixture = [
+      "git init -q . && mkdir -p sub staged",
+      `n=.env; echo "API_KEY=${SECRET.env}" > $n && git add "$n" && git ${IDENTITY} commit -q -m base`,
+      "printf 'a\\n' > a.txt && printf '# readme\\n' > README.md && git add a.txt README.md && git " + IDENTITY + " commit -q -m files",
+      "pwd -P",
+    ].join("\n");
+    const root = (await sh(c, id, fixture)).trim().split("\n").at(-1) as string;
+    hostLeftovers.add(path.join(root, ".never"));
+    return { id, root };
+  })();
+  return realistic;
+}
+
+/** A hook that makes `marker` in the workspace root, in h/<name> (the setup of a hook attack, part of the refused script). */
+const hookIn = (name: string, marker: string) => `mkdir -p h && printf '#!/bin/sh\\ntouch ${marker}\\n' > h/${name} && chmod +x h/${name}`;
+const commit = `git ${IDENTITY} commit -q --allow-empty -m x`;
+
+// A git hook put in place without naming the protected path ran at the next allowlisted `git
+// commit`: copied or moved into .git/hooks/ (a directory destination), linked (.git/hooks replaced
+// by a link to the agent's directory), unpacked there with tar -C, or written into .git renamed
+// away and back. Each names only a directory, or a name the rules did not protect.
+bypass("a git hook put in place without naming its path, then run by git commit: cp/mv into .git/hooks/, ln -s over .git/hooks, tar -C .git/hooks -x, mv .git away and back (expected sensitive_file)", async (t, _a, c) => {
+  const w = await realisticWorkspace(c);
+  const cases: Array<[(p: string) => string, string]> = [
+    [(p) => `${hookIn("pre-commit", p)} && cp h/pre-commit .git/hooks/ && ${commit}`, ".git/**/hooks/**"],
+    [(p) => `${hookIn("pre-commit", p)} && mv h/pre-commit .git/hooks/ && ${commit}`, ".git/**/hooks/**"],
+    [(p) => `${hookIn("pre-commit", p)} && cp -r h/. .git/hooks && ${commit}`, ".git/**/hooks/**"],
+    [(p) => `${hookIn("pre-commit", p)} && rm -rf .git/hooks && ln -s ../h .git/hooks && ${commit}`, ".git/**/hooks/**"],
+    [(p) => `${hookIn("pre-commit", p)} && tar -cf hook.tar -C h pre-commit && tar -C .git/hooks -xf hook.tar && ${commit}`, ".git/**/hooks/**"],
+    [(p) => `mv .git g && ${hookIn("pre-commit", p)} && cp h/pre-commit g/hooks/pre-commit && mv g .git && ${commit}`, ".git/**/hooks/**"],
+  ];
+  for (const [script, rule] of cases) {
+    const [m, p] = [marker("bp-hook"), marker("bp-hook-p")];
+    await mustRefuse(t, c, w.id, `${guard(m)}${script(p)}`, { rule, why: "sensitive_file" }, [m, p]);
+  }
+  // Look-alikes: the same programs moving files anywhere else, and the commit, run.
+  await allowed(t, c, w.id, `${hookIn("pre-commit", "never")} && mkdir -p backup && cp h/pre-commit backup/ && mv backup/pre-commit backup/hook && ln -sfn h h-link && tar -cf hook.tar -C h pre-commit && tar -C staged -xf hook.tar && ${commit}`);
+});
+
+// git reads configuration that runs commands from places the rules did not watch: a worktree's own
+// config.worktree (with extensions.worktreeConfig on), a repository made with --separate-git-dir
+// (its config and hooks in a directory of any name), a --git-dir of any name; and difftool.<tool>.cmd
+// was not among the refused keys.
+bypass("git configuration that runs commands where the rules did not look: extensions.worktreeConfig + config.worktree, git init --separate-git-dir, --git-dir, difftool.<tool>.cmd (expected computed_at_run_time, sensitive_file)", async (t, _a, c) => {
+  const w = await realisticWorkspace(c);
+  const fsmonitor = (p: string) => `printf '[core]\\n\\tfsmonitor = touch ${p}\\n'`;
+  const cases: Array<[(p: string) => string, Partial<Expected>]> = [
+    [(p) => `git config extensions.worktreeConfig true && ${fsmonitor(p)} > .git/config.worktree && git status`, { rule: "extensions.worktreeConfig", why: "computed_at_run_time" }],
+    [(p) => `${fsmonitor(p)} > .git/config.worktree && git status`, { rule: ".git/**/config.worktree", why: "sensitive_file" }],
+    [(p) => `git init -q --separate-git-dir=gd sub && ${fsmonitor(`../${p}`)} >> gd/config && git -C sub status`, { rule: "--separate-git-dir", why: "computed_at_run_time" }],
+    [(p) => `git init -q --bare gd2 && ${fsmonitor(p)} >> gd2/config && git --git-dir=gd2 --work-tree=. status`, { rule: "--git-dir", why: "computed_at_run_time" }],
+    [(p) => `echo b > a.txt && git -c difftool.x.cmd='touch ${p}' difftool -y -t x`, { rule: "difftool.x.cmd", why: "computed_at_run_time" }],
+    [(p) => `echo b > a.txt && git config difftool.x.cmd 'touch ${p}' && git difftool -y -t x`, { rule: "difftool.x.cmd", why: "computed_at_run_time" }],
+    [(p) => `echo b > a.txt && git -c mergetool.x.cmd='touch ${p}' mergetool -y -t x`, { rule: "mergetool.x.cmd", why: "computed_at_run_time" }],
+  ];
+  for (const [script, expected] of cases) {
+    const [m, p] = [marker("bp-gitelse"), marker("bp-gitelse-p")];
+    await mustRefuse(t, c, w.id, `${guard(m)}${script(p)}`, expected, [m, p]);
+  }
+  // The same extension turned on by hand (the policy cannot know who did): config.worktree stays protected.
+  await writeFile(path.join(w.root, ".git", "config"), "[extensions]\n\tworktreeConfig = true\n", { flag: "a" });
+  const [m, p] = [marker("bp-gitelse"), marker("bp-gitelse-p")];
+  await mustRefuse(t, c, w.id, `${guard(m)}${fsmonitor(p)} > .git/config.worktree && git status`, { rule: ".git/**/config.worktree", why: "sensitive_file" }, [m, p]);
+  // Look-alikes: configuration that runs nothing, a repository of the usual shape, difftool's help.
+  await allowed(t, c, w.id, "git config user.name agent && git config --list > /dev/null && git init -q sub2 && git --git-dir=.git status --short > /dev/null && git difftool --tool-help > /dev/null && git checkout -q a.txt");
+});
+
+// Secret files were found only by names spelled out: a glob with a bracket class or a brace range,
+// $PWD, $(pwd) or $OLDPWD in front of the name, or the file read from git's object database
+// (git show REV:PATH, git cat-file) all printed .env under the allowlist.
+bypass("secret files named by glob classes, brace ranges, $PWD/$(pwd)/$OLDPWD, or read from git's objects: cat .[[:alpha:]]nv, cat .{d..f}nv, cat $PWD/.env, git show HEAD:.env (expected sensitive_file, rule .env)", async (t, _a, c) => {
+  const w = await realisticWorkspace(c);
+  for (const script of [
+    "cat .[[:alpha:]]nv",
+    "cat .[!x]nv",
+    "cat .{d..f}nv",
+    "cat .e{m..o}v",
+    "cat .en?",
+    'cat "$PWD/.env"',
+    "cat $(pwd)/.env",
+    "cat `pwd`/.env",
+    'cd sub && cat "$OLDPWD/.env"',
+    "cat ~+/.env",
+    "git show HEAD:.env",
+    "git show HEAD:./.env",
+    "git cat-file -p HEAD:.env",
+    "git show :.env",
+    "git show :0:.env",
+  ]) {
+    const m = marker("bp-secret");
+    await mustRefuse(t, c, w.id, `${guard(m)}${script}`, { rule: ".env", why: "sensitive_file" }, [m]);
+  }
+  // Look-alikes: globs and revisions naming other files.
+  const r = await allowed(t, c, w.id, 'cat *.md && cat [a]*.txt && cat {a,README}.* > /dev/null && cat "$PWD/a.txt" && git show HEAD:README.md && git cat-file -p HEAD:a.txt && echo "$PWD" > /dev/null');
+  t.false(r.stdout.includes(SECRET.env));
+});
+
+// A program's own configuration taken from the environment was never read: RIPGREP_CONFIG_PATH named a
+// file of rg options holding --pre, TAR_OPTIONS held --to-command or --checkpoint-action, as a prefix,
+// an export or an env assignment.
+bypass("a program's configuration from the environment: RIPGREP_CONFIG_PATH with --pre, TAR_OPTIONS with --to-command or --checkpoint-action (expected computed_at_run_time, not_in_allowlist)", async (t, _a, c) => {
+  const w = await realisticWorkspace(c);
+  await sh(c, w.id, "tar -cf a.tar a.txt && mkdir -p tools");
+  const cases: Array<[(p: string) => string, Partial<Expected>]> = [
+    [(p) => `printf '#!/bin/sh\\ntouch ${p}\\ncat "$1"\\n' > tools/pre.sh && chmod +x tools/pre.sh && echo '--pre=tools/pre.sh' > rg.conf && RIPGREP_CONFIG_PATH=rg.conf rg a a.txt`, { rule: "RIPGREP_CONFIG_PATH", why: "computed_at_run_time" }],
+    [(p) => `export RIPGREP_CONFIG_PATH=rg.conf; printf '#!/bin/sh\\ntouch ${p}\\n' > tools/pre.sh; rg a a.txt`, { rule: "RIPGREP_CONFIG_PATH", why: "computed_at_run_time" }],
+    // tar splits the variable into words as a shell would, quotes included.
+    [(p) => `TAR_OPTIONS="--to-command='touch ${p}'" tar -xf a.tar`, { command: "touch P", why: "not_in_allowlist" }],
+    [(p) => `export TAR_OPTIONS="--checkpoint=1 --checkpoint-action=exec='touch ${p}'"; tar -tf a.tar`, { command: "touch P", why: "not_in_allowlist" }],
+    [(p) => `env TAR_OPTIONS="--to-command='touch ${p}'" tar -xf a.tar`, { command: "touch P", why: "not_in_allowlist" }],
+  ];
+  for (const [script, expected] of cases) {
+    const [m, p] = [marker("bp-env"), marker("bp-env-p")];
+    const want = Object.fromEntries(Object.entries(expected).map(([k, v]) => [k, String(v).replace("touch P", `touch ${p}`)]));
+    await mustRefuse(t, c, w.id, `${guard(m)}${script(p)}`, want, [m, p]);
+  }
+  // Look-alikes: options that run nothing, rg without a configuration file.
+  await allowed(t, c, w.id, "TAR_OPTIONS=--verbose tar -tf a.tar > /dev/null && env TAR_OPTIONS=--warning=no-timestamp tar -tf a.tar > /dev/null && rg --no-config -c a a.txt > /dev/null");
+});
+
+// Options were matched by their full names only, while GNU getopt_long, argp and git's parse-options
+// take any unambiguous prefix: --upload-pac, --exe, env --split-s, sort --compress-prog, tar
+// --to-comm, git clone --templ each ran a command of the caller's choosing.
+bypass("GNU long options abbreviated: git ls-remote --upload-pac=, git rebase --exe=, env --split-s=, sort --compress-prog=, tar --to-comm=, git clone --templ= (expected not_in_allowlist, computed_at_run_time)", async (t, _a, c) => {
+  const w = await realisticWorkspace(c);
+  await sh(c, w.id, "tar -cf a.tar a.txt && mkdir -p tools tpl/hooks");
+  // sort spills to temporary files (compressed with the program) once its buffer is full.
+  await writeFile(path.join(w.root, "big.txt"), Array.from({ length: 20_000 }, (_, i) => `${(i * 7919) % 20_000}`).join("\n"));
+  const tool = (p: string) => `printf '#!/bin/sh\\ntouch ${p}\\ncat\\n' > tools/t.sh && chmod +x tools/t.sh`;
+  const cases: Array<[(p: string) => string, Partial<Expected>]> = [
+    [(p) => `git ls-remote --upload-pac='touch ${p}' .`, { command: "touch P", why: "not_in_allowlist" }],
+    [(p) => `git ${IDENTITY} rebase -q --exe='touch ${p}' HEAD~1`, { command: "touch P", why: "not_in_allowlist" }],
+    [(p) => `env --split-s='touch ${p}'`, { command: "touch P", why: "not_in_allowlist" }],
+    [(p) => `${tool(p)} && sort -S 16k --compress-prog=tools/t.sh big.txt > /dev/null`, { command: "tools/t.sh", why: "not_in_allowlist" }],
+    [(p) => `tar --to-comm='touch ${p}' -xf a.tar`, { command: "touch P", why: "not_in_allowlist" }],
+    [(p) => `printf '#!/bin/sh\\ntouch ../${p}\\n' > tpl/hooks/post-checkout && chmod +x tpl/hooks/post-checkout && git clone -q --templ=tpl . clone-${p}`, { rule: "--template", why: "computed_at_run_time" }],
+  ];
+  for (const [script, expected] of cases) {
+    const [m, p] = [marker("bp-abbrev"), marker("bp-abbrev-p")];
+    const want = Object.fromEntries(Object.entries(expected).map(([k, v]) => [k, String(v).replace("touch P", `touch ${p}`)]));
+    await mustRefuse(t, c, w.id, `${guard(m)}${script(p)}`, want, [m, p, `clone-${p}`]);
+  }
+  // Look-alikes: abbreviations of options that run nothing.
+  await allowed(t, c, w.id, `git ls-remote --hea . > /dev/null && tar --to-std -xf a.tar > /dev/null && env --unset=X true && sort --rev a.txt > /dev/null && git ${IDENTITY} commit -q --allow-empty --allow-empty-m -m ''`);
+});
+
+// A directory argument landed files in a write-protected tree: each of these names only a directory,
+// and the file it writes there (.vscode/settings.json, a hook) was never named.
+bypass("a directory argument that lands files in a write-protected tree: cp dir/settings.json .vscode/, cp x .git/hooks/, mv hooks .git/, tar -C .git/hooks -x, cp -t .git/hooks (expected sensitive_file)", async (t, _a, c) => {
+  const w = await realisticWorkspace(c);
+  await sh(c, w.id, "mkdir -p .vscode dir && echo '{}' > dir/settings.json && tar -cf s.tar -C dir settings.json");
+  const cases: Array<[string, string]> = [
+    ["cp dir/settings.json .vscode/", ".vscode/settings.json"],
+    ["cp -t .vscode dir/settings.json", ".vscode/settings.json"],
+    ["cp --target-dir=.vscode dir/settings.json", ".vscode/settings.json"],
+    ["mv dir/settings.json .vscode", ".vscode/settings.json"],
+    ["tar -C .vscode -xf s.tar", ".vscode/settings.json"],
+    ["cp a.txt .git/hooks/", ".git/**/hooks/**"],
+    ["mkdir -p hooks && mv hooks .git/", ".git/**/hooks/**"],
+    ["tar -C .git/hooks -xf s.tar", ".git/**/hooks/**"],
+    ["tar xf s.tar -C .git", ".git/**/hooks/**"],
+  ];
+  for (const [script, rule] of cases) {
+    const m = marker("bp-dest");
+    await mustRefuse(t, c, w.id, `${guard(m)}${script}`, { rule, why: "sensitive_file" }, [m]);
+  }
+  t.is(await sh(c, w.id, "ls -A .vscode"), "", "nothing landed in .vscode");
+  // Look-alikes: the same commands with a destination the rules leave alone.
+  await allowed(t, c, w.id, "mkdir -p out && cp dir/settings.json out/ && cp -t out a.txt && tar -C out -xf s.tar && cp -r dir out/ && echo '{}' > .vscode/launch.json.tmp && mv .vscode/launch.json.tmp .vscode/launch.json");
 });

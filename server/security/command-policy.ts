@@ -28,37 +28,37 @@ import type { FileRules } from "../../providers/executor/sensitive-files.ts";
 import type { AgentTypeBinding } from "../../providers/types.ts";
 import { allowMatches, compileRule, DEFAULT_DENY_RULES, denyMatches, programPath, type Rule } from "./command-rules.ts";
 import { callGraph, forkBomb } from "./fork-bomb.ts";
+import { type GivenOption, given, readArgs } from "./options.ts";
+import { PathRules } from "./path-patterns.ts";
 import {
-  type CommandOptions,
-  ENV_VALUE,
-  EXEC_VALUE,
-  FLOCK_VALUE,
-  GIT_COMMAND_OPTIONS,
-  GIT_CONFIG_VALUE,
+  type Copier,
+  COPIERS,
+  ENV_OPTIONS,
+  FLOCK_OPTIONS,
   GIT_CONFIG_VERBS,
   GIT_GLOBAL_FLAGS,
   GIT_GLOBAL_VALUE,
-  IONICE_VALUE,
+  GIT_SUBCOMMANDS,
+  type GitSubcommand,
+  HARMLESS_OPTION_FILES,
   isRestrictedVariable,
   MAPFILE_VALUE,
-  NICE_VALUE,
   NON_READERS,
-  PROGRAM_COMMAND_OPTIONS,
+  OPTION_VARIABLES,
+  type ProgramEntry,
+  PROGRAMS,
   READERS,
   RESERVED_WORDS,
+  REVISION_PATHS,
   RUNS_COMMANDS,
   SAFE_BUILTINS,
-  set,
   SHELL_VALUE,
   SHELLS,
-  STDBUF_VALUE,
   SYSTEM_DIRS,
-  TIME_VALUE,
-  TIMEOUT_VALUE,
-  WATCH_VALUE,
-  XARGS_VALUE,
+  WATCH_OPTIONS,
+  WRAPPERS,
+  XARGS_OPTIONS,
 } from "./program-table.ts";
-import { PathRules } from "./path-patterns.ts";
 import { escapeGlob, literal, MAX_PARSE_MS, type Node, parseShell, redirectOperator, sourceText, word } from "./shell-parser.ts";
 
 export { ruleProblem } from "./command-rules.ts";
@@ -137,27 +137,6 @@ function subcommandAt(base: string, args: Array<string | undefined>): number | u
   return -1;
 }
 
-/** Skips a wrapper's options: returns the index of its first operand. */
-function skipOptions(args: Array<string | undefined>, start: number, withValue: Set<string>, numeric = false): number {
-  let i = start;
-  while (i < args.length) {
-    const a = args[i];
-    if (a === undefined) return i;
-    if (a === "--") return i + 1;
-    if (!a.startsWith("-") || a === "-") return i;
-    if (numeric && /^-\d+$/.test(a)) {
-      i++;
-      continue;
-    }
-    const eq = a.indexOf("=");
-    const flag = eq >= 0 ? a.slice(0, eq) : a;
-    if (eq < 0 && withValue.has(flag)) i += 2;
-    else if (!a.startsWith("--") && a.length > 2 && withValue.has(a.slice(0, 2))) i += 1; // -n5
-    else i++;
-  }
-  return i;
-}
-
 /** A compiled policy: the server's deny list, an agent type's rules, the sensitive-file rules. */
 export class CommandPolicy {
   readonly #serverDeny: Rule[];
@@ -199,12 +178,11 @@ export class CommandPolicy {
    * undefined when everything in it may run.
    */
   async check(script: string, env: Record<string, string> = {}, workdir = ""): Promise<Refusal | undefined> {
-    if (this.#allowlist) {
-      for (const name of Object.keys(env)) {
-        if (isRestrictedVariable(name)) return this.#refuse(`env ${name}=…`, name, "restricted_variable", `setting ${name} is not allowed under an allowlist: it changes what runs`);
-      }
-    }
     const run = new CommandPolicy(undefined, undefined, this);
+    for (const [name, value] of Object.entries(env)) {
+      const r = await run.#setsVariable(`env ${name}=…`, name, value, 0);
+      if (r !== undefined) return r;
+    }
     if (workdir !== "" && workdir !== ".") run.#dirs.set(workdir, { tree: undefined, at: -1 });
     run.#dotglob = /dotglob|GLOBIGNORE/.test(script);
     return run.#checkScript(script, 0);
@@ -379,7 +357,7 @@ export class CommandPolicy {
       case "command":
         return this.#command(node, depth, functions);
       case "variable_assignment":
-        return this.#assignment(node);
+        return this.#assignment(node, depth);
       case "declaration_command":
         return this.#declaration(node);
       case "expansion":
@@ -439,14 +417,13 @@ export class CommandPolicy {
     }
   }
 
-  #assignment(node: Node): Refusal | undefined {
-    if (!this.#allowlist) return undefined;
+  async #assignment(node: Node, depth: number): Promise<Refusal | undefined> {
     const name = node.childForFieldName("name")?.text ?? node.text.split(/[+]?=/)[0];
     // `IFS=, read -r a b`: the assignment lasts for that builtin, which only splits its input with it.
     const command = node.parent?.type === "command" ? node.parent.childForFieldName("name") : null;
     if (name === "IFS" && command !== null && IFS_READERS.has(literal(command) ?? "")) return undefined;
-    if (isRestrictedVariable(name)) return this.#refuse(node.text, name, "restricted_variable", `assigning ${name} is not allowed under an allowlist: it changes what runs`);
-    return undefined;
+    const value = node.childForFieldName("value");
+    return this.#setsVariable(sourceText(node), name, value === null ? "" : literal(value), depth);
   }
 
   #declaration(node: Node): Refusal | undefined {
@@ -546,7 +523,8 @@ export class CommandPolicy {
         return this.#refuse(cmd.text, "", "not_in_allowlist", "'hash -p' makes a name run another program");
       }
       if (base === "read" || base === "mapfile" || base === "readarray" || base === "printf" || base === "getopts" || base === "let") {
-        const target = args.map((a) => (base === "let" ? a?.split(/[-+*/%&|^]?=/)[0] : a)).find((a) => a !== undefined && isRestrictedVariable(a));
+        // A variable a program reads as its options, set from input, is computed too.
+        const target = args.map((a) => (base === "let" ? a?.split(/[-+*/%&|^]?=/)[0] : a)).find((a) => a !== undefined && (isRestrictedVariable(a) || Object.hasOwn(OPTION_VARIABLES, a)));
         if (target !== undefined) return this.#refuse(cmd.text, target, "restricted_variable", `setting ${target} is not allowed under an allowlist: it changes what runs`);
       }
       return undefined;
@@ -554,14 +532,24 @@ export class CommandPolicy {
     return this.#refuse(cmd.text, "", "not_in_allowlist", `'${base}' is not in the agent type's allowlist`);
   }
 
-  /** Arguments naming sensitive files (as `cat .env`, `cp .env x`), where the parser can see them. */
+  /**
+   * Arguments naming sensitive files (as `cat .env`, `cp .env x`), where the parser can see them.
+   * Copies, moves and links are judged by what they read and write (#copies); `git show REV:PATH`
+   * reads PATH.
+   */
   #sensitiveArgs(cmd: SimpleCommand, base: string): Refusal | undefined {
-    if (NON_READERS.has(base)) return undefined;
+    if (NON_READERS.has(base) || Object.hasOwn(COPIERS, base)) return undefined;
     for (const [k, glob] of cmd.globs.entries()) {
       if (glob === undefined || glob === "") continue;
       const values = [glob];
       const eq = glob.indexOf("=");
       if (eq > 0) values.push(glob.slice(eq + 1));
+      const value = cmd.args[k] as string;
+      const rev = REVISION_PATHS.has(base) ? /^(?::[0-3]:|[^:]*:)(.+)$/.exec(value) : null;
+      if (rev !== null) {
+        const hit = this.#fileHit(escapeGlob(rev[1]), "read", cmd.node);
+        if (hit !== undefined) return this.#refuse(cmd.text, hit.pattern, "sensitive_file", `it reads '${rev[1]}' from git's objects, a sensitive file (rule '${hit.pattern}')`);
+      }
       for (const v of values) {
         const access = READERS.has(base) ? "read" : "write";
         const hit = this.#fileHit(v, access, cmd.node);
@@ -606,96 +594,64 @@ export class CommandPolicy {
    */
   async #wrapped(cmd: SimpleCommand, base: string, depth: number, functions: Set<string>): Promise<Refusal | undefined | "not a wrapper"> {
     const a = cmd.args;
+    const wrapper = WRAPPERS[base];
+    if (wrapper !== undefined) {
+      const read = readArgs(a, wrapper.options);
+      if (given(read, ...(wrapper.noCommand ?? [])).length > 0) return base === "command" ? undefined : "not a wrapper";
+      return this.#runs(cmd, read.firstOperand + (wrapper.skip ?? 0), depth, functions);
+    }
+    const program = PROGRAMS[base];
+    if (program !== undefined) {
+      const r = await this.#programOptions(cmd, program, base, depth);
+      if (r !== undefined) return r;
+    }
+    const copier = COPIERS[base];
+    if (copier !== undefined) {
+      const r = this.#copies(cmd, copier, base);
+      if (r !== undefined) return r;
+    }
     switch (base) {
       case "env": {
-        let i = 0;
-        for (;;) {
-          i = skipOptions(a, i, ENV_VALUE);
-          const at = a.slice(0, i);
-          // -S / --split-string: the value is a command line.
-          for (let k = 0; k < at.length; k++) {
-            const v = at[k];
-            if (v === "-S" || v === "--split-string") {
-              const r = await this.#script(a[k + 1], cmd, depth, "env -S's command");
-              if (r) return r;
-            } else if (v?.startsWith("--split-string=") || (v?.startsWith("-S") && v.length > 2)) {
-              const r = await this.#script(v.startsWith("-S") ? v.slice(2) : v.slice(15), cmd, depth, "env -S's command");
-              if (r) return r;
-            }
-          }
-          const v = a[i];
-          if (v !== undefined && /^[A-Za-z_][A-Za-z0-9_]*=/.test(v)) {
-            const name = v.slice(0, v.indexOf("="));
-            if (this.#allowlist && isRestrictedVariable(name)) return this.#refuse(cmd.text, name, "restricted_variable", `setting ${name} is not allowed under an allowlist: it changes what runs`);
-            i++;
-            continue;
-          }
-          if (v === undefined && i < a.length && this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", "its program is computed at run time, which an allowlist cannot check");
-          return this.#runs(cmd, i, depth, functions);
+        const read = readArgs(a, ENV_OPTIONS);
+        // -S / --split-string: the value is a command line.
+        for (const o of given(read, "-S", "--split-string")) {
+          const r = await this.#script(o.value ?? undefined, cmd, depth, "env -S's command");
+          if (r) return r;
         }
-      }
-      case "timeout": {
-        const i = skipOptions(a, 0, TIMEOUT_VALUE);
-        return this.#runs(cmd, i + 1, depth, functions);
-      }
-      case "nice":
-        return this.#runs(cmd, skipOptions(a, 0, NICE_VALUE, true), depth, functions);
-      case "nohup":
-      case "builtin":
-      case "setsid":
-        return this.#runs(cmd, skipOptions(a, 0, set()), depth, functions);
-      case "command": {
-        const i = skipOptions(a, 0, set());
-        // `command -v x` only looks x up.
-        if (a.slice(0, i).some((o) => o === "-v" || o === "-V")) return undefined;
+        let i = read.firstOperand;
+        for (; i < a.length; i++) {
+          const v = a[i];
+          if (v === undefined || !/^[A-Za-z_][A-Za-z0-9_]*=/.test(v)) break;
+          const r = await this.#setsVariable(cmd.text, v.slice(0, v.indexOf("=")), v.slice(v.indexOf("=") + 1), depth);
+          if (r) return r;
+        }
+        if (a[i] === undefined && i < a.length && this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", "its program is computed at run time, which an allowlist cannot check");
         return this.#runs(cmd, i, depth, functions);
-      }
-      case "exec":
-        return this.#runs(cmd, skipOptions(a, 0, EXEC_VALUE), depth, functions);
-      case "time":
-        return this.#runs(cmd, skipOptions(a, 0, TIME_VALUE), depth, functions);
-      case "stdbuf":
-        return this.#runs(cmd, skipOptions(a, 0, STDBUF_VALUE), depth, functions);
-      case "ionice": {
-        const i = skipOptions(a, 0, IONICE_VALUE);
-        return this.#runs(cmd, i, depth, functions);
-      }
-      case "taskset": {
-        const i = skipOptions(a, 0, set());
-        if (a.slice(0, i).some((o) => o === "-p" || o === "--pid")) return "not a wrapper";
-        return this.#runs(cmd, i + 1, depth, functions);
       }
       case "flock": {
-        const i = skipOptions(a, 0, FLOCK_VALUE);
-        const opts = a.slice(0, i);
-        const c = opts.findIndex((o) => o === "-c" || o === "--command");
-        if (c >= 0) return this.#script(a[c + 1], cmd, depth, "flock -c's command");
-        // flock FILE -c CMD | flock FILE CMD…
+        // flock [options] FILE -c COMMAND | flock [options] FILE COMMAND…
+        const read = readArgs(a, FLOCK_OPTIONS);
+        for (const o of given(read, "-c", "--command")) return this.#script(a[o.at + 1], cmd, depth, "flock -c's command");
+        const i = read.firstOperand;
         if (a[i + 1] === "-c" || a[i + 1] === "--command") return this.#script(a[i + 2], cmd, depth, "flock -c's command");
         return this.#runs(cmd, i + 1, depth, functions);
       }
       case "watch": {
-        const i = skipOptions(a, 0, WATCH_VALUE);
-        if (a.slice(0, i).some((o) => o === "-x" || o === "--exec")) return this.#runs(cmd, i, depth, functions);
-        const rest = a.slice(i);
+        const read = readArgs(a, WATCH_OPTIONS);
+        if (given(read, "-x", "--exec").length > 0) return this.#runs(cmd, read.firstOperand, depth, functions);
+        const rest = a.slice(read.firstOperand);
         return this.#script(rest.includes(undefined) ? undefined : rest.join(" "), cmd, depth, "watch's command");
       }
       case "xargs": {
-        const i = skipOptions(a, 0, XARGS_VALUE);
+        const read = readArgs(a, XARGS_OPTIONS);
+        const i = read.firstOperand;
         if (i >= a.length) return undefined; // echo
-        // With -I/-i/--replace, the replacement string stands for input: whatever holds it is computed.
-        const opts = a.slice(0, i);
-        let token: string | undefined;
-        opts.forEach((o, k) => {
-          if (o === "-I" || o === "--replace") token = a[k + 1] ?? "{}";
-          else if (o?.startsWith("-I")) token = o.slice(2);
-          else if (o === "-i") token = "{}";
-          else if (o?.startsWith("-i")) token = o.slice(2);
-          else if (o?.startsWith("--replace=")) token = o.slice(10);
-        });
-        const t = token;
-        const placeholder = (v: string | undefined, k: number) => t !== undefined && t !== "" && k >= i && v !== undefined && cmd.args[k]?.includes(t);
-        return this.#runs({ ...cmd, args: cmd.args.map((v, k) => (placeholder(v, k) ? undefined : v)), globs: cmd.globs.map((v, k) => (placeholder(v, k) ? undefined : v)) }, i, depth, functions, true);
+        // With -I/-i/--replace, the replacement string stands for input: whatever holds it is computed,
+        // and a computed replacement string could be in any word.
+        const replace = given(read, "-I", "-i", "--replace").at(-1);
+        const token = replace === undefined ? null : replace.value === null ? "{}" : replace.value;
+        const placeholder = (k: number) => token !== null && k >= i && (token === undefined || (token !== "" && cmd.args[k]?.includes(token) === true));
+        return this.#runs({ ...cmd, args: a.map((v, k) => (placeholder(k) ? undefined : v)), globs: cmd.globs.map((v, k) => (placeholder(k) ? undefined : v)) }, i, depth, functions, true);
       }
       case "find": {
         // find lists names freely; once it runs a command on what it finds, its tests name files that are read.
@@ -723,18 +679,13 @@ export class CommandPolicy {
         }
         return "not a wrapper";
       }
-      case "coproc":
-      case "busybox":
-      case "toybox": {
-        const i = skipOptions(a, 0, set());
-        return this.#runs(cmd, i, depth, functions);
-      }
       case "eval": {
         return this.#script(a.includes(undefined) ? undefined : a.join(" "), cmd, depth, "eval's text", functions);
       }
       case "trap": {
-        const i = skipOptions(a, 0, set());
-        if (i >= a.length || a.slice(0, i).some((o) => o === "-p" || o === "-l")) return undefined;
+        const read = readArgs(a, { short: "+lpP", optionsFirst: true });
+        const i = read.firstOperand;
+        if (i >= a.length || given(read, "-p", "-l", "-P").length > 0) return undefined;
         return this.#script(a[i], cmd, depth, "trap's command", functions);
       }
       case "alias": {
@@ -752,20 +703,12 @@ export class CommandPolicy {
         return "not a wrapper";
       }
       case "git": {
-        const r = this.#gitConfig(cmd) ?? (await this.#gitRuns(cmd, depth));
+        const r = await this.#git(cmd, depth);
         if (r !== undefined) return r;
         return "not a wrapper";
       }
-      case "tar":
-      case "sort":
-      case "rsync":
-      case "zip":
-      case "man":
-      case "ssh":
-      case "rg": {
-        const r =
-          (await this.#optionCommands(cmd, a, PROGRAM_COMMAND_OPTIONS[base], base, depth)) ??
-          (base === "tar" ? await this.#optionCommands(cmd, a, PROGRAM_COMMAND_OPTIONS["tar-checkpoint"], base, depth) : undefined);
+      case "tar": {
+        const r = this.#tar(cmd);
         return r ?? "not a wrapper";
       }
       case "mapfile":
@@ -801,6 +744,176 @@ export class CommandPolicy {
     return "not a wrapper";
   }
 
+  /** The glob of an option's value: the word's own when it stands alone, its literal text when attached (bash globs the whole word). */
+  #valueGlob(cmd: SimpleCommand, o: GivenOption, offset = 0): string | undefined {
+    if (typeof o.value !== "string" || o.valueAt === undefined) return undefined;
+    return o.valueAt === o.at ? escapeGlob(o.value) : cmd.globs[o.valueAt + offset];
+  }
+
+  /** A file a command writes (or a tree it writes into), judged where the script may be. */
+  #writes(cmd: SimpleCommand, glob: string | undefined, shown: string | undefined, tree = false): Refusal | undefined {
+    if (glob === undefined || glob === "") return undefined;
+    const hit = this.#fileHit(glob, "write", cmd.node, tree);
+    if (hit === undefined) return undefined;
+    const kind = hit.list === "deny" ? "a sensitive file" : tree ? "a write-protected tree" : "a write-protected file";
+    return this.#refuse(cmd.text, hit.pattern, "sensitive_file", `it writes ${tree ? "into " : ""}'${shown ?? glob}', ${kind} (rule '${hit.pattern}')`);
+  }
+
+  /** A file a command reads, or a tree (a recursive copy's source, an archive's member): refused when it is, or holds, what a rule makes sensitive. */
+  #reads(cmd: SimpleCommand, glob: string | undefined, shown: string | undefined, tree = false): Refusal | undefined {
+    if (glob === undefined || glob === "") return undefined;
+    const hit = this.#fileHit(glob, "read", cmd.node, tree);
+    if (hit === undefined) return undefined;
+    return this.#refuse(cmd.text, hit.pattern, "sensitive_file", `it reads ${tree ? "the tree " : ""}'${shown ?? glob}', ${tree ? "which holds sensitive files" : "a sensitive file"} (rule '${hit.pattern}')`);
+  }
+
+  /**
+   * What a program's options say (PROGRAMS): commands it runs (checked as the script they are),
+   * files and trees it writes, files of its own options (unseen: computed). `args`/`globs`: the
+   * words to read, the command's own by default (git passes a subcommand's).
+   */
+  async #programOptions(cmd: SimpleCommand, entry: ProgramEntry | GitSubcommand, what: string, depth: number, from = 0, computedRefused = false): Promise<Refusal | undefined> {
+    const aliases = "aliases" in entry ? (entry.aliases ?? {}) : {};
+    const args = cmd.args.slice(from).map((v) => (v !== undefined && Object.hasOwn(aliases, v) ? aliases[v] : v));
+    const read = readArgs(args, entry.options);
+    const commands: Record<string, true | ((v: string) => string | null)> = Array.isArray(entry.commands) ? Object.fromEntries(entry.commands.map((c) => [c, true as const])) : (entry.commands ?? {});
+    if (computedRefused && this.#allowlist && read.computed.length > 0 && Object.keys(commands).length > 0) {
+      return this.#refuse(cmd.text, "", "computed_at_run_time", `an argument of ${what} is computed at run time, and could be an option that runs a command, which an allowlist cannot check`);
+    }
+    for (const o of read.options) {
+      for (const n of o.names) {
+        const c = commands[n];
+        if (c !== undefined && o.value !== null) {
+          const script = o.value === undefined || c === true ? o.value : c(o.value);
+          if (script === null) continue;
+          const r = await this.#script(script, cmd, depth, `${what}'s command`);
+          if (r) return r;
+        }
+        const shown = typeof o.value === "string" ? o.value : undefined;
+        if (entry.writes?.includes(n)) {
+          const r = this.#writes(cmd, this.#valueGlob(cmd, o, from), shown);
+          if (r) return r;
+        }
+        if (entry.writesTree?.includes(n)) {
+          const r = this.#writes(cmd, this.#valueGlob(cmd, o, from), shown, true);
+          if (r) return r;
+        }
+        if ("optionFiles" in entry && entry.optionFiles?.includes(n) && this.#allowlist && !(typeof o.value === "string" && HARMLESS_OPTION_FILES.has(o.value))) {
+          return this.#refuse(cmd.text, n, "computed_at_run_time", `${what} ${n} reads more of its options from a file, which the policy cannot see`);
+        }
+      }
+    }
+    if ("writtenOperands" in entry) {
+      for (const k of entry.writtenOperands ?? []) {
+        const op = read.operands[k];
+        if (op === undefined) continue;
+        const r = this.#writes(cmd, cmd.globs[from + op.at], op.value);
+        if (r) return r;
+      }
+    }
+    if ("treeOperands" in entry && given(read, ...(entry.treeOperands ?? [])).length > 0) {
+      for (const op of read.operands) {
+        const r = this.#writes(cmd, cmd.globs[from + op.at], op.value, true);
+        if (r) return r;
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * What a copy, a move or a link writes (COPIERS): each source lands in the destination under its
+   * own name when the destination is (or may be) a directory, or is the destination itself; a
+   * recursive one writes a tree there, which a rule may protect the contents of (`cp -r x .git/`,
+   * `mv hooks .git/`, `mv .g .git`). Sources are read (cp) or written (mv moves them away; ln gives
+   * them a new name, a way in).
+   */
+  #copies(cmd: SimpleCommand, copier: Copier, base: string): Refusal | undefined {
+    const read = readArgs(cmd.args, copier.options);
+    const recursive = copier.recursive === "always" || given(read, ...copier.recursive).length > 0;
+    const target = given(read, ...copier.target).at(-1);
+    const sources = [...read.operands];
+    let dest: { glob: string | undefined; shown: string | undefined } | undefined;
+    let into: "yes" | "no" | "maybe";
+    if (target !== undefined) {
+      dest = { glob: this.#valueGlob(cmd, target), shown: target.value ?? undefined };
+      into = "yes";
+    } else if (sources.length >= 2) {
+      const last = sources.pop() as { value: string | undefined; at: number };
+      dest = { glob: cmd.globs[last.at], shown: last.value };
+      into = given(read, ...copier.noTarget).length > 0 ? "no" : sources.length > 1 || last.value?.endsWith("/") ? "yes" : "maybe";
+    } else {
+      // `ln -s TARGET`: the link lands in the working directory under the target's name.
+      dest = base === "ln" ? { glob: ".", shown: "." } : undefined;
+      into = "yes";
+    }
+    for (const s of sources) {
+      const glob = cmd.globs[s.at];
+      if (glob === undefined) continue;
+      const r = copier.sources === "read" ? this.#reads(cmd, glob, s.value, recursive) : this.#writes(cmd, glob, s.value, recursive);
+      if (r) return r;
+      if (dest?.glob === undefined) continue;
+      if (into !== "no") {
+        const landed = `${dest.glob.replace(/\/+$/, "")}/${posix.basename(glob)}`;
+        const r2 = this.#writes(cmd, landed, `${(dest.shown ?? dest.glob).replace(/\/+$/, "")}/${posix.basename(s.value ?? glob)}`, recursive);
+        if (r2) return r2;
+      }
+    }
+    if (dest?.glob !== undefined && (into !== "yes" || recursive)) return this.#writes(cmd, dest.glob, dest.shown, recursive);
+    return undefined;
+  }
+
+  /**
+   * What tar reads and writes besides its command options: extracting, the directories of -C and
+   * the members named are written (a tree under each -C); creating, they are read as trees, and the
+   * archive (-f) is written. What an archive holds is not seen.
+   */
+  #tar(cmd: SimpleCommand): Refusal | undefined {
+    const read = readArgs(cmd.args, PROGRAMS.tar.options);
+    const extracting = given(read, "-x", "--extract", "--get").length > 0;
+    const creating = given(read, "-c", "--create", "-r", "--append", "-u", "--update", "-A", "--catenate", "--concatenate").length > 0;
+    if (!extracting && !creating) return undefined;
+    const dirs = given(read, "-C", "--directory");
+    for (const o of dirs) {
+      const glob = this.#valueGlob(cmd, o);
+      const r = extracting ? this.#writes(cmd, glob, o.value ?? undefined, true) : this.#reads(cmd, glob, o.value ?? undefined, true);
+      if (r) return r;
+    }
+    for (const o of given(read, "-f", "--file")) {
+      if (!creating) continue;
+      const r = this.#writes(cmd, this.#valueGlob(cmd, o), o.value ?? undefined);
+      if (r) return r;
+    }
+    for (const m of read.operands) {
+      const glob = cmd.globs[m.at];
+      if (glob === undefined) continue;
+      for (const at of ["", ...dirs.map((o) => this.#valueGlob(cmd, o)).filter((g): g is string => g !== undefined)]) {
+        const g = at === "" ? glob : posix.normalize(`${at}/${glob}`);
+        const r = extracting ? this.#writes(cmd, g, m.value, true) : this.#reads(cmd, g, m.value, true);
+        if (r) return r;
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * An assignment of a variable (a prefix, `export`, `env X=…`, the request's env): refused under an
+   * allowlist when it changes what runs (isRestrictedVariable), and, when a program reads it as its
+   * own options or command (OPTION_VARIABLES: TAR_OPTIONS, RIPGREP_CONFIG_PATH, RSYNC_RSH…),
+   * checked as that program would read it; `value` undefined: computed at run time.
+   */
+  async #setsVariable(text: string, name: string, value: string | undefined, depth: number): Promise<Refusal | undefined> {
+    if (this.#allowlist && isRestrictedVariable(name)) return this.#refuse(text, name, "restricted_variable", `setting ${name} is not allowed under an allowlist: it changes what runs`);
+    const reader = OPTION_VARIABLES[name];
+    if (reader === undefined) return undefined;
+    if (value === undefined || reader.holds === "file") {
+      if (!this.#allowlist) return undefined;
+      return this.#refuse(text, name, "computed_at_run_time", `${reader.program} reads ${name} as its own ${reader.holds === "command" ? "command" : "options"}, and ${value === undefined ? "its value is computed at run time" : "the file it names is not seen"}, which an allowlist cannot check`);
+    }
+    if (reader.holds === "command") return this.#checkScript(value, depth + 1);
+    // The program reads the value as words ahead of its own arguments, shell-like.
+    return this.#checkScript(`${reader.program} ${value}`, depth + 1);
+  }
+
   /**
    * One line alone; a line that closes what an earlier one opened (`… )`, `… }`, `…; done`,
    * `… ); ls`) is unparseable alone, so it is also checked in the pieces around each `)` and `}`.
@@ -825,94 +938,61 @@ export class CommandPolicy {
     return undefined;
   }
 
-  /**
-   * git configuration that makes git run a command or another subcommand (`-c alias.p=push`,
-   * `-c core.fsmonitor=…`, `git config core.hooksPath …`): refused wherever rules limit what runs
-   * (an allowlist, or a deny rule for git), since what git then runs is decided at run time.
-   */
   /** Whether rules limit git: an allowlist, or a deny rule naming git (`git push`). */
   #limitsGit(): boolean {
     return this.#allowlist || [...this.#serverDeny, ...this.#deny].some((r) => r.program.test("git"));
   }
 
-  #gitConfig(cmd: SimpleCommand): Refusal | undefined {
-    const limited = this.#limitsGit();
-    if (!limited) return undefined;
-    const a = cmd.args;
-    const keys: Array<string | undefined> = [];
-    let sub: string | undefined;
-    for (let i = 0; i < a.length; i++) {
-      const v = a[i];
-      if (v === "-c") keys.push(a[++i]?.split("=")[0]);
-      else if (v?.startsWith("-c") && v.length > 2) keys.push(v.slice(2).split("=")[0]);
-      else if (v === "--config-env") keys.push(a[++i]?.split("=")[0]);
-      else if (v?.startsWith("--config-env=")) keys.push(v.slice(13).split("=")[0]);
-      else if (v !== undefined && GIT_GLOBAL_VALUE.has(v)) i++;
-      else if (v === undefined || !v.startsWith("-")) {
-        sub = v;
-        if (sub === "config") {
-          // git config [--global|--local|-f FILE…] [set] KEY VALUE: the first operand is the key
-          // (after the values of options that take one: `-f .git/config core.pager …`).
-          const operands: Array<string | undefined> = [];
-          for (let k = i + 1; k < a.length; k++) {
-            const x = a[k];
-            if (x !== undefined && GIT_CONFIG_VALUE.has(x)) k++;
-            else if (x === undefined || !x.startsWith("-")) operands.push(x);
-          }
-          // No operand: a listing (`git config --list`), which sets nothing.
-          const key = operands[0] !== undefined && GIT_CONFIG_VERBS.has(operands[0]) ? 1 : 0;
-          if (key < operands.length) keys.push(operands[key]);
-        } else if (sub === "clone") {
-          // git clone -c KEY=VALUE / --config KEY=VALUE writes the new repository's configuration.
-          for (let k = i + 1; k < a.length; k++) {
-            const x = a[k];
-            if (x === "-c" || x === "--config") keys.push(a[++k]?.split("=")[0]);
-            else if (x?.startsWith("--config=")) keys.push(x.slice(9).split("=")[0]);
-            else if (x?.startsWith("-c") && x.length > 2) keys.push(x.slice(2).split("=")[0]);
-          }
-        }
-        break;
-      }
-    }
-    for (const key of keys) {
-      if (key === undefined || RUNS_COMMANDS.test(key)) {
-        const shown = key ?? "(computed)";
-        return this.#refuse(cmd.text, shown, "computed_at_run_time", `git configuration '${shown}' decides at run time what git runs, which the policy cannot check`);
-      }
-    }
-    return undefined;
-  }
-
   /**
-   * Commands git itself runs from its command line: `--exec-path=DIR` runs git's programs from a
-   * directory of the caller's choosing, and some subcommands take a command (`rebase --exec`,
-   * `difftool -x`, `grep -O`, `filter-branch --tree-filter`, `--upload-pack` and the like,
-   * `submodule foreach`, `bisect run`), checked here as the script it is. Under an allowlist a
-   * computed subcommand, or a computed argument of such a subcommand, could be one: refused.
+   * git, as far as its command line decides what it runs. Wherever rules limit git (an allowlist,
+   * or a deny rule for git), configuration that makes git run a command or another subcommand
+   * (`-c alias.p=push`, `-c core.fsmonitor=…`, `git config core.hooksPath …`, `clone -c …`) is
+   * refused, since what git then runs is decided at run time, and so is taking configuration and
+   * hooks from where the file rules do not look (`--template`, `--separate-git-dir`, a `--git-dir`
+   * not called `.git`). Under every policy, commands git runs from its command line (`rebase
+   * --exec`, `difftool -x`, `grep -O`, `--upload-pack`, `submodule foreach`, `bisect run`…) are
+   * checked as the scripts they are; under an allowlist `--exec-path=DIR`, a computed subcommand
+   * and a computed argument of a subcommand that takes a command are refused. Long options are
+   * read as git reads them, abbreviations included (`--exe`, `--upload-pac`, `--templ`).
    */
-  async #gitRuns(cmd: SimpleCommand, depth: number): Promise<Refusal | undefined> {
+  async #git(cmd: SimpleCommand, depth: number): Promise<Refusal | undefined> {
     const a = cmd.args;
+    const limited = this.#limitsGit();
+    const keys: Array<string | undefined> = [];
+    const configRefusal = (): Refusal | undefined => {
+      if (!limited) return undefined;
+      for (const key of keys) {
+        if (key === undefined || RUNS_COMMANDS.test(key)) {
+          const shown = key ?? "(computed)";
+          return this.#refuse(cmd.text, shown, "computed_at_run_time", `git configuration '${shown}' decides at run time what git runs, which the policy cannot check`);
+        }
+      }
+      return undefined;
+    };
     let i = 0;
     for (; i < a.length; i++) {
       const v = a[i];
       if (v === undefined || !v.startsWith("-")) break;
-      if (GIT_GLOBAL_VALUE.has(v)) i++;
-      else if (v.startsWith("--exec-path=") && this.#allowlist) {
+      const eq = v.indexOf("=");
+      const name = eq < 0 ? v : v.slice(0, eq);
+      const value = eq >= 0 ? v.slice(eq + 1) : GIT_GLOBAL_VALUE.has(v) ? a[++i] : null;
+      if (name === "-c" || name === "--config-env") keys.push(value?.split("=")[0]);
+      else if (v.startsWith("-c")) keys.push(v.slice(2).split("=")[0]);
+      else if (name === "--exec-path" && eq >= 0 && this.#allowlist) {
         return this.#refuse(cmd.text, "--exec-path", "not_in_allowlist", "'git --exec-path=…' runs git's programs from a directory of the caller's choosing");
+      } else if (name === "--git-dir" && limited && (typeof value !== "string" || posix.basename(posix.normalize(value)) !== ".git")) {
+        return this.#refuse(cmd.text, "--git-dir", "computed_at_run_time", `'git --git-dir' takes the repository's configuration and hooks from ${typeof value === "string" ? `'${value}'` : "a directory computed at run time"}, where the file rules do not look`);
       }
     }
-    if (i >= a.length) return undefined;
     const sub = a[i];
-    if (sub === undefined) {
-      if (!this.#allowlist) return undefined;
-      return this.#refuse(cmd.text, "", "computed_at_run_time", "git's subcommand is computed at run time, and some run commands an allowlist cannot check");
+    if (i >= a.length || sub === undefined) {
+      if (i < a.length && this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", "git's subcommand is computed at run time, and some run commands an allowlist cannot check");
+      return configRefusal();
     }
     const rest = a.slice(i + 1);
-    const limited = this.#limitsGit();
-    if ((sub === "init" || sub === "clone") && limited && rest.some((v) => v === "--template" || v?.startsWith("--template="))) {
-      return this.#refuse(cmd.text, "--template", "computed_at_run_time", `'git ${sub} --template' copies hooks from a directory of the caller's choosing into the new repository, where git runs them`);
-    }
     if (sub === "submodule" || sub === "bisect") {
+      const r = configRefusal();
+      if (r) return r;
       // git submodule [--quiet] foreach [--recursive] CMD…; git bisect run CMD…
       const at = rest.findIndex((v) => v === undefined || !v.startsWith("-"));
       if (at < 0 || rest[at] !== (sub === "submodule" ? "foreach" : "run")) return at >= 0 && rest[at] === undefined ? this.#script(undefined, cmd, depth, `git ${sub}'s command`) : undefined;
@@ -920,47 +1000,29 @@ export class CommandPolicy {
       while (words[0]?.startsWith("-")) words.shift();
       return this.#script(words.includes(undefined) ? undefined : words.join(" "), cmd, depth, `git ${sub}'s command`);
     }
-    const spec = GIT_COMMAND_OPTIONS[sub];
-    if (spec === undefined) return undefined;
-    return this.#optionCommands(cmd, rest, { ...spec, computedRefused: true }, `git ${sub}`, depth);
-  }
-
-  /**
-   * The commands named by options of `args` that `spec` lists (long `--opt=CMD`/`--opt CMD`, short
-   * `-oCMD`/`-o CMD` at the end of a cluster, `exact` two-letter ones like zip's `-TT CMD`), each
-   * checked as the script it is; `pick` takes the command out of a value that may hold one
-   * (ssh's `-o ProxyCommand=…`). With `computedRefused`, a computed argument is refused under an
-   * allowlist, since it could be such an option.
-   */
-  async #optionCommands(cmd: SimpleCommand, args: Array<string | undefined>, spec: CommandOptions, what: string, depth: number): Promise<Refusal | undefined> {
-    for (let k = 0; k < args.length; k++) {
-      const v = args[k];
-      if (v === undefined) {
-        if (!this.#allowlist || !spec.computedRefused) continue;
-        return this.#refuse(cmd.text, "", "computed_at_run_time", `an argument of ${what} is computed at run time, and could be an option that runs a command, which an allowlist cannot check`);
-      }
-      if (v === "--") break;
-      let value: string | undefined;
-      let found = false;
-      for (const o of spec.long) {
-        if (v.startsWith(`${o}=`)) [found, value] = [true, v.slice(o.length + 1)];
-        else if (v === o && !spec.attachedOnly) [found, value] = [true, args[++k]];
-      }
-      for (const o of spec.exact ?? []) if (v === o) [found, value] = [true, args[++k]];
-      // A short option may end a cluster (`-ix CMD`) or carry its value attached (`-xCMD`, `-iOCMD`).
-      for (const o of spec.short) {
-        const at = /^-[^-]/.test(v) && !(spec.exact ?? []).includes(v) ? v.indexOf(o[1]) : -1;
-        if (at < 0) continue;
-        if (at + 1 < v.length) [found, value] = [true, v.slice(at + 1)];
-        else if (!spec.attachedOnly) [found, value] = [true, args[++k]];
-      }
-      if (!found) continue;
-      const script = value === undefined || spec.pick === undefined ? value : spec.pick(value);
-      if (script === null) continue;
-      const r = await this.#script(script, cmd, depth, `${what}'s command`);
-      if (r) return r;
+    const spec = GIT_SUBCOMMANDS[sub];
+    if (spec === undefined) return configRefusal();
+    const read = readArgs(rest, spec.options);
+    for (const o of given(read, ...(spec.config ?? []))) keys.push(typeof o.value === "string" ? o.value.split("=")[0] : undefined);
+    if (sub === "config") {
+      // git config [--global|--local|-f FILE…] [set] KEY VALUE: the first operand is the key; none: a listing.
+      const operands = read.operands.map((o) => o.value);
+      const key = operands[0] !== undefined && GIT_CONFIG_VERBS.has(operands[0]) ? 1 : 0;
+      if (key < operands.length) keys.push(operands[key]);
     }
-    return undefined;
+    const r = configRefusal();
+    if (r) return r;
+    if (limited) {
+      for (const o of given(read, ...(spec.elsewhere ?? []))) {
+        const option = o.names.find((n) => spec.elsewhere?.includes(n) && n.startsWith("--")) ?? o.names[0];
+        const why =
+          option === "--template"
+            ? `'git ${sub} --template' copies hooks from a directory of the caller's choosing into the new repository, where git runs them`
+            : `'git ${sub} ${option}' puts the repository's configuration and hooks in a directory the file rules do not protect`;
+        return this.#refuse(cmd.text, option, "computed_at_run_time", why);
+      }
+    }
+    return this.#programOptions(cmd, spec, `git ${sub}`, depth, i + 1, true);
   }
 
   /** A shell: its -c string, or the script it reads from a literal heredoc; a pipe is computed. */
