@@ -268,7 +268,7 @@ function enumerate(ts: Token[]): string[] | undefined {
  * drops: `neutral`).
  */
 type Role = "lit" | "free" | "neutral";
-type Label = { k: "set"; s: CharSet; role: Role } | { k: "slash" } | { k: "wild" } | null;
+type Label = { k: "set"; s: CharSet; role: Role; lead?: boolean; multi?: boolean } | { k: "slash" } | { k: "wild" } | null;
 interface Nfa {
   edges: Array<Array<{ to: number; label: Label }>>;
   start: number;
@@ -300,7 +300,7 @@ function buildWord(b: Builder, ts: Token[], from: number, dot: boolean, atStart:
     const lead = (s: CharSet) => (start && !dot ? without(s, ".") : s);
     switch (t.t) {
       case "chr":
-        b.edge(at, next, { k: "set", s: { negated: false, chars: new Set([t.c]) }, role: "lit" });
+        b.edge(at, next, { k: "set", s: { negated: false, chars: new Set([t.c]) }, role: "lit", lead: start });
         break;
       case "slash":
         b.edge(at, next, { k: "slash" });
@@ -309,15 +309,15 @@ function buildWord(b: Builder, ts: Token[], from: number, dot: boolean, atStart:
         b.edge(at, next, { k: "set", s: lead(t.s), role: "free" });
         break;
       case "plus": {
-        b.edge(at, next, { k: "set", s: lead(t.s), role: "free" });
-        b.edge(next, next, { k: "set", s: t.s, role: "free" });
+        b.edge(at, next, { k: "set", s: lead(t.s), role: "free", multi: true });
+        b.edge(next, next, { k: "set", s: t.s, role: "free", multi: true });
         break;
       }
       case "star": {
         b.edge(at, next, null);
         const body = b.state();
-        b.edge(at, body, { k: "set", s: lead(ANY), role: "free" });
-        b.edge(body, body, { k: "set", s: ANY, role: "free" });
+        b.edge(at, body, { k: "set", s: lead(ANY), role: "free", multi: true });
+        b.edge(body, body, { k: "set", s: ANY, role: "free", multi: true });
         b.edge(body, next, null);
         break;
       }
@@ -456,17 +456,19 @@ function wildReach(pat: Nfa, p: number, dot: boolean): Set<number> {
 
 /**
  * Whether some name is accepted by both the word's automaton and the rule's, in a way that means
- * the rule: either every literal character of the word meets a literal of the rule (or a neutral
- * edge), or every literal of the rule meets a literal of the word. So `.e*` means `.env` and
- * `cat .ssh/id_*` means `.ssh/**`, while `*.md` does not mean `id_rsa*` (the name `id_rsa.md` is in
- * both, but only by each side's wildcard taking the other's literal text).
+ * the rule: every literal character of the word meets a literal of the rule (or a neutral edge), or
+ * no literal of the rule is taken by a `*` of the word. So `.e*` and `x.pe?` mean `.env` and
+ * `*.pem`, and `cat .ssh/id_*` means `.ssh/**`, while `*.md` does not mean `id_rsa*`, nor `a.*`
+ * `*.ppk` (names in both exist, but only by each side's wildcard taking the other's literal text). A component's leading `.` is matched only by a literal `.` first in the
+ * word's component (bash's rule for globs, unless dotglob), so `*.env` does not mean `.env`.
  */
 function intersects(word: Nfa, pat: Nfa, dot: boolean): boolean {
   const width = pat.edges.length;
-  const seen = new Uint8Array(word.edges.length * width);
+  const seen = new Uint16Array(word.edges.length * width);
   const stack: Array<[number, number, number]> = [];
-  // Bit 1: a literal of the word met a wildcard of the rule; bit 2: a literal of the rule met a
-  // wildcard of the word. `seen` holds, per pair of states, the flag sets already met (one bit each).
+  // Bit 1: a literal of the word met a wildcard of the rule; bit 2: a literal of the rule met a `*`
+  // of the word; bit 8: at the start of a component.
+  // `seen` holds, per pair of states, the states of those bits already met (one bit each).
   const push = (ws: Iterable<number>, ps: Iterable<number>, flags: number) => {
     const pc = closure(pat, ps);
     for (const w0 of ws) {
@@ -480,50 +482,119 @@ function intersects(word: Nfa, pat: Nfa, dot: boolean): boolean {
       }
     }
   };
-  push([word.start], [pat.start], 0);
+  const means = (flags: number) => (flags & 3) !== 3;
+  push([word.start], [pat.start], 8);
   while (stack.length > 0) {
     const [w, p, flags] = stack.pop() as [number, number, number];
-    if (word.accept.has(w) && pat.accept.has(p)) return true;
+    if (word.accept.has(w) && pat.accept.has(p) && means(flags)) return true;
+    const start = (flags & 8) !== 0;
     for (const we of word.edges[w]) {
       const wl = we.label;
       if (wl === null) continue;
       if (wl.k === "wild") {
-        push([we.to], wildReach(pat, p, dot), flags);
+        push([we.to], wildReach(pat, p, dot), flags & 7);
         continue;
       }
       for (const pe of pat.edges[p]) {
         const pl = pe.label;
         if (pl === null || pl.k === "wild") continue;
         if (wl.k === "slash" || pl.k === "slash") {
-          if (wl.k === "slash" && pl.k === "slash") push([we.to], [pe.to], flags);
+          if (wl.k === "slash" && pl.k === "slash") push([we.to], [pe.to], flags | 8);
           continue;
         }
-        if (!meet(wl.s, pl.s)) continue;
-        let f = flags;
-        if (wl.role === "lit" && pl.role === "free") f |= 1;
+        const ws = start && !dot && !(wl.role === "lit" && wl.lead) ? without(wl.s, ".") : wl.s;
+        if (!meet(ws, pl.s)) continue;
+        let f = flags & 7;
         // A bracket expression of one character (`[m]`, `[Mm]` once folded) is that character.
-        if (pl.role === "lit" && wl.role !== "lit" && (wl.s.negated || wl.s.chars.size > 1)) f |= 2;
-        if (f !== 3) push([we.to], [pe.to], f);
+        const wordLiteral = wl.role === "lit" || (!wl.s.negated && wl.s.chars.size === 1);
+        if (wordLiteral && pl.role === "free") f |= 1;
+        if (pl.role === "lit" && !wordLiteral && wl.multi) f |= 2;
+        if (means(f)) push([we.to], [pe.to], f);
       }
     }
   }
   return false;
 }
 
-/** A rule, compiled once: its pattern, its automaton, and the automata of the directories it protects the contents of. */
+/**
+ * The literal text a name's last component must start and end with: a cheap necessary condition
+ * for a word and a rule to meet, checked before the automata. Undefined: no constraint known.
+ */
+interface Affixes {
+  prefix: string;
+  suffix: string;
+}
+const compatible = (w: Affixes | undefined, r: Affixes | undefined) =>
+  w === undefined || r === undefined || ((w.prefix.startsWith(r.prefix) || r.prefix.startsWith(w.prefix)) && (w.suffix.endsWith(r.suffix) || r.suffix.endsWith(w.suffix)));
+
+/** A rule's last component's affixes (canonical: no trailing dots or spaces), none for `**`. */
+function patternAffixes(pattern: string): Affixes | undefined {
+  const last = pattern.split("/").at(-1) as string;
+  if (last === "**") return undefined;
+  const first = last.search(/[*?]/);
+  return first < 0 ? { prefix: last, suffix: last } : { prefix: last.slice(0, first), suffix: last.slice(Math.max(last.lastIndexOf("*"), last.lastIndexOf("?")) + 1) };
+}
+
+/** A word's last component's affixes, when it is plain characters and wildcards (no alternatives, not wild). */
+function wordAffixes(ts: Token[]): Affixes | undefined {
+  let from = ts.length;
+  while (from > 0 && ts[from - 1].t !== "slash") from--;
+  const comp = ts.slice(from);
+  if (comp.length === 0 || comp.some((t) => t.t === "alt" || t.t === "wild")) return undefined;
+  const literal = (t: Token) => (t.t === "chr" ? t.c : undefined);
+  let prefix = "";
+  for (const t of comp) {
+    const c = literal(t);
+    if (c === undefined) break;
+    prefix += c;
+  }
+  let suffix = "";
+  for (let i = comp.length - 1; i >= 0; i--) {
+    const c = literal(comp[i]);
+    if (c === undefined) break;
+    suffix = c + suffix;
+  }
+  // The canonical form drops a component's trailing dots and spaces.
+  const whole = prefix.length === comp.length;
+  const trimmed = (x: string) => x.replace(/[. ]+$/u, (tail) => (tail.length === x.length ? tail : ""));
+  return whole ? { prefix: trimmed(prefix), suffix: trimmed(suffix) } : { prefix, suffix: suffix.replace(/[. ]+$/u, "") };
+}
+
+/** A rule, compiled once: its pattern, its automaton, and the directories it protects the contents of. */
 interface CompiledRule {
   list: SensitiveMatch["list"];
   pattern: string;
   nfa: Nfa;
+  affixes: Affixes | undefined;
   /** `c1`, `c1/c2`, … of a pattern `c1/…/cn` (n ≥ 2): a tree there can hold what the rule names. */
-  dirs: Nfa[];
+  dirs: Array<{ nfa: Nfa; re: RegExp; affixes: Affixes | undefined }>;
+}
+
+/** A canonical pattern as a regular expression over canonical paths, as the jail compiles it (sensitive-files.ts). */
+function patternRe(canonical: string): RegExp {
+  const parts = canonical.split("/");
+  let body = "";
+  parts.forEach((part, i) => {
+    const last = i === parts.length - 1;
+    if (part === "**") {
+      body += last ? ".+" : "(?:[^/]+/)*";
+      return;
+    }
+    body += part.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, "[^/]*").replace(/\?/g, "[^/]");
+    if (!last) body += "/";
+  });
+  return new RegExp(`(?:^|/)${body}$`, "u");
 }
 
 function compileRule(list: SensitiveMatch["list"], pattern: string): CompiledRule {
-  const parts = canonicalForMatch(pattern).split("/");
-  const dirs: Nfa[] = [];
-  for (let k = 1; k < parts.length; k++) dirs.push(patternNfa(parts.slice(0, k).join("/")));
-  return { list, pattern, nfa: patternNfa(pattern), dirs };
+  const canonical = canonicalForMatch(pattern);
+  const parts = canonical.split("/");
+  const dirs: CompiledRule["dirs"] = [];
+  for (let k = 1; k < parts.length; k++) {
+    const dir = parts.slice(0, k).join("/");
+    dirs.push({ nfa: patternNfa(dir), re: patternRe(dir), affixes: patternAffixes(dir) });
+  }
+  return { list, pattern, nfa: patternNfa(pattern), affixes: patternAffixes(canonical), dirs };
 }
 
 /** The sensitive-file rules as the command policy applies them to the words of a script. */
@@ -557,10 +628,22 @@ export class PathRules {
       }
       if (!options.tree) return undefined;
     }
-    const nfa = wordNfa(markWild(ts), options.dotglob ?? false);
+    // A literal tree: each of its names against the directories the rules protect, as regular expressions.
+    if (words !== undefined) {
+      for (const w of words) {
+        const canonical = canonicalForMatch(w);
+        if (canonical === "") continue;
+        for (const r of rules) if (r.dirs.some((d) => d.re.test(canonical))) return { list: r.list, pattern: r.pattern };
+      }
+      return undefined;
+    }
+    const marked = markWild(ts);
+    const nfa = wordNfa(marked, options.dotglob ?? false);
+    const affixes = wordAffixes(marked);
+    const dot = options.dotglob ?? false;
     for (const r of rules) {
-      if (words === undefined && intersects(nfa, r.nfa, options.dotglob ?? false)) return { list: r.list, pattern: r.pattern };
-      if (options.tree && r.dirs.some((d) => intersects(nfa, d, options.dotglob ?? false))) return { list: r.list, pattern: r.pattern };
+      if (compatible(affixes, r.affixes) && intersects(nfa, r.nfa, dot)) return { list: r.list, pattern: r.pattern };
+      if (options.tree && r.dirs.some((d) => compatible(affixes, d.affixes) && intersects(nfa, d.nfa, dot))) return { list: r.list, pattern: r.pattern };
     }
     return undefined;
   }
