@@ -611,74 +611,16 @@ export class CommandPolicy {
       if (r !== undefined) return r;
     }
     switch (base) {
-      case "env": {
-        const read = readArgs(a, ENV_OPTIONS);
-        // -S / --split-string: the value is a command line.
-        for (const o of given(read, "-S", "--split-string")) {
-          const r = await this.#script(o.value ?? undefined, cmd, depth, "env -S's command");
-          if (r) return r;
-        }
-        let i = read.firstOperand;
-        for (; i < a.length; i++) {
-          const v = a[i];
-          if (v === undefined || !/^[A-Za-z_][A-Za-z0-9_]*=/.test(v)) break;
-          const r = await this.#setsVariable(cmd.text, v.slice(0, v.indexOf("=")), v.slice(v.indexOf("=") + 1), depth);
-          if (r) return r;
-        }
-        if (a[i] === undefined && i < a.length && this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", "its program is computed at run time, which an allowlist cannot check");
-        return this.#runs(cmd, i, depth, functions);
-      }
-      case "flock": {
-        // flock [options] FILE -c COMMAND | flock [options] FILE COMMAND…
-        const read = readArgs(a, FLOCK_OPTIONS);
-        for (const o of given(read, "-c", "--command")) return this.#script(a[o.at + 1], cmd, depth, "flock -c's command");
-        const i = read.firstOperand;
-        if (a[i + 1] === "-c" || a[i + 1] === "--command") return this.#script(a[i + 2], cmd, depth, "flock -c's command");
-        return this.#runs(cmd, i + 1, depth, functions);
-      }
-      case "watch": {
-        const read = readArgs(a, WATCH_OPTIONS);
-        if (given(read, "-x", "--exec").length > 0) return this.#runs(cmd, read.firstOperand, depth, functions);
-        const rest = a.slice(read.firstOperand);
-        return this.#script(rest.includes(undefined) ? undefined : rest.join(" "), cmd, depth, "watch's command");
-      }
-      case "xargs": {
-        const read = readArgs(a, XARGS_OPTIONS);
-        const i = read.firstOperand;
-        if (i >= a.length) return undefined; // echo
-        // With -I/-i/--replace, the replacement string stands for input: whatever holds it is computed,
-        // and a computed replacement string could be in any word.
-        const replace = given(read, "-I", "-i", "--replace").at(-1);
-        const token = replace === undefined ? null : replace.value === null ? "{}" : replace.value;
-        const placeholder = (k: number) => token !== null && k >= i && (token === undefined || (token !== "" && cmd.args[k]?.includes(token) === true));
-        return this.#runs({ ...cmd, args: a.map((v, k) => (placeholder(k) ? undefined : v)), globs: cmd.globs.map((v, k) => (placeholder(k) ? undefined : v)) }, i, depth, functions, true);
-      }
-      case "find": {
-        // find lists names freely; once it runs a command on what it finds, its tests name files that are read.
-        let r: Refusal | undefined = a.some((v) => v === "-exec" || v === "-execdir" || v === "-ok" || v === "-okdir") ? this.#sensitiveArgs(cmd, "cat") : undefined;
-        if (r) return r;
-        // -fprint, -fprint0, -fprintf and -fls write a file of their choosing (content too, with -fprintf).
-        for (let i = 0; i < a.length; i++) {
-          if (!["-fprint", "-fprint0", "-fprintf", "-fls"].includes(a[i] ?? "")) continue;
-          r = this.#sensitiveArgs({ ...cmd, args: [a[i + 1]], globs: [cmd.globs[i + 1]] }, "tee");
-          if (r) return r;
-        }
-        for (let i = 0; i < a.length; i++) {
-          if (a[i] === "-exec" || a[i] === "-execdir" || a[i] === "-ok" || a[i] === "-okdir") {
-            let end = i + 1;
-            while (end < a.length && a[end] !== ";" && a[end] !== "+") end++;
-            // "{}" is the file found: computed at run time.
-            const found = (k: number) => (a[k]?.includes("{}") ? undefined : a[k]);
-            const ks = Array.from({ length: Math.max(0, end - i - 2) }, (_, n) => i + 2 + n);
-            const args = ks.map(found);
-            const globs = ks.map((k) => (found(k) === undefined ? undefined : cmd.globs[k]));
-            r = await this.#simple({ name: found(i + 1), args, globs, text: cmd.text, node: cmd.node }, depth + 1, functions);
-            if (r) return r;
-            i = end;
-          }
-        }
-        return "not a wrapper";
-      }
+      case "env":
+        return this.#env(cmd, depth, functions);
+      case "flock":
+        return this.#flock(cmd, depth, functions);
+      case "watch":
+        return this.#watch(cmd, depth, functions);
+      case "xargs":
+        return this.#xargs(cmd, depth, functions);
+      case "find":
+        return this.#find(cmd, depth, functions);
       case "eval": {
         return this.#script(a.includes(undefined) ? undefined : a.join(" "), cmd, depth, "eval's text", functions);
       }
@@ -712,28 +654,8 @@ export class CommandPolicy {
         return r ?? "not a wrapper";
       }
       case "mapfile":
-      case "readarray": {
-        // -C names code bash runs every -c lines (the callback, with an index and the line).
-        for (let k = 0; k < a.length; k++) {
-          const v = a[k];
-          if (v === undefined) {
-            if (this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", `an argument of ${base} is computed at run time, and could name a callback (-C) an allowlist cannot check`);
-            continue;
-          }
-          if (v === "--" || !v.startsWith("-") || v === "-") break;
-          // A cluster of letters; the first that takes a value takes the rest of it, or the next argument.
-          for (let c = 1; c < v.length; c++) {
-            if (!MAPFILE_VALUE.includes(v[c])) continue;
-            const value = c + 1 < v.length ? v.slice(c + 1) : a[++k];
-            if (v[c] === "C") {
-              const r = await this.#script(value, cmd, depth, `${base}'s callback`, functions);
-              if (r) return r;
-            }
-            break;
-          }
-        }
-        return "not a wrapper";
-      }
+      case "readarray":
+        return this.#mapfile(cmd, base, depth, functions);
       case "enable":
         if (this.#allowlist) return this.#refuse(cmd.text, "", "not_in_allowlist", "'enable' loads or replaces shell builtins");
         return "not a wrapper";
@@ -741,6 +663,114 @@ export class CommandPolicy {
         break;
     }
     if (SHELLS.has(base)) return this.#shell(cmd, depth);
+    return "not a wrapper";
+  }
+
+  /** env [options] [NAME=VALUE…] [COMMAND…]: -S's command line, each assignment, then the command. */
+  async #env(cmd: SimpleCommand, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
+    const a = cmd.args;
+    const read = readArgs(a, ENV_OPTIONS);
+    // -S / --split-string: the value is a command line.
+    for (const o of given(read, "-S", "--split-string")) {
+      const r = await this.#script(o.value ?? undefined, cmd, depth, "env -S's command");
+      if (r) return r;
+    }
+    let i = read.firstOperand;
+    for (; i < a.length; i++) {
+      const v = a[i];
+      if (v === undefined || !/^[A-Za-z_][A-Za-z0-9_]*=/.test(v)) break;
+      const r = await this.#setsVariable(cmd.text, v.slice(0, v.indexOf("=")), v.slice(v.indexOf("=") + 1), depth);
+      if (r) return r;
+    }
+    if (a[i] === undefined && i < a.length && this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", "its program is computed at run time, which an allowlist cannot check");
+    return this.#runs(cmd, i, depth, functions);
+  }
+
+  /** flock [options] FILE -c COMMAND | flock [options] FILE COMMAND…: the command. */
+  async #flock(cmd: SimpleCommand, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
+    const a = cmd.args;
+    // flock [options] FILE -c COMMAND | flock [options] FILE COMMAND…
+    const read = readArgs(a, FLOCK_OPTIONS);
+    for (const o of given(read, "-c", "--command")) return this.#script(a[o.at + 1], cmd, depth, "flock -c's command");
+    const i = read.firstOperand;
+    if (a[i + 1] === "-c" || a[i + 1] === "--command") return this.#script(a[i + 2], cmd, depth, "flock -c's command");
+    return this.#runs(cmd, i + 1, depth, functions);
+  }
+
+  /** watch [options] COMMAND…: the operands are one shell command line, unless -x. */
+  async #watch(cmd: SimpleCommand, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
+    const a = cmd.args;
+    const read = readArgs(a, WATCH_OPTIONS);
+    if (given(read, "-x", "--exec").length > 0) return this.#runs(cmd, read.firstOperand, depth, functions);
+    const rest = a.slice(read.firstOperand);
+    return this.#script(rest.includes(undefined) ? undefined : rest.join(" "), cmd, depth, "watch's command");
+  }
+
+  /** xargs [options] [COMMAND…]: the command, run with input appended (or in place of the replacement string). */
+  async #xargs(cmd: SimpleCommand, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
+    const a = cmd.args;
+    const read = readArgs(a, XARGS_OPTIONS);
+    const i = read.firstOperand;
+    if (i >= a.length) return undefined; // echo
+    // With -I/-i/--replace, the replacement string stands for input: whatever holds it is computed,
+    // and a computed replacement string could be in any word.
+    const replace = given(read, "-I", "-i", "--replace").at(-1);
+    const token = replace === undefined ? null : replace.value === null ? "{}" : replace.value;
+    const placeholder = (k: number) => token !== null && k >= i && (token === undefined || (token !== "" && cmd.args[k]?.includes(token) === true));
+    return this.#runs({ ...cmd, args: a.map((v, k) => (placeholder(k) ? undefined : v)), globs: cmd.globs.map((v, k) => (placeholder(k) ? undefined : v)) }, i, depth, functions, true);
+  }
+
+  /** find: the files its -fprint* actions write, and the commands its -exec/-ok actions run. */
+  async #find(cmd: SimpleCommand, depth: number, functions: Set<string>): Promise<Refusal | undefined | "not a wrapper"> {
+    const a = cmd.args;
+    // find lists names freely; once it runs a command on what it finds, its tests name files that are read.
+    let r: Refusal | undefined = a.some((v) => v === "-exec" || v === "-execdir" || v === "-ok" || v === "-okdir") ? this.#sensitiveArgs(cmd, "cat") : undefined;
+    if (r) return r;
+    // -fprint, -fprint0, -fprintf and -fls write a file of their choosing (content too, with -fprintf).
+    for (let i = 0; i < a.length; i++) {
+      if (!["-fprint", "-fprint0", "-fprintf", "-fls"].includes(a[i] ?? "")) continue;
+      r = this.#sensitiveArgs({ ...cmd, args: [a[i + 1]], globs: [cmd.globs[i + 1]] }, "tee");
+      if (r) return r;
+    }
+    for (let i = 0; i < a.length; i++) {
+      if (a[i] === "-exec" || a[i] === "-execdir" || a[i] === "-ok" || a[i] === "-okdir") {
+        let end = i + 1;
+        while (end < a.length && a[end] !== ";" && a[end] !== "+") end++;
+        // "{}" is the file found: computed at run time.
+        const found = (k: number) => (a[k]?.includes("{}") ? undefined : a[k]);
+        const ks = Array.from({ length: Math.max(0, end - i - 2) }, (_, n) => i + 2 + n);
+        const args = ks.map(found);
+        const globs = ks.map((k) => (found(k) === undefined ? undefined : cmd.globs[k]));
+        r = await this.#simple({ name: found(i + 1), args, globs, text: cmd.text, node: cmd.node }, depth + 1, functions);
+        if (r) return r;
+        i = end;
+      }
+    }
+    return "not a wrapper";
+  }
+
+  /** mapfile/readarray: -C names code bash runs every -c lines (the callback, with an index and the line). */
+  async #mapfile(cmd: SimpleCommand, base: string, depth: number, functions: Set<string>): Promise<Refusal | undefined | "not a wrapper"> {
+    const a = cmd.args;
+    // -C names code bash runs every -c lines (the callback, with an index and the line).
+    for (let k = 0; k < a.length; k++) {
+      const v = a[k];
+      if (v === undefined) {
+        if (this.#allowlist) return this.#refuse(cmd.text, "", "computed_at_run_time", `an argument of ${base} is computed at run time, and could name a callback (-C) an allowlist cannot check`);
+        continue;
+      }
+      if (v === "--" || !v.startsWith("-") || v === "-") break;
+      // A cluster of letters; the first that takes a value takes the rest of it, or the next argument.
+      for (let c = 1; c < v.length; c++) {
+        if (!MAPFILE_VALUE.includes(v[c])) continue;
+        const value = c + 1 < v.length ? v.slice(c + 1) : a[++k];
+        if (v[c] === "C") {
+          const r = await this.#script(value, cmd, depth, `${base}'s callback`, functions);
+          if (r) return r;
+        }
+        break;
+      }
+    }
     return "not a wrapper";
   }
 
