@@ -1616,6 +1616,7 @@ function realisticWorkspace(c: ClientSet): Promise<{ id: string; root: string }>
     const fixture = [
       "git init -q . && mkdir -p sub staged",
       `n=.env; echo "API_KEY=${SECRET.env}" > $n && git add "$n" && git ${IDENTITY} commit -q -m base`,
+      `n=.ssh; mkdir -p "$n" && echo "KEY ${SECRET.key}" > "$n/id_ed25519"`,
       "printf 'a\\n' > a.txt && printf '# readme\\n' > README.md && git add a.txt README.md && git " + IDENTITY + " commit -q -m files",
       "pwd -P",
     ].join("\n");
@@ -1681,9 +1682,10 @@ bypass("git configuration that runs commands where the rules did not look: exten
 });
 
 // Secret files were found only by names spelled out: a glob with a bracket class or a brace range,
-// $PWD, $(pwd) or $OLDPWD in front of the name, or the file read from git's object database
-// (git show REV:PATH, git cat-file) all printed .env under the allowlist.
-bypass("secret files named by glob classes, brace ranges, $PWD/$(pwd)/$OLDPWD, or read from git's objects: cat .[[:alpha:]]nv, cat .{d..f}nv, cat $PWD/.env, git show HEAD:.env (expected sensitive_file, rule .env)", async (t, _a, c) => {
+// $PWD, $(pwd) or $OLDPWD in front of the name, the file read from git's object database (git show
+// REV:PATH, git cat-file), or the directory holding it read whole (grep -r, rg, tar, cp -r) all
+// printed a secret under the allowlist.
+bypass("secret files named by glob classes, brace ranges, $PWD/$(pwd)/$OLDPWD, read from git's objects, or read as a whole directory: cat .[[:alpha:]]nv, cat .{d..f}nv, cat $PWD/.env, git show HEAD:.env, grep -r KEY .ssh (expected sensitive_file)", async (t, _a, c) => {
   const w = await realisticWorkspace(c);
   for (const script of [
     "cat .[[:alpha:]]nv",
@@ -1701,13 +1703,18 @@ bypass("secret files named by glob classes, brace ranges, $PWD/$(pwd)/$OLDPWD, o
     "git cat-file -p HEAD:.env",
     "git show :.env",
     "git show :0:.env",
+    // A directory of secrets, read whole.
+    "grep -r KEY .ssh",
+    "rg KEY .ssh",
+    "tar -czf - .ssh | wc -c",
+    "cp -r .ssh stolen",
   ]) {
     const m = marker("bp-secret");
-    await mustRefuse(t, c, w.id, `${guard(m)}${script}`, { rule: ".env", why: "sensitive_file" }, [m]);
+    await mustRefuse(t, c, w.id, `${guard(m)}${script}`, { rule: script.includes(".ssh") ? ".ssh/**" : ".env", why: "sensitive_file" }, [m, "stolen"]);
   }
   // Look-alikes: globs and revisions naming other files.
-  const r = await allowed(t, c, w.id, 'cat *.md && cat [a]*.txt && cat {a,README}.* > /dev/null && cat "$PWD/a.txt" && git show HEAD:README.md && git cat-file -p HEAD:a.txt && echo "$PWD" > /dev/null');
-  t.false(r.stdout.includes(SECRET.env));
+  const r = await allowed(t, c, w.id, 'cat *.md && cat [a]*.txt && cat {a,README}.* > /dev/null && cat "$PWD/a.txt" && git show HEAD:README.md && git cat-file -p HEAD:a.txt && echo "$PWD" > /dev/null && grep -rn KEY sub/ ; rg -n .ssh README.md; grep -c .env README.md; true');
+  t.false(r.stdout.includes(SECRET.env) || r.stdout.includes(SECRET.key));
 });
 
 // A program's own configuration taken from the environment was never read: RIPGREP_CONFIG_PATH named a
@@ -1761,7 +1768,7 @@ bypass("GNU long options abbreviated: git ls-remote --upload-pac=, git rebase --
 
 // A directory argument landed files in a write-protected tree: each of these names only a directory,
 // and the file it writes there (.vscode/settings.json, a hook) was never named.
-bypass("a directory argument that lands files in a write-protected tree: cp dir/settings.json .vscode/, cp x .git/hooks/, mv hooks .git/, tar -C .git/hooks -x, cp -t .git/hooks (expected sensitive_file)", async (t, _a, c) => {
+bypass("a directory argument that lands files in a write-protected tree: cp dir/settings.json .vscode/, cp x .git/hooks/, mv hooks .git/, tar -C .git/hooks -x, cp -t .git/hooks, find -exec cp {} .git/hooks/, env -C .git/hooks cp (expected sensitive_file)", async (t, _a, c) => {
   const w = await realisticWorkspace(c);
   await sh(c, w.id, "mkdir -p .vscode dir && echo '{}' > dir/settings.json && tar -cf s.tar -C dir settings.json");
   const cases: Array<[string, string]> = [
@@ -1774,6 +1781,11 @@ bypass("a directory argument that lands files in a write-protected tree: cp dir/
     ["mkdir -p hooks && mv hooks .git/", ".git/**/hooks/**"],
     ["tar -C .git/hooks -xf s.tar", ".git/**/hooks/**"],
     ["tar xf s.tar -C .git", ".git/**/hooks/**"],
+    // A source named at run time lands under a name the policy cannot know, which a rule taking every name refuses.
+    ["find . -maxdepth 1 -name a.txt -exec cp {} .git/hooks/ \\;", ".git/**/hooks/**"],
+    ["echo a.txt | xargs -I{} cp {} .git/hooks/", ".git/**/hooks/**"],
+    // A command run in another directory writes there.
+    ["env -C .git/hooks cp ../../a.txt .", ".git/**/hooks/**"],
   ];
   for (const [script, rule] of cases) {
     const m = marker("bp-dest");

@@ -265,9 +265,21 @@ export class CommandPolicy {
       }
       for (const c of root.descendantsOfType("command")) {
         const name = c?.childForFieldName("name");
-        if (!c || !name || !["cd", "pushd"].includes(literal(name) ?? "")) continue;
-        const target = c.childrenForFieldName("argument").map((a) => (a === null ? undefined : literal(a))).find((a) => a === undefined || !a.startsWith("-"));
-        if (target !== undefined && target !== "" && target !== "." && this.#dirs.size < 64 && !this.#dirs.has(target)) this.#dirs.set(target, { tree: c.tree, at: c.startIndex });
+        const program = name ? literal(name) : undefined;
+        if (!c || program === undefined) continue;
+        const args = c.childrenForFieldName("argument").map((a) => (a === null ? undefined : literal(a)));
+        // The directories a command may run in: a literal cd's or pushd's, env -C's, git -C's.
+        const targets =
+          program === "cd" || program === "pushd"
+            ? [args.find((a) => a === undefined || !a.startsWith("-"))]
+            : program === "env"
+              ? given(readArgs(args, ENV_OPTIONS), "-C", "--chdir").map((o) => o.value ?? undefined)
+              : program === "git"
+                ? args.flatMap((a, i) => (a === "-C" ? [args[i + 1]] : []))
+                : [];
+        for (const target of targets) {
+          if (target !== undefined && target !== "" && target !== "." && this.#dirs.size < 64 && !this.#dirs.has(target)) this.#dirs.set(target, { tree: c.tree, at: c.startIndex });
+        }
       }
       const refusal = await this.#walk(root, depth, functions);
       if (refusal !== undefined || !script.includes("\n")) return refusal;
@@ -539,8 +551,15 @@ export class CommandPolicy {
    */
   #sensitiveArgs(cmd: SimpleCommand, base: string): Refusal | undefined {
     if (NON_READERS.has(base) || Object.hasOwn(COPIERS, base)) return undefined;
+    // A search pattern is text (`grep -n .env .gitignore` searches for the text ".env").
+    const entry = PROGRAMS[base];
+    let pattern = -1;
+    if (entry?.pattern !== undefined) {
+      const read = readArgs(cmd.args, entry.options);
+      if (given(read, ...entry.pattern).length === 0 && read.operands.length > 0 && read.computed.length === 0) pattern = read.operands[0].at;
+    }
     for (const [k, glob] of cmd.globs.entries()) {
-      if (glob === undefined || glob === "") continue;
+      if (glob === undefined || glob === "" || k === pattern) continue;
       const values = [glob];
       const eq = glob.indexOf("=");
       if (eq > 0) values.push(glob.slice(eq + 1));
@@ -706,7 +725,7 @@ export class CommandPolicy {
     return this.#script(rest.includes(undefined) ? undefined : rest.join(" "), cmd, depth, "watch's command");
   }
 
-  /** xargs [options] [COMMAND…]: the command, run with input appended (or in place of the replacement string). */
+  /** xargs [options] [COMMAND…]: the command, run with input appended, or in place of the replacement string (-I) and then not appended. */
   async #xargs(cmd: SimpleCommand, depth: number, functions: Set<string>): Promise<Refusal | undefined> {
     const a = cmd.args;
     const read = readArgs(a, XARGS_OPTIONS);
@@ -717,7 +736,7 @@ export class CommandPolicy {
     const replace = given(read, "-I", "-i", "--replace").at(-1);
     const token = replace === undefined ? null : replace.value === null ? "{}" : replace.value;
     const placeholder = (k: number) => token !== null && k >= i && (token === undefined || (token !== "" && cmd.args[k]?.includes(token) === true));
-    return this.#runs({ ...cmd, args: a.map((v, k) => (placeholder(k) ? undefined : v)), globs: cmd.globs.map((v, k) => (placeholder(k) ? undefined : v)) }, i, depth, functions, true);
+    return this.#runs({ ...cmd, args: a.map((v, k) => (placeholder(k) ? undefined : v)), globs: cmd.globs.map((v, k) => (placeholder(k) ? undefined : v)) }, i, depth, functions, replace === undefined);
   }
 
   /** find: the files its -fprint* actions write, and the commands its -exec/-ok actions run. */
@@ -841,6 +860,13 @@ export class CommandPolicy {
         if (r) return r;
       }
     }
+    if ("readsTrees" in entry && entry.readsTrees !== undefined && (entry.readsTrees === "always" || given(read, ...entry.readsTrees).length > 0)) {
+      const files = "pattern" in entry && entry.pattern !== undefined && given(read, ...entry.pattern).length === 0 ? read.operands.slice(1) : read.operands;
+      for (const op of files) {
+        const r = this.#reads(cmd, cmd.globs[from + op.at], op.value, true);
+        if (r) return r;
+      }
+    }
     if ("treeOperands" in entry && given(read, ...(entry.treeOperands ?? [])).length > 0) {
       for (const op of read.operands) {
         const r = this.#writes(cmd, cmd.globs[from + op.at], op.value, true);
@@ -878,7 +904,14 @@ export class CommandPolicy {
     }
     for (const s of sources) {
       const glob = cmd.globs[s.at];
-      if (glob === undefined) continue;
+      if (glob === undefined) {
+        // A source named at run time lands under a name the policy cannot know: any name, which
+        // only a rule taking every name there can refuse (`find … -exec cp {} .git/hooks/ \;`).
+        if (dest?.glob === undefined || into === "no") continue;
+        const r = this.#writes(cmd, `${dest.glob.replace(/\/+$/, "")}/*`, `${(dest.shown ?? dest.glob).replace(/\/+$/, "")}/…`, recursive);
+        if (r) return r;
+        continue;
+      }
       const r = copier.sources === "read" ? this.#reads(cmd, glob, s.value, recursive) : this.#writes(cmd, glob, s.value, recursive);
       if (r) return r;
       if (dest?.glob === undefined) continue;

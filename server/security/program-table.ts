@@ -162,6 +162,12 @@ export interface ProgramEntry {
   writtenOperands?: number[];
   /** Options that make every operand a tree the program changes (`rm -r`, `chmod -R`). */
   treeOperands?: string[];
+  /** Options that make every operand a tree the program reads (`grep -r`, `zip -r`), or "always" (rg). */
+  readsTrees?: string[] | "always";
+  /** The first operand is a pattern, not a file, unless one of these options gives the pattern (`grep -e`). */
+  pattern?: string[];
+  /** Options whose value is the directory the program runs in (`env -C`, `git -C`). */
+  chdir?: string[];
   /** Whole words read as a long option (zip's two-letter `-TT` is `--unzip-command`). */
   aliases?: Record<string, string>;
 }
@@ -228,7 +234,8 @@ export const PROGRAMS: Record<string, ProgramEntry> = {
     writes: ["--log-file", "--write-batch", "--only-write-batch"],
   },
   zip: {
-    options: gnu("b:n:t:P:O:", { "unzip-command": "required", "temp-path": "required", "output-file": "required", password: "required", suffixes: "required" }),
+    options: gnu("b:n:t:P:O:", { "unzip-command": "required", "temp-path": "required", "output-file": "required", password: "required", suffixes: "required", "recurse-paths": "none" }),
+    readsTrees: ["-r", "--recurse-paths"],
     commands: { "--unzip-command": true },
     writes: ["-O", "--output-file"],
     aliases: { "-TT": "--unzip-command" },
@@ -244,7 +251,23 @@ export const PROGRAMS: Record<string, ProgramEntry> = {
     optionFiles: ["-C", "--config-file"],
   },
   // ripgrep's preprocessor runs on every file it searches; ripgrep takes long options whole.
-  rg: { options: { short: "A:B:C:d:e:E:f:g:j:m:M:r:t:T:", long: { pre: "required", "pre-glob": "required", "no-config": "none" } }, commands: { "--pre": true } },
+  rg: {
+    options: { short: "A:B:C:d:e:E:f:g:j:m:M:r:t:T:", long: { pre: "required", "pre-glob": "required", "no-config": "none", regexp: "required", file: "required", glob: "required", type: "required", replace: "required" } },
+    commands: { "--pre": true },
+    readsTrees: "always",
+    pattern: ["-e", "--regexp", "-f", "--file"],
+  },
+  grep: {
+    options: gnu("A:B:C:D:d:e:f:m:", {
+      "after-context": "required", "before-context": "required", context: "required", devices: "required", directories: "required", regexp: "required",
+      file: "required", "max-count": "required", include: "required", exclude: "required", "exclude-dir": "required", "exclude-from": "required",
+      label: "required", color: "optional", colour: "optional", recursive: "none", "dereference-recursive": "none", "line-number": "none",
+      "ignore-case": "none", "files-with-matches": "none", count: "none", "only-matching": "none", quiet: "none", silent: "none",
+      "extended-regexp": "none", "fixed-strings": "none", "perl-regexp": "none", "invert-match": "none", "word-regexp": "none", "line-regexp": "none",
+    }),
+    readsTrees: ["-r", "-R", "--recursive", "--dereference-recursive"],
+    pattern: ["-e", "--regexp", "-f", "--file"],
+  },
   ssh: { options: { short: SSH_SHORT }, commands: { "-o": sshCommand }, optionFiles: ["-F"] },
   scp: { options: { short: "346ABCOpqRrsTvc:D:F:i:J:l:o:P:S:X:" }, commands: { "-o": sshCommand, "-S": true }, optionFiles: ["-F"] },
   sftp: { options: { short: "46AaCfNpqrvB:b:c:D:F:i:J:l:o:P:R:S:s:X:" }, commands: { "-o": sshCommand, "-S": true, "-D": true }, optionFiles: ["-F", "-b"] },
