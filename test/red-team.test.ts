@@ -1603,7 +1603,7 @@ bypass("a fork bomb inside an eval string: f(){ eval 'f | f &'; }; f (expected f
 
 /** An agent type with the allowlist a team would really write: git, tar, env, rg, sort and the usual tools; `git push` denied. */
 const REALISTIC = "red-team-realistic";
-const REALISTIC_ALLOW = ["git", "tar", "env", "rg", "sort", "cat", "cp", "mv", "ln", "rm", "mkdir", "chmod", "ls", "echo", "grep", "find", "xargs", "sed", "head", "tail", "wc"];
+const REALISTIC_ALLOW = ["git", "tar", "env", "rg", "sort", "cat", "cp", "mv", "ln", "rm", "mkdir", "chmod", "ls", "echo", "grep", "find", "xargs", "sed", "head", "tail", "wc", "curl"];
 const IDENTITY = "-c user.name=agent -c user.email=agent@example.invalid";
 let realistic: Promise<{ id: string; root: string }> | undefined;
 
@@ -1786,6 +1786,8 @@ bypass("a directory argument that lands files in a write-protected tree: cp dir/
     ["echo a.txt | xargs -I{} cp {} .git/hooks/", ".git/**/hooks/**"],
     // A command run in another directory writes there.
     ["env -C .git/hooks cp ../../a.txt .", ".git/**/hooks/**"],
+    // A download's directory (file:// needs no network).
+    ["curl -s -o pre-commit --output-dir .git/hooks file:///etc/hostname", ".git/**/hooks/**"],
   ];
   for (const [script, rule] of cases) {
     const m = marker("bp-dest");
