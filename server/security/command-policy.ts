@@ -11,8 +11,11 @@
  * removal (`r''m`, `"rm"`, `\rm`, `$'\x72m'` are `rm`) and path normalisation (`/bin/./rm`).
  *
  * Rules are a program and argument patterns (command-rules.ts); denials win, and the server's deny
- * list cannot be removed. What programs do with their options is data (program-table.ts), read
- * by the walker here.
+ * list cannot be removed. What programs do with their options, operands and environment is data
+ * (program-table.ts), each command line read as the program reads it, abbreviated long options
+ * included (options.ts), by the walker here. File names are judged against the sensitive-file rules
+ * where the script may be (every literal cd, env -C, git -C), globs and brace expansions by what they
+ * can name (path-patterns.ts), destinations by what lands in them, directories as the trees they are.
  *
  * Under an allowlist (default "deny") what cannot be known before the run is refused: a command
  * name computed at run time, `eval` or `bash -c` of computed text, a shell reading a script from a

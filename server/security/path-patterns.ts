@@ -127,7 +127,8 @@ function bracket(glob: string, i: number): { s: CharSet; end: number } | undefin
   let first = true;
   for (; k < glob.length; k++) {
     let c = glob[k];
-    if (c === "]" && !first) return { s: unbounded ? (negated ? { negated: true, chars: new Set() } : ANY) : charSet(raw, negated), end: k + 1 };
+    // A set too large to spell out (a wide range, an unknown class) is read as any character.
+    if (c === "]" && !first) return { s: unbounded ? ANY : charSet(raw, negated), end: k + 1 };
     first = false;
     if (c === "[" && (glob[k + 1] === ":" || glob[k + 1] === "=" || glob[k + 1] === ".")) {
       const kind = glob[k + 1];

@@ -5,7 +5,8 @@
  *
  * Also here: the literal value a word has once the shell has removed its quoting (`r''m`,
  * `"rm"`, `\rm` and `$'\x72m'` are all `rm`), or `undefined` when the value is only known at run
- * time (an expansion, a substitution, a brace expansion).
+ * time (an expansion, a substitution), with the pattern of file names the word expands to (its
+ * unquoted glob and brace characters kept, quoted ones escaped).
  */
 import { createRequire } from "node:module";
 import { Language, type Node, Parser, type Tree } from "web-tree-sitter";
