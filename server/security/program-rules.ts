@@ -8,7 +8,7 @@
  * policy gets no program enforcement (undefined): everything may run but what the parser refuses.
  */
 import type { ProgramRules } from "../../providers/types.ts";
-import { DEFAULT_DENY_RULES } from "./command-policy.ts";
+import { DEFAULT_DENY_RULES } from "./command-rules.ts";
 
 /** A command policy's configuration, as an agent type stores it. */
 export interface PolicyConfig {
