@@ -121,6 +121,14 @@ export function checkMemoryContent(rel: string, data: Uint8Array): void {
   }
 }
 
+/**
+ * NOT_A_DIRECTORY for a file standing where the path needs a directory (segment `i`), naming that
+ * file as the jail does (Jail.locate), so every provider answers alike.
+ */
+function fileInTheWay(segments: string[], i: number): Fault {
+  return notDirectory(segments.slice(0, i + 1).join("/"));
+}
+
 /** Where a path leads: its parent directory (if the walk got that far) and the entry, if any. */
 interface Found {
   parent: DirNode | undefined;
@@ -144,23 +152,23 @@ export class MemoryFs implements WorkspaceFs {
   }
 
   /**
-   * Walks to `rel`. A missing parent is FILE_NOT_FOUND and a file as a parent NOT_A_DIRECTORY,
-   * each after the sensitive-name check (whether a sensitive file exists is not for the caller to
+   * Walks to `rel`. A missing parent is FILE_NOT_FOUND and a file as a parent NOT_A_DIRECTORY
+   * (naming that file), each after the sensitive-name check (whether a sensitive file exists is not for the caller to
    * learn), as the jailed filesystem answers.
    */
   #find(rel: string, access: FileAccess): Found {
     const segments = checkMemoryPath(rel);
     if (segments.length === 0) return { parent: undefined, name: "", node: this.#tree.root };
     let dir = this.#tree.root;
-    for (const seg of segments.slice(0, -1)) {
-      const next = dir.children.get(seg);
+    for (let i = 0; i < segments.length - 1; i++) {
+      const next = dir.children.get(segments[i]);
       if (next === undefined) {
         this.#check(rel, access);
         fail(notFound(rel));
       }
       if (next.kind !== "dir") {
         this.#check(rel, access);
-        fail(notDirectory(rel, `A parent of '${displayPath(rel)}' is not a directory`));
+        fail(fileInTheWay(segments, i));
       }
       dir = next;
     }
@@ -239,7 +247,7 @@ export class MemoryFs implements WorkspaceFs {
         dir = undefined;
         break;
       }
-      if (next.kind !== "dir") fail(notDirectory(rel, `A parent of '${displayPath(rel)}' is not a directory`));
+      if (next.kind !== "dir") fail(fileInTheWay(segments, i));
       dir = next;
     }
     const name = segments[segments.length - 1];

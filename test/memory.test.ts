@@ -4,7 +4,7 @@
  * typed errors, no processes, grep without ripgrep, nothing on disk, and the end of its contents
  * with the workspace, the session and the server process.
  */
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Code } from "@connectrpc/connect";
@@ -106,8 +106,25 @@ test("memory: Bash, StreamBash and the git tools are FAILED_PRECONDITION naming 
     for await (const _ of tools.streamBash({ workspaceId: id, command: "echo hi" })) void _;
   };
   await expectError(t, stream(), Code.FailedPrecondition, ErrorReason.PROCESSES_UNSUPPORTED);
-  await expectError(t, tools.gitStatus({ workspaceId: id }), Code.FailedPrecondition, ErrorReason.PROCESSES_UNSUPPORTED);
-  await expectError(t, tools.gitCommit({ workspaceId: id, message: "m", files: ["a"] }), Code.FailedPrecondition, ErrorReason.PROCESSES_UNSUPPORTED);
+  // Every git RPC answers that first, before any check of its request or of a repository (a push
+  // naming its branch would otherwise be NO_REPOSITORY, a forced one FORCE_PUSH_DENIED): in a
+  // memory workspace none of them can ever work.
+  const git: Array<[string, () => Promise<unknown>]> = [
+    ["GitStatus", () => tools.gitStatus({ workspaceId: id })],
+    ["GitDiff", () => tools.gitDiff({ workspaceId: id })],
+    ["GitDiff against a ref", () => tools.gitDiff({ workspaceId: id, ref: "main", paths: ["a.txt"], contextLines: 3 })],
+    ["GitCommit", () => tools.gitCommit({ workspaceId: id, message: "m", files: ["a"] })],
+    ["GitCommit without files", () => tools.gitCommit({ workspaceId: id, message: "" })],
+    ["GitCheckout", () => tools.gitCheckout({ workspaceId: id, branch: "feature", create: true })],
+    ["GitCheckout of a bad name", () => tools.gitCheckout({ workspaceId: id, branch: "-x" })],
+    ["GitPush", () => tools.gitPush({ workspaceId: id })],
+    ["GitPush of a branch", () => tools.gitPush({ workspaceId: id, branch: "main" })],
+    ["GitPush forced", () => tools.gitPush({ workspaceId: id, branch: "main", force: true })],
+  ];
+  for (const [what, call] of git) {
+    const { detail } = await expectError(t, call(), Code.FailedPrecondition, ErrorReason.PROCESSES_UNSUPPORTED);
+    t.is(detail.metadata.provider, "memory", what);
+  }
   // The workspace goes on serving its files.
   await tools.writeFile({ workspaceId: id, path: "still.txt", content: "here" });
   t.is((await tools.readFile({ workspaceId: id, path: "still.txt" })).content, "1: here");
@@ -235,4 +252,31 @@ test("memory: a session on a memory agent type is ACTIVE with a workspace of its
   t.is(degraded.session.status, SessionStatus.ACTIVE, JSON.stringify(degraded.events));
   t.regex(degraded.session.warnings[0]?.message ?? "", /'memory' provider runs no processes/);
   await op.workspaces.endSession({ id: second.session!.id });
+});
+
+test("memory: an agent type of the memory provider with a repository is refused where it is saved: CreateAgentType, UpdateAgentType, UpdateWorkspaceConfig and the agent-types file", async (t) => {
+  const op = t.context.server.clients.grpc;
+  const type = `memory-repo-${process.pid}`;
+  const repoSource = { type: "fixed", url: "https://example.org/org/repo.git", branch: "main" };
+  const refusedField = async (call: Promise<unknown>, prefix: string) => {
+    const { detail } = await expectError(t, call, Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
+    t.is(detail.metadata.field, `${prefix}repo_source.type`);
+    t.regex(detail.message, /^repo_source\.type '(fixed|task_context)' needs a provider that runs processes; the 'memory' provider runs none/);
+  };
+  await refusedField(op.config.createAgentType({ agentType: { id: type, workspace: { enabled: true, provider: "memory", tools: ["read"], repoSource } } }), "agent_type.workspace.");
+  await expectError(t, op.config.getAgentType({ id: type }), Code.NotFound, ErrorReason.AGENT_TYPE_NOT_FOUND);
+  // A type saved without one cannot be given one later, by either update.
+  await op.config.createAgentType({ agentType: { id: type, workspace: { enabled: true, provider: "memory", tools: ["read"] } } });
+  await refusedField(op.config.updateAgentType({ agentType: { id: type, workspace: { enabled: true, provider: "memory", tools: ["read"], repoSource: { type: "task_context" } } } }), "agent_type.workspace.");
+  await refusedField(op.config.updateWorkspaceConfig({ agentTypeId: type, workspaceConfig: { enabled: true, provider: "memory", tools: ["read"], repoSource } }), "");
+  t.is((await op.config.getWorkspaceConfig({ agentTypeId: type })).workspaceConfig?.repoSource?.type, "none", "nothing of the refused updates was stored");
+
+  // The agent-types file is held to the same rule: the server does not start with such an entry.
+  const dir = await mkdtemp(path.join(tmpdir(), "aw-memory-types-"));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const file = path.join(dir, "agent-types.yaml");
+  await writeFile(file, "agent_types:\n  - id: in-memory\n    workspace: { enabled: true, provider: memory, tools: [read], repo_source: { type: fixed, url: 'https://example.org/org/repo.git' } }\n");
+  const started = startServer({ providers: [createMemoryProvider()], env: { ...LOCAL_ONLY, AGENT_WORKSPACE_AGENT_TYPES: file } });
+  const error = await t.throwsAsync(started);
+  t.regex(error?.message ?? "", /--agent-types .*repo_source\.type 'fixed' needs a provider that runs processes.*\(field agent_type\.workspace\.repo_source\.type\)/);
 });

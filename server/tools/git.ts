@@ -21,6 +21,18 @@ function gitOf(ctx: ToolContext): GitContext {
   return ctx.git;
 }
 
+/**
+ * The refusal of a workspace that runs no processes (memory), as its own exec words it
+ * (PROCESSES_UNSUPPORTED, naming the provider). Every git tool asks first, before it checks its
+ * request or looks for a repository: there no git RPC can ever work, and any other answer (a
+ * missing repository, a bad branch name) would send the caller after the wrong fix.
+ */
+async function needProcesses(ctx: ToolContext): Promise<void> {
+  if (ctx.workspace.processes !== false) return;
+  for await (const _ of ctx.workspace.exec({ argv: ["git", "--version"], cwd: "", timeoutMs: 1000, signal: ctx.signal })) void _;
+  throw new Error("a workspace without processes ran one");
+}
+
 /** Most files a status lists. */
 const MAX_STATUS_FILES = 10_000;
 /** Bytes of unified diff text returned per comparison. */
@@ -49,6 +61,7 @@ export interface GitStatusResult {
 
 /** Branch, upstream, ahead/behind and every changed, staged or untracked file. */
 export async function gitStatus(ctx: ToolContext, _input: Record<string, never>): Promise<GitStatusResult> {
+  await needProcesses(ctx);
   const out = mustSucceed(await runGit(ctx, ["status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all", "--renames", "--ignore-submodules=dirty"]), "git status");
   const s = parseStatus(nulFields(out.stdout));
   const files = s.entries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
@@ -174,6 +187,7 @@ async function diffSet(ctx: ToolContext, against: string[], specs: string[], con
 
 /** Staged and unstaged diffs, or the working tree against a ref. */
 export async function gitDiff(ctx: ToolContext, input: GitDiffInput): Promise<GitDiffResult> {
+  await needProcesses(ctx);
   const specs = pathspecs(input.paths, "paths");
   const lines = input.contextLines ?? 0;
   if (!Number.isInteger(lines) || lines < 0 || lines > 100) {
@@ -217,6 +231,7 @@ function refuseSensitive(ctx: ToolContext, paths: Iterable<string>): void {
 
 /** Stages exactly the given files (or every tracked change) and commits them as the bot. */
 export async function gitCommit(ctx: ToolContext, input: GitCommitInput): Promise<GitCommitResult> {
+  await needProcesses(ctx);
   if (input.message.trim() === "") throw new DomainError("INVALID_ARGUMENT", "message is required", { metadata: { field: "message" } });
   if (Buffer.byteLength(input.message) > MAX_MESSAGE_BYTES || input.message.includes("\0")) {
     throw new DomainError("INVALID_ARGUMENT", `message must be at most ${MAX_MESSAGE_BYTES} bytes of text`, { metadata: { field: "message" } });
@@ -289,6 +304,7 @@ export function checkBranchName(branch: string, field = "branch"): void {
 
 /** Switches to a branch, creating it at HEAD first when asked. */
 export async function gitCheckout(ctx: ToolContext, input: GitCheckoutInput): Promise<GitCheckoutResult> {
+  await needProcesses(ctx);
   checkBranchName(input.branch);
   const exists = (await runGit(ctx, ["rev-parse", "--verify", "--quiet", `refs/heads/${input.branch}`])).exitCode === 0;
   if (input.create && exists) {
@@ -320,6 +336,7 @@ export interface GitPushInput {
 
 /** Pushes the current or named branch to the workspace's repository, from the server's side. */
 export async function gitPush(ctx: ToolContext, input: GitPushInput): Promise<PushResult> {
+  await needProcesses(ctx);
   if (input.force) {
     throw new DomainError("FORCE_PUSH_DENIED", "Force pushes are refused: they rewrite the repository's history. Push new commits on top of the branch instead", {
       metadata: { branch: input.branch },

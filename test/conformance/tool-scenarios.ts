@@ -554,6 +554,28 @@ export function registerToolScenarios<C>(
     t.is(await ws.cat("d/inner.txt"), "x");
   });
 
+  // Every provider names the same thing the same way: the file that stands where a directory is
+  // needed, with the same code, reason, message and metadata (memory included).
+  scenario("WriteFile › below a regular file is NOT_A_DIRECTORY naming that file, the same for every tool", async (t, ws) => {
+    await ws.write("src/file.txt", "kept\n");
+    const expectNotDir = async (call: Promise<unknown>, metadata: Record<string, string> = {}) => {
+      const { error, detail } = await expectError(t, call, Code.FailedPrecondition, ErrorReason.NOT_A_DIRECTORY);
+      t.is(error.rawMessage, "'src/file.txt' is not a directory");
+      t.is(detail.message, "'src/file.txt' is not a directory");
+      t.deepEqual({ ...detail.metadata }, { path: "src/file.txt", ...metadata });
+    };
+    const id = ws.id;
+    await expectNotDir(ws.tools.writeFile({ workspaceId: id, path: "src/file.txt/child.txt", content: "x" }));
+    await expectNotDir(ws.tools.writeFile({ workspaceId: id, path: "/workspace/src/file.txt/a/b/c.txt", content: "x" }));
+    await expectNotDir(ws.tools.readFile({ workspaceId: id, path: "src/file.txt/child.txt" }));
+    await expectNotDir(ws.tools.editFile({ workspaceId: id, path: "src/file.txt/child.txt", oldString: "a", newString: "b" }));
+    await expectNotDir(ws.tools.deleteFile({ workspaceId: id, path: "src/file.txt/child.txt" }));
+    // ListFiles names the request field too, as for a file given as its directory.
+    await expectNotDir(ws.tools.listFiles({ workspaceId: id, path: "src/file.txt/sub" }), { field: "path" });
+    t.is(await ws.cat("src/file.txt"), "kept\n");
+    t.deepEqual((await ws.tools.listFiles({ workspaceId: id, path: "src" })).files.map((f) => f.path), ["src/file.txt"]);
+  });
+
   scenario("WriteFile › writes are atomic: readers never see partial content, failures keep the old file", async (t, ws) => {
     const size = 4 * 1024 * 1024;
     const a = "A".repeat(size);
