@@ -71,6 +71,12 @@ test("memory: paths of more than 16 segments, segments of more than 80 character
   t.is((await tools.readFile({ workspaceId: id, path: deep16 })).content, "1: deepest allowed");
   const deep = await expectError(t, tools.writeFile({ workspaceId: id, path: `${deep16}/x`, content: "x" }), Code.InvalidArgument, ErrorReason.PATH_TOO_DEEP);
   t.is(deep.detail.metadata.max_depth, "16");
+  // A path 300 directories deep, which the other providers make whole (the conformance suite's
+  // "a path 300 new directories deep" scenario), is PATH_TOO_DEEP here, and nothing of it is made.
+  const deep300 = `${Array.from({ length: 300 }, (_, i) => `x${i}`).join("/")}/leaf.txt`;
+  const refused300 = await expectError(t, tools.writeFile({ workspaceId: id, path: deep300, content: "x" }), Code.InvalidArgument, ErrorReason.PATH_TOO_DEEP);
+  t.regex(refused300.detail.message, /has 301 segments; a memory workspace allows at most 16$/);
+  t.deepEqual((await tools.listFiles({ workspaceId: id })).files.map((e) => e.path), ["d0"]);
   await tools.writeFile({ workspaceId: id, path: `dir/${"s".repeat(76)}.txt`, content: "80 characters" });
   const long = await expectError(t, tools.writeFile({ workspaceId: id, path: `dir/${"s".repeat(81)}`, content: "x" }), Code.InvalidArgument, ErrorReason.PATH_SEGMENT_TOO_LONG);
   t.is(long.detail.metadata.max_segment_chars, "80");

@@ -32,7 +32,11 @@ const MAX_PATH_LENGTH = 4096;
 export const MAX_NAME_BYTES = 255;
 /** Symlinks followed while resolving one path before giving up (Linux uses 40 too). */
 const MAX_SYMLINK_HOPS = 40;
-/** Times one component is looked at again because it changed between lstat and open. */
+/**
+ * Times the components of one path are looked at again because one changed between lstat and
+ * open (or vanished after it was made): a real concurrent swap. Directories the resolution itself
+ * makes are not counted.
+ */
 const MAX_RETRIES = 64;
 
 /** Flags for opening a directory component: never through a symlink, never blocking. */
@@ -234,9 +238,17 @@ export class Jail {
       }
       pending.unshift(name);
     };
+    /**
+     * True while the component about to be looked at is one this call just created (or found
+     * created by someone else) with mkdir. Looking at it again then is the plan, not a race, and
+     * costs no retry, so a path of any depth can be made; finding it missing again is a race.
+     */
+    let made = false;
     try {
       while (pending.length > 0) {
         const name = pending.shift() as string;
+        const justMade = made;
+        made = false;
         if (name === "" || name === ".") continue;
         if (name === "..") {
           if (dirs.length === 0) throw outside(rel);
@@ -265,7 +277,9 @@ export class Jail {
           } catch (err) {
             if (errnoOf(err) !== "EEXIST") throw faultOf(err, rel, true);
           }
-          again(name);
+          if (justMade) again(name);
+          else pending.unshift(name);
+          made = true;
           continue;
         }
         if (st.isSymbolicLink() && (!last || options.followFinal)) {

@@ -538,6 +538,28 @@ export function registerToolScenarios<C>(
     t.is(await ws.sh("test -d src/new/deep && echo dir"), "dir\n");
   }, PROCESSES);
 
+  // The directories a write makes on its way are its own doing, not a path changing under it:
+  // however many there are, the write lands (only a real concurrent swap may use up the retries).
+  // The memory provider allows 16 segments and answers PATH_TOO_DEEP (test/memory.test.ts).
+  scenario("WriteFile › a path 300 new directories deep is made whole, and every tool reaches it", async (t, ws) => {
+    const dirs = Array.from({ length: 300 }, (_, i) => `d${i}`).join("/");
+    const leaf = `${dirs}/leaf.txt`;
+    const r = await ws.tools.writeFile({ workspaceId: ws.id, path: leaf, content: "at the bottom\n" });
+    t.true(r.created);
+    t.is((await ws.tools.readFile({ workspaceId: ws.id, path: `/workspace/${leaf}` })).content, "1: at the bottom");
+    // A second branch from half-way down makes 150 more.
+    const half = Array.from({ length: 150 }, (_, i) => `d${i}`).join("/");
+    const other = `${half}/${Array.from({ length: 150 }, (_, i) => `e${i}`).join("/")}/other.txt`;
+    t.true((await ws.tools.writeFile({ workspaceId: ws.id, path: other, content: "other\n" })).created);
+    await ws.tools.editFile({ workspaceId: ws.id, path: leaf, oldString: "bottom", newString: "very bottom" });
+    t.is(await ws.cat(leaf), "at the very bottom\n");
+    t.deepEqual((await ws.tools.listFiles({ workspaceId: ws.id, path: dirs })).files.map((f) => f.path), [leaf]);
+    t.deepEqual((await ws.tools.glob({ workspaceId: ws.id, pattern: "**/*.txt" })).paths.sort(), [other, leaf].sort());
+    t.is((await ws.sh(`find d0 -type d | wc -l`)).trim(), "450");
+    await ws.tools.deleteFile({ workspaceId: ws.id, path: leaf });
+    t.is((await ws.sh(`test -e '${leaf}' || echo gone`)).trim(), "gone");
+  }, PROCESSES);
+
   scenario("WriteFile › bytes_written counts UTF-8 bytes", async (t, ws) => {
     const content = "héllo ✓ 🚀 日本\n";
     const r = await ws.tools.writeFile({ workspaceId: ws.id, path: "utf8.txt", content });
