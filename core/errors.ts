@@ -64,7 +64,8 @@ export type Reason =
   | "BINARY_CONTENT"
   | "WORKSPACE_NOT_SHAREABLE"
   | "EGRESS_DENIED"
-  | "ENFORCEMENT_UNAVAILABLE";
+  | "ENFORCEMENT_UNAVAILABLE"
+  | "PATH_CHANGED";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

@@ -72,4 +72,8 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   WORKSPACE_NOT_SHAREABLE: { code: Code.FailedPrecondition, reason: ErrorReason.WORKSPACE_NOT_SHAREABLE },
   EGRESS_DENIED: { code: Code.PermissionDenied, reason: ErrorReason.EGRESS_DENIED },
   ENFORCEMENT_UNAVAILABLE: { code: Code.FailedPrecondition, reason: ErrorReason.ENFORCEMENT_UNAVAILABLE },
+  // ABORTED, gRPC's code for a concurrency conflict the caller retries (a directory swapped by a
+  // command while a tool went through it). Not UNAVAILABLE: the workspace and its provider are fine,
+  // and clients treat UNAVAILABLE as a backend to fail over from.
+  PATH_CHANGED: { code: Code.Aborted, reason: ErrorReason.PATH_CHANGED },
 };

@@ -11,14 +11,16 @@
  * met both the real directory and the links.
  */
 import { createHash, randomBytes } from "node:crypto";
+import { mkdirSync, renameSync } from "node:fs";
 import { mkdtemp, readdir, readFile, rm, stat, writeFile, mkdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { toJson } from "@bufbuild/protobuf";
-import { ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { gate, probeEngines } from "./helpers/engines.ts";
-import { errorDetail, newWorkspace, serverTest } from "./helpers/server.ts";
+import { errorDetail, expectError, newWorkspace, serverTest } from "./helpers/server.ts";
+import { jailFaults } from "../providers/executor/jail.ts";
 import { flipperScript } from "./helpers/flipper.ts";
 
 const engines = await probeEngines();
@@ -166,7 +168,7 @@ for (const provider of ["local", "docker", "gvisor"] as const) {
             const e = ConnectError.from(err);
             text = transcript(e);
             outcome = ErrorReason[errorDetail(e)?.reason ?? ErrorReason.UNSPECIFIED];
-            if (!["FILE_NOT_FOUND", "PATH_OUTSIDE_WORKSPACE", "FIND_NOT_FOUND", "NOT_A_DIRECTORY", "IS_DIRECTORY"].includes(outcome)) {
+            if (!["FILE_NOT_FOUND", "PATH_OUTSIDE_WORKSPACE", "FIND_NOT_FOUND", "NOT_A_DIRECTORY", "IS_DIRECTORY", "PATH_CHANGED"].includes(outcome)) {
               unusual.set(`${kind} ${outcome}: ${e.rawMessage.slice(0, 160)}`, true);
             }
           }
@@ -182,6 +184,12 @@ for (const provider of ["local", "docker", "gvisor"] as const) {
       t.log(`${provider}: ${OPERATIONS} operations, ${flips} flips; outcomes: ${[...outcomes].sort().map(([k, v]) => `${k}=${v}`).join(" ")}`);
 
       if (unusual.size > 0) t.log(`other errors met: ${[...unusual.keys()].join(" | ")}`);
+      // A swap met mid-call is a typed conflict to retry (PATH_CHANGED), never a server fault.
+      t.deepEqual(
+        [...outcomes.keys()].filter((k) => / (INTERNAL|UNSPECIFIED|WRITE_FAILED|WORKSPACE_NOT_READY)$/.test(k)),
+        [],
+        "a swapped directory surfaced as a fault rather than PATH_CHANGED",
+      );
       t.deepEqual(leaks.slice(0, 5), [], "an outside name or content appeared in a response");
       t.deepEqual(await snapshot(host), hostBefore, "the host directory outside changed");
       if (provider !== "local") t.is(await sh(sandboxSnapshot), sandboxBefore, "the sandbox directory outside /workspace changed");
@@ -197,3 +205,71 @@ for (const provider of ["local", "docker", "gvisor"] as const) {
     }
   });
 }
+
+/**
+ * The swaps above land wherever the flipper happens to be; these land at the one moment that
+ * matters, every time: the jail's fault hook runs just before a directory it looked at is opened
+ * (in this process, for the local provider), and replaces it there.
+ */
+test.serial("local: a directory replaced between its lookup and its open is ABORTED / PATH_CHANGED, never INTERNAL; one replaced on every look spends the retries; a deep write's own directories never do", async (t) => {
+  const { grpc } = t.context.server.clients;
+  const { tools } = grpc;
+  const id = await newWorkspace(grpc, { provider: "local" });
+  const root = t.context.server.app.workspaces.listRecords("local", {}).find((r) => r.id === id)?.state.dir;
+  if (root === undefined) throw new Error("no host directory for the workspace");
+  let swaps = 0;
+  let aside = 0;
+  /** Moves `rel` aside and puts a fresh, empty directory (another inode) in its place. */
+  const replace = (rel: string) => {
+    swaps++;
+    renameSync(path.join(root, rel), path.join(root, `aside-${++aside}`));
+    mkdirSync(path.join(root, rel));
+  };
+  try {
+    await tools.writeFile({ workspaceId: id, path: "d/f.txt", content: "inside\n" });
+    await tools.writeFile({ workspaceId: id, path: "d/sub/g.txt", content: "deeper\n" });
+
+    // Replaced once, just before a listing opens it: the listing refuses rather than list another directory.
+    jailFaults.beforeOpenDir = (rel) => {
+      if (rel === "d" && swaps === 0) replace("d");
+    };
+    const once = await expectError(t, tools.listFiles({ workspaceId: id, path: "d" }), Code.Aborted, ErrorReason.PATH_CHANGED);
+    t.is(once.error.rawMessage, "'d' changed while it was opened; retry");
+    t.deepEqual({ ...once.detail.metadata }, { path: "d" });
+    t.is(swaps, 1);
+    // The retry the reason asks for works.
+    jailFaults.beforeOpenDir = undefined;
+    t.deepEqual((await tools.listFiles({ workspaceId: id, path: "d" })).files, []);
+
+    // Replaced on every look while a path is resolved through it: the retries run out.
+    await tools.writeFile({ workspaceId: id, path: "d/sub/g.txt", content: "deeper\n" });
+    swaps = 0;
+    jailFaults.beforeOpenDir = (rel) => {
+      if (rel === "d") replace("d");
+    };
+    for (const call of [
+      () => tools.readFile({ workspaceId: id, path: "d/sub/g.txt" }),
+      () => tools.writeFile({ workspaceId: id, path: "d/sub/new.txt", content: "x" }),
+      () => tools.deleteFile({ workspaceId: id, path: "d/sub/g.txt" }),
+    ]) {
+      const before = swaps;
+      const spent = await expectError(t, call(), Code.Aborted, ErrorReason.PATH_CHANGED);
+      t.regex(spent.error.rawMessage, /^'d\/sub\/(g|new)\.txt' kept changing while it was resolved; retry$/);
+      t.is(swaps - before, 65, "one look and 64 retries");
+    }
+    jailFaults.beforeOpenDir = undefined;
+
+    // A write that makes 200 directories on its way, each looked at again after its mkdir, is
+    // never taken for a race: it lands.
+    let opened = 0;
+    jailFaults.beforeOpenDir = (rel) => {
+      if (rel.startsWith("n0")) opened++;
+    };
+    const deep = `${Array.from({ length: 200 }, (_, i) => `n${i}`).join("/")}/leaf.txt`;
+    t.true((await tools.writeFile({ workspaceId: id, path: deep, content: "x" })).created);
+    t.is(opened, 200);
+  } finally {
+    jailFaults.beforeOpenDir = undefined;
+    await grpc.workspaces.deleteWorkspace({ id }).catch(() => undefined);
+  }
+});

@@ -19,6 +19,7 @@ export type FaultReason =
   | "RESOURCE_EXHAUSTED"
   | "WORKSPACE_NOT_READY"
   | "SENSITIVE_FILE"
+  | "PATH_CHANGED"
   | "INTERNAL";
 
 /** The wire form of a fault. */

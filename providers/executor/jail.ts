@@ -115,6 +115,22 @@ export function errnoOf(err: unknown): string | undefined {
 }
 
 /**
+ * PATH_CHANGED for `rel`: a directory on it was swapped, moved or removed while the call resolved
+ * or used it. A concurrency conflict the caller retries (ABORTED), never INTERNAL.
+ */
+export function pathChanged(rel: string, what: string, cause?: unknown): Fault {
+  return new Fault("PATH_CHANGED", `'${displayPath(rel)}' ${what}; retry`, { path: rel }, cause);
+}
+
+/**
+ * Fault injection for tests: called in this process just before a directory the jail has looked
+ * at is opened, where a concurrent swap lands, so a test can make that swap happen there, every
+ * time. Unset in production, and nothing outside this process can set it (the executor in a
+ * sandbox never does).
+ */
+export const jailFaults: { beforeOpenDir?: (rel: string) => void } = {};
+
+/**
  * Translates a system error met while working on `rel` into a Fault with the domain's reason.
  * Unknown errors become WRITE_FAILED when writing and INTERNAL otherwise, keeping the errno as
  * the cause (logged on the server, never sent).
@@ -143,7 +159,7 @@ export function faultOf(err: unknown, rel: string, writing: boolean): Fault {
     case "EINVAL":
       // gVisor answers EINVAL when a directory is renamed under an open through /proc/self/fd
       // (a command swapping it while a tool resolves through it): a race to retry, not a fault.
-      return new Fault("WORKSPACE_NOT_READY", `'${displayPath(rel)}' changed while it was in use; retry`, meta, err);
+      return pathChanged(rel, "changed while it was in use", err);
     default:
       return writing ? new Fault("WRITE_FAILED", `Writing '${displayPath(rel)}' failed`, meta, err) : new Fault("INTERNAL", `Accessing '${displayPath(rel)}' failed`, meta, err);
   }
@@ -233,9 +249,7 @@ export class Jail {
     let hops = 0;
     let retries = 0;
     const again = (name: string) => {
-      if (++retries > MAX_RETRIES) {
-        throw new Fault("WORKSPACE_NOT_READY", `'${displayPath(rel)}' kept changing while it was resolved; retry`, { path: rel });
-      }
+      if (++retries > MAX_RETRIES) throw pathChanged(rel, "kept changing while it was resolved");
       pending.unshift(name);
     };
     /**
@@ -313,6 +327,7 @@ export class Jail {
         }
         let fd: number;
         try {
+          jailFaults.beforeOpenDir?.(pathOf(name));
           fd = openSync(at(top(), name), DIR_OPEN);
         } catch (err) {
           // ELOOP: it became a symlink since the lstat; ENOENT: it went away. Look again.

@@ -31,7 +31,7 @@ import {
   writeSync,
 } from "node:fs";
 import { Fault } from "./fault.ts";
-import { at, DIR_OPEN, displayPath, errnoOf, faultOf, Jail, type Location, MAX_NAME_BYTES, notFound } from "./jail.ts";
+import { at, DIR_OPEN, displayPath, errnoOf, faultOf, Jail, jailFaults, type Location, MAX_NAME_BYTES, notFound, pathChanged } from "./jail.ts";
 import { type FileAccess, type FileGuard, guardFor } from "./sensitive-files.ts";
 import type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome } from "./types.ts";
 
@@ -148,11 +148,12 @@ export class JailedFs {
     if (loc.stat === undefined) throw notFound(rel);
     if (!loc.stat.isDirectory()) throw notDirectory(rel);
     if (loc.name === "") return this.jail.rootFd;
+    jailFaults.beforeOpenDir?.(loc.rel);
     const fd = openSync(at(loc.dirFd, loc.name), DIR_OPEN);
     const st = fstatSync(fd);
-    if (!st.isDirectory() || st.ino !== loc.stat.ino) {
+    if (!st.isDirectory() || st.ino !== loc.stat.ino || st.dev !== loc.stat.dev) {
       closeSync(fd);
-      throw new Fault("WORKSPACE_NOT_READY", `'${displayPath(rel)}' changed while it was opened; retry`, { path: rel });
+      throw pathChanged(rel, "changed while it was opened");
     }
     return fd;
   }

@@ -608,6 +608,17 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_ENFORCEMENT_UNAVAILABLE = 58;
    */
   ENFORCEMENT_UNAVAILABLE = 58,
+
+  /**
+   * A directory on the path was replaced, moved or removed while the call resolved or used it (a
+   * command in the workspace changing it at the same time, or a path that kept changing on every
+   * look); the file the call was about was neither read nor written (directories a write made on
+   * its way may remain). A concurrency conflict, not a fault: retry the call. Metadata "path".
+   * Code ABORTED.
+   *
+   * @generated from enum value: ERROR_REASON_PATH_CHANGED = 59;
+   */
+  PATH_CHANGED = 59,
 }
 
 /**
