@@ -9,6 +9,7 @@ import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
 import type { AddressInfo } from "node:net";
+import { answerAfterBody } from "./refused-bodies.ts";
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 
@@ -28,27 +29,6 @@ export interface ListenOptions {
   port: number;
   tlsCert?: string;
   tlsKey?: string;
-}
-
-/**
- * Wraps an HTTP/1.1 handler so that a response that starts before its request body was read
- * completely (Connect refusing a message over readMaxBytes stops reading mid-body) closes the
- * connection (`Connection: close`). Such a connection can carry no further request: Node stops
- * reading it, so a client reusing it would wait forever and the server would never notice the
- * client leaving, leaking the socket.
- */
-function closeConnectionsWithUnreadBodies(handler: Handler): Handler {
-  const inner = handler as (req: unknown, res: unknown) => void;
-  return (req, res) => {
-    if (req instanceof http.IncomingMessage && res instanceof http.ServerResponse) {
-      const writeHead = res.writeHead;
-      res.writeHead = function (this: http.ServerResponse, ...args: Parameters<typeof writeHead>) {
-        if (!req.complete && !this.headersSent) this.setHeader("connection", "close");
-        return writeHead.apply(this, args);
-      } as typeof writeHead;
-    }
-    inner(req, res);
-  };
 }
 
 /**
@@ -72,17 +52,18 @@ export async function listen(handler: Handler, options: ListenOptions): Promise<
   // Every accepted socket, so close() can end the ones neither inner server would (a client that
   // never sent a byte, a connection whose request body was left unread).
   const sockets = new Set<net.Socket>();
-  const h1Handler = closeConnectionsWithUnreadBodies(handler);
+  // Every response is answered so that a client still sending its body reads it (refused-bodies.ts).
+  const answering = answerAfterBody(handler as never) as Handler;
   let outer: net.Server;
   let h1: http.Server | undefined;
   if (options.tlsCert && options.tlsKey) {
-    const secure = http2.createSecureServer({ cert: await readFile(options.tlsCert), key: await readFile(options.tlsKey), allowHTTP1: true, settings: H2_SETTINGS }, h1Handler);
+    const secure = http2.createSecureServer({ cert: await readFile(options.tlsCert), key: await readFile(options.tlsKey), allowHTTP1: true, settings: H2_SETTINGS }, answering);
     track(secure);
     outer = secure;
   } else {
-    const h2 = http2.createServer({ settings: H2_SETTINGS }, handler);
+    const h2 = http2.createServer({ settings: H2_SETTINGS }, answering);
     track(h2);
-    h1 = http.createServer(h1Handler);
+    h1 = http.createServer(answering);
     h1.keepAliveTimeout = 30_000;
     const h1s = h1;
     outer = net.createServer((socket) => {

@@ -29,6 +29,7 @@ import { serveServerStreaming, streamingProtocol } from "./direct/streaming.ts";
 import { acceptsUnaryGrpc, serveUnaryGrpc } from "./direct/unary-grpc.ts";
 import { logFailure, toConnectError } from "./interceptors/error-interceptor.ts";
 import type { Logger } from "./logger.ts";
+import { requestBody } from "./refused-bodies.ts";
 import { type CallerCheck, createRestHandler, type RestRoute } from "./rest.ts";
 
 /** A request handler for node:http and node:http2 servers alike. */
@@ -168,7 +169,19 @@ export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
       res.end();
       return;
     }
-    handler(universalRequestFromNodeRequest(req, res, undefined, undefined))
+    // The body as refused-bodies.ts reads it: a call's one message bounded as a whole, refused
+    // with a typed error every protocol carries (gRPC-Web's included) once the rest of the body
+    // was discarded, and never a request destroyed under a client still sending it. Streams of
+    // messages keep connect's per-message limit.
+    const kind = handler.method.methodKind;
+    const single = kind === "unary" || kind === "server_streaming";
+    const contentType = String(req.headers["content-type"] ?? "");
+    const enveloped = contentType.startsWith("application/grpc") || contentType.startsWith("application/connect+");
+    const uReq = universalRequestFromNodeRequest(req, res, undefined, undefined);
+    // connect refuses a Content-Length over its limit before reading any of the body (answering a
+    // client that is still sending it): that check is left to requestBody, which reads it first.
+    if (single && Number(req.headers["content-length"]) > direct.readMaxBytes) uReq.header.delete("content-length");
+    handler({ ...uReq, body: requestBody(req, { maxMessage: direct.readMaxBytes, single, enveloped }) })
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
       .catch((reason: unknown) => {
         // A client that went away mid-response; nothing is left to answer.

@@ -25,6 +25,7 @@ import { codeToHttpStatus, codeToString, errorFromJsonBytes } from "@connectrpc/
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { DomainError } from "../core/errors.ts";
 import { toConnectError } from "./interceptors/error-interceptor.ts";
+import { discardRest } from "./refused-bodies.ts";
 
 /** One REST route over a unary RPC. */
 export interface RestRoute<I extends DescMessage = DescMessage, O extends DescMessage = DescMessage> {
@@ -90,6 +91,7 @@ function readJson(req: Req): Promise<JsonValue | undefined> {
       size += c.length;
       if (size > MAX_BODY) {
         req.removeAllListeners("data");
+        req.pause();
         reject(new DomainError("RESOURCE_EXHAUSTED", `The request body is larger than ${MAX_BODY} bytes`));
         return;
       }
@@ -196,6 +198,9 @@ export function createRestHandler(
       } catch (err) {
         const error = toConnectError(err);
         onRefused(procedure.slice(1), error, startedAt);
+        // A body refused unread (a caller refused, one over the limit) is discarded before the
+        // answer, so a client still sending it reads that answer (refused-bodies.ts).
+        await discardRest(req);
         if (!res.headersSent) sendError(res, error);
         else res.end();
       }

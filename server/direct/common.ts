@@ -2,10 +2,12 @@
  * What the direct call paths share: their options, request headers as handlers see them, and
  * reading the single request message of a call.
  */
-import type { IncomingHttpHeaders } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import type { Http2ServerRequest } from "node:http2";
 import type { Readable } from "node:stream";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { JsonReadOptions, JsonWriteOptions } from "@bufbuild/protobuf";
+import { discardRest, messageTooLarge } from "../refused-bodies.ts";
 
 /** How the direct paths are configured (the same limits connect-node gets). */
 export interface DirectOptions {
@@ -40,21 +42,36 @@ export function headerBlock(...sources: Headers[]): Record<string, string> {
   return out;
 }
 
-/** Reads the whole request body, or fails with RESOURCE_EXHAUSTED past `max` bytes. */
-export function readBody(body: Readable, max: number): Promise<Buffer> {
+/**
+ * Reads the whole request body of one enveloped message, or fails with RESOURCE_EXHAUSTED
+ * (`messageTooLarge`) when it is longer than the envelope of a `maxMessage`-byte message (by its
+ * Content-Length, or once that much has come). The refusal comes once the rest of the body was
+ * discarded (refused-bodies.ts), so a client still sending reads it. `body` is what is read:
+ * the request itself, or on HTTP/2 its stream.
+ */
+export function readBody(req: IncomingMessage | Http2ServerRequest, body: Readable, maxMessage: number): Promise<Buffer> {
+  const max = maxMessage + 5;
+  const refuse = (reject: (err: unknown) => void) => void discardRest(req).then(() => reject(messageTooLarge(maxMessage)));
   return new Promise((resolve, reject) => {
+    if (Number(req.headers["content-length"]) > max) return refuse(reject);
     const chunks: Buffer[] = [];
     let size = 0;
-    body.on("data", (chunk: Buffer) => {
+    const onEnd = () => resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+    const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > max) {
-        body.removeAllListeners("data");
-        reject(new ConnectError(`message larger than ${max - 5} bytes`, Code.ResourceExhausted));
+        body.off("data", onData);
+        body.off("end", onEnd);
+        body.off("error", reject);
+        body.pause();
+        chunks.length = 0;
+        refuse(reject);
         return;
       }
       chunks.push(chunk);
-    });
-    body.once("end", () => resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size)));
+    };
+    body.on("data", onData);
+    body.once("end", onEnd);
     body.once("error", reject);
   });
 }

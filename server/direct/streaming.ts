@@ -136,7 +136,7 @@ export async function serveServerStreaming(req: Request, res: Response, spec: St
   let error: ConnectError | undefined;
   try {
     if (timeout.error) throw timeout.error;
-    const input = parseInput(spec, protocol, await readBody(req, options.readMaxBytes + 5), options);
+    const input = parseInput(spec, protocol, await readBody(req, req, options.readMaxBytes), options);
     iterator = transformInvokeImplementation(spec, context, options.interceptors)(createAsyncIterable([input]))[Symbol.asyncIterator]();
     for (;;) {
       let next: IteratorResult<unknown>;

@@ -57,7 +57,7 @@ export async function serveUnaryGrpc(req: Http2ServerRequest, res: Http2ServerRe
     if (timeout.error) throw timeout.error;
     let input;
     try {
-      input = fromBinary(spec.method.input, unwrapOne(await readBody(stream, options.readMaxBytes + 5), "grpc-encoding"));
+      input = fromBinary(spec.method.input, unwrapOne(await readBody(req, stream, options.readMaxBytes), "grpc-encoding"));
     } catch (err) {
       throw err instanceof ConnectError ? err : new ConnectError(`parse binary: ${err instanceof Error ? err.message : String(err)}`, Code.InvalidArgument);
     }
