@@ -18,7 +18,7 @@
  * workspace for memory, processes and CPU where the server may make one, which every command
  * joins before it runs, and RLIMIT_FSIZE at the disk limit per file.
  */
-import { createHash, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { mkdir, realpath, rm, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
@@ -204,15 +204,23 @@ async function* withOomFlag(events: AsyncIterable<ExecEvent>, limits: WorkspaceL
  * The egress proxy's endpoint of a local workspace: a port on the host's loopback whose
  * connections go to `egress`. Commands run on the host, so nothing makes them use it: the
  * allowlist binds only clients that honour the proxy variables.
+ *
+ * Any user of the host can connect to a loopback port, so the port serves only requests carrying
+ * this handle's random credential, which its commands alone get, in the proxy URL's userinfo
+ * (`http://aw:<token>@127.0.0.1:<port>`: curl, git, npm and pip send it as Proxy-Authorization).
+ * It lives in the commands' environment, which other users cannot read (/proc/<pid>/environ is
+ * the owner's), and nowhere else: no log line, error, span or audit record holds it.
  */
 async function hostProxyEndpoint(egress: EgressHook): Promise<{ url: string; close(): void }> {
-  const server = createServer({ allowHalfOpen: true, noDelay: true }, (socket) => egress.accept(socket));
+  const credential = { username: "aw", password: randomBytes(24).toString("base64url") };
+  const server = createServer({ allowHalfOpen: true, noDelay: true }, (socket) => egress.accept(socket, credential));
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen({ host: "127.0.0.1", port: 0 }, () => resolve());
   });
   server.on("error", () => undefined);
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close() };
+  const port = (server.address() as AddressInfo).port;
+  return { url: `http://${credential.username}:${credential.password}@127.0.0.1:${port}`, close: () => server.close() };
 }
 
 function openLocalWorkspace(

@@ -258,7 +258,18 @@ export interface ProviderLog {
  * provider), hands every connection to it here, and points commands at it (`proxyEnv`).
  */
 export interface EgressHook {
-  accept(stream: Duplex): void;
+  /**
+   * Serves one client connection. With `credential`, every request on it must carry it as
+   * `Proxy-Authorization: Basic` (407 otherwise, and nothing is reached): for an endpoint others
+   * than the workspace's commands can reach (the local provider's host loopback port).
+   */
+  accept(stream: Duplex, credential?: ProxyCredential): void;
+}
+
+/** Proxy credentials a connection must present; commands get them in the proxy URL's userinfo. */
+export interface ProxyCredential {
+  username: string;
+  password: string;
 }
 
 /** How the server opens a workspace. */

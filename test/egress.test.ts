@@ -40,6 +40,8 @@ interface Ctx {
   servers: Server[];
   server: TestServer;
   logs: Array<Record<string, unknown>>;
+  /** Every request the destinations served: its path, and whether a Proxy-Authorization header reached them. */
+  seen: Array<{ url: string; proxyAuthorization: boolean }>;
 }
 const test = anyTest as TestFn<Ctx>;
 
@@ -76,7 +78,9 @@ test.before(async (t) => {
   const gitUrl = new URL(git.url);
 
   let httpPort = 0;
+  const seen: Ctx["seen"] = [];
   const handler = (req: IncomingMessage, res: ServerResponse) => {
+    seen.push({ url: req.url ?? "", proxyAuthorization: req.headers["proxy-authorization"] !== undefined });
     const host = (req.headers.host ?? "").split(":")[0];
     if (host === "git.test") {
       // The git server, fronted: what a hosted git service over HTTPS looks like.
@@ -117,7 +121,7 @@ test.before(async (t) => {
     },
     onLog: (line) => logs.push(JSON.parse(line) as Record<string, unknown>),
   });
-  t.context = { dir, ca: await readFile(file("ca.pem"), "utf8"), httpPort, httpsPort, pkgSha: createHash("sha256").update(pkg).digest("hex"), bigSha: createHash("sha256").update(big).digest("hex"), git, servers: [http, https, wide], server, logs, widePort };
+  t.context = { dir, ca: await readFile(file("ca.pem"), "utf8"), httpPort, httpsPort, pkgSha: createHash("sha256").update(pkg).digest("hex"), bigSha: createHash("sha256").update(big).digest("hex"), git, servers: [http, https, wide], server, logs, widePort, seen };
 });
 
 test.after.always(async (t) => {
@@ -261,7 +265,7 @@ test("local: commands get the proxy variables and an allowlisted host answers th
   await op.config.createAgentType({ agentType: { id: "egress-local", workspace: { enabled: true, provider: "local", tools: ["bash"], network: { mode: "allowlist", allow: allowOf(c) } } } });
   const ws = (await op.workspaces.createWorkspace({ agentType: "egress-local" })).workspace!;
   const proxy = (await bash(op, ws.id, "echo $HTTP_PROXY")).out.trim();
-  t.regex(proxy, /^http:\/\/127\.0\.0\.1:\d+$/);
+  t.regex(proxy, /^http:\/\/aw:[A-Za-z0-9_-]{32}@127\.0\.0\.1:\d+$/);
   t.is((await bash(op, ws.id, `curl -sS http://pkg.test:${c.httpPort}/x`)).out, `hello from pkg.test:${c.httpPort} /x\n`);
   t.regex((await bash(op, ws.id, `curl -sS http://denied.test:${c.httpPort}/`)).out, /^agent-workspace egress: denied\.test:\d+ is not on this workspace's egress allowlist/);
   // The host's own network: a command that ignores the variables reaches what it likes.
@@ -274,6 +278,68 @@ test("local: commands get the proxy variables and an allowlisted host answers th
     s.on("error", () => resolve(true));
   });
   t.true(closed);
+});
+
+/** One raw request to a proxy port; resolves to the status line, the headers and the body as text. */
+function proxyRequest(port: number, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = connect(port, "127.0.0.1");
+    let answer = "";
+    s.on("data", (d: Buffer) => (answer += d.toString("latin1")));
+    s.on("error", reject);
+    s.on("close", () => resolve(answer));
+    s.write(request);
+    // The proxy closes after a refusal; an accepted CONNECT would stay open, so give up after a while.
+    setTimeout(() => s.destroy(), 3000).unref();
+  });
+}
+
+test("local: the workspace's proxy port serves only its commands: without its credential, or with a wrong one, a client gets 407 and reaches nothing; the credential is in no log line or audit record", async (t) => {
+  const c = t.context;
+  const op = c.server.clients.grpc;
+  await op.config.createAgentType({ agentType: { id: "egress-local-auth", workspace: { enabled: true, provider: "local", tools: ["bash", "write"], network: { mode: "allowlist", allow: allowOf(c) } } } });
+  const ws = (await op.workspaces.createWorkspace({ agentType: "egress-local-auth" })).workspace!;
+  try {
+    const url = new URL((await bash(op, ws.id, "echo $HTTPS_PROXY")).out.trim());
+    const port = Number(url.port);
+    const token = url.password;
+    t.is(url.username, "aw");
+    t.regex(token, /^[A-Za-z0-9_-]{32}$/);
+
+    // Any other user of the host: no credential, a wrong password, the token under another name,
+    // another scheme, the token itself in plain. Each is a 407 naming the scheme, and reaches nothing.
+    const basic = (userpass: string) => `Proxy-Authorization: Basic ${Buffer.from(userpass).toString("base64")}\r\n`;
+    const attempts = ["", basic("aw:wrong-token-wrong-token-wrong-tok"), basic(`aw:${token}x`), basic(`root:${token}`), `Proxy-Authorization: Bearer ${token}\r\n`, `Proxy-Authorization: ${token}\r\n`];
+    for (const [i, header] of attempts.entries()) {
+      const plain = await proxyRequest(port, `GET http://pkg.test:${c.httpPort}/stranger-${i} HTTP/1.1\r\nHost: pkg.test:${c.httpPort}\r\n${header}\r\n`);
+      t.regex(plain, /^HTTP\/1\.1 407 Proxy Authentication Required\r\n/, `plain request, attempt ${i}`);
+      t.regex(plain, /\r\nproxy-authenticate: Basic realm="agent-workspace egress"\r\n/i);
+      t.false(plain.includes(token), "the answer never echoes the credential");
+      const tunnel = await proxyRequest(port, `CONNECT pkg.test:${c.httpsPort} HTTP/1.1\r\nHost: pkg.test:${c.httpsPort}\r\n${header}\r\n`);
+      t.regex(tunnel, /^HTTP\/1\.1 407 Proxy Authentication Required\r\n/, `CONNECT, attempt ${i}`);
+      t.regex(tunnel, /\r\nproxy-authenticate: Basic realm="agent-workspace egress"\r\n/i);
+    }
+    t.deepEqual(c.seen.filter((r) => r.url.startsWith("/stranger-")), [], "a request without the credential reached a destination");
+    // curl given no credential says so too.
+    t.regex((await bash(op, ws.id, `curl -sS -o /dev/null -w '%{http_code}' -x http://127.0.0.1:${port} http://pkg.test:${c.httpPort}/stranger-curl`)).out, /^407$/);
+
+    // The workspace's own commands, with the variables they were given: plain HTTP and a TLS tunnel.
+    t.is((await bash(op, ws.id, `curl -sS http://pkg.test:${c.httpPort}/own`)).out, `hello from pkg.test:${c.httpPort} /own\n`);
+    await op.tools.writeFile({ workspaceId: ws.id, path: "test-ca.txt", content: c.ca });
+    t.is((await bash(op, ws.id, `curl -sS --cacert test-ca.txt https://pkg.test:${c.httpsPort}/own-tls`)).out, `hello from pkg.test:${c.httpsPort} /own-tls\n`);
+    // Proxy-Authorization is the proxy's: the destination never sees it.
+    t.deepEqual(c.seen.filter((r) => r.url.startsWith("/own")).map((r) => r.proxyAuthorization), [false, false]);
+
+    // Nowhere to be read: the server's log lines (refusals included) and the audit trail.
+    await c.server.app.audit.flushed();
+    const { events } = await op.audit.listAuditEvents({ workspaceId: ws.id, pageSize: 100 });
+    t.true(events.length > 0);
+    t.false(JSON.stringify(events, (_k, v) => (typeof v === "bigint" ? String(v) : v)).includes(token), "the credential is in the audit trail");
+    t.false(JSON.stringify(c.logs).includes(token), "the credential is in a log line");
+    t.true(c.logs.some((l) => l.msg === "egress refused" && l.reason === "proxy_auth" && l.workspace_id === ws.id), "the refusals are logged");
+  } finally {
+    await op.workspaces.deleteWorkspace({ id: ws.id });
+  }
 });
 
 test("local: the byte budget is the session's: what a warm pool's setup downloaded does not count, the session's own downloads do", async (t) => {

@@ -69,7 +69,7 @@ export class Egress {
       ),
       usage: this.#usageOf(workspaceId),
     };
-    return { accept: (stream) => this.#proxy.accept(stream, workspace) };
+    return { accept: (stream, credential) => this.#proxy.accept(stream, workspace, credential) };
   }
 
   /** A session took workspace `workspaceId` from a warm pool: its byte count starts again. */

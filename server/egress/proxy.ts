@@ -9,14 +9,22 @@
  * tunnel out of a sandbox, or a socket in tests. A refusal answers 403 with one line naming the
  * destination and the rule, which npm, git and curl show to the agent, and is logged.
  *
+ * A connection accepted with a credential (the local provider's endpoint, a host port any user of
+ * the host can reach) must present it on every request as `Proxy-Authorization: Basic`, compared
+ * in constant time; otherwise it gets 407 and reaches nothing, and it holds no connection of the
+ * workspace's budget until it has presented it once. The credential is never logged, never
+ * echoed, and never forwarded (Proxy-Authorization is a hop-by-hop header).
+ *
  * Bounds per workspace: connections at once, an idle timeout on both sides of every connection,
  * and bytes per workspace in both directions; past one, the connection closes with a logged
  * reason. Nothing here blocks: a stalled destination holds only its own connection.
  */
+import { timingSafeEqual } from "node:crypto";
 import { lookup as dnsLookup } from "node:dns/promises";
 import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from "node:http";
 import { connect, isIP, type Socket } from "node:net";
 import type { Duplex } from "node:stream";
+import type { ProxyCredential } from "../../providers/types.ts";
 import type { Logger } from "../logger.ts";
 import type { EgressPolicy, Refusal } from "./destinations.ts";
 
@@ -63,9 +71,23 @@ function canonicalHost(value: string): string {
   }
 }
 
+/** A refusal before any destination is looked at: its status, its one line, its extra headers. */
+interface ProxyRefusal {
+  status: number;
+  line: string;
+  headers: Record<string, string>;
+}
+
+/** The realm a 407 names. */
+const REALM = "agent-workspace egress";
+
 export class EgressProxy {
   readonly #server = createServer();
   readonly #workspaces = new WeakMap<Duplex, EgressWorkspace>();
+  /** `username:password` each credential-bound connection must present; absent once admitted without one. */
+  readonly #credentials = new WeakMap<Duplex, Buffer>();
+  /** Connections counted against their workspace's budget. */
+  readonly #admitted = new WeakSet<Duplex>();
   readonly #limits: EgressLimits;
   readonly #logger: Logger;
   readonly #lookup: Lookup;
@@ -90,27 +112,65 @@ export class EgressProxy {
     this.#server.on("clientError", (_err, socket: Duplex) => this.#refuse(socket, 400, "malformed proxy request"));
   }
 
-  /** Serves one client connection of `workspace` (a sandbox's tunnelled connection, a socket). */
-  accept(stream: Duplex, workspace: EgressWorkspace): void {
-    if (workspace.usage.connections >= this.#limits.maxConnections) {
-      this.#log(workspace, "", 0, { reason: "too_many_connections", message: `more than ${this.#limits.maxConnections} connections at once` });
-      this.#refuse(stream, 503, `agent-workspace egress: this workspace already holds ${this.#limits.maxConnections} connections`);
-      return;
-    }
-    workspace.usage.connections++;
+  /**
+   * Serves one client connection of `workspace` (a sandbox's tunnelled connection, a socket);
+   * with `credential`, only requests that present it (see the module comment).
+   */
+  accept(stream: Duplex, workspace: EgressWorkspace, credential?: ProxyCredential): void {
     stream.on("error", () => undefined);
-    stream.once("close", () => workspace.usage.connections--);
     this.#workspaces.set(stream, workspace);
+    if (credential) {
+      this.#credentials.set(stream, Buffer.from(`${credential.username}:${credential.password}`));
+    } else {
+      const refusal = this.#admit(stream, workspace);
+      if (refusal) return this.#refuse(stream, refusal.status, refusal.line);
+    }
     this.#server.emit("connection", stream);
   }
 
-  #refuse(stream: Duplex, status: number, line: string): void {
+  /** Counts `stream` against its workspace's connections, or says why not (past the limit). */
+  #admit(stream: Duplex, workspace: EgressWorkspace): ProxyRefusal | undefined {
+    if (this.#admitted.has(stream)) return undefined;
+    if (workspace.usage.connections >= this.#limits.maxConnections) {
+      this.#log(workspace, "", 0, { reason: "too_many_connections", message: `more than ${this.#limits.maxConnections} connections at once` });
+      return { status: 503, line: `agent-workspace egress: this workspace already holds ${this.#limits.maxConnections} connections`, headers: {} };
+    }
+    this.#admitted.add(stream);
+    workspace.usage.connections++;
+    stream.once("close", () => workspace.usage.connections--);
+    return undefined;
+  }
+
+  /**
+   * Why the request may not go on, or undefined: its connection needs no credential, or the
+   * request carries it (and the connection is then admitted to its workspace's budget). A missing
+   * or wrong credential is logged without any header's value.
+   */
+  #authorize(req: IncomingMessage, ws: EgressWorkspace): ProxyRefusal | undefined {
+    const expected = this.#credentials.get(req.socket);
+    if (expected !== undefined) {
+      const m = /^basic[ \t]+([A-Za-z0-9+/]{1,1024}={0,2})[ \t]*$/i.exec(String(req.headers["proxy-authorization"] ?? ""));
+      const given = m ? Buffer.from(m[1], "base64") : Buffer.alloc(0);
+      if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+        this.#logger.warn("egress refused", { workspace_id: ws.workspaceId, reason: "proxy_auth", detail: m ? "wrong proxy credentials" : "no proxy credentials" });
+        return {
+          status: 407,
+          line: "agent-workspace egress: this proxy needs the workspace's credentials, which its commands have in HTTP_PROXY and HTTPS_PROXY",
+          headers: { "proxy-authenticate": `Basic realm="${REALM}"` },
+        };
+      }
+    }
+    return this.#admit(req.socket, ws);
+  }
+
+  #refuse(stream: Duplex, status: number, line: string, headers: Record<string, string> = {}): void {
     if (stream.destroyed) return;
     const body = `${line}\n`;
-    const reason = status === 403 ? "Forbidden" : status === 503 ? "Service Unavailable" : status === 502 ? "Bad Gateway" : "Bad Request";
+    const reason = status === 403 ? "Forbidden" : status === 407 ? "Proxy Authentication Required" : status === 503 ? "Service Unavailable" : status === 502 ? "Bad Gateway" : "Bad Request";
+    const extra = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join("");
     // Closed once the answer is out, whether or not the client ever closes its side.
     stream.once("finish", () => stream.destroy());
-    stream.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    stream.end(`HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}Connection: close\r\n\r\n${body}`);
   }
 
   #log(ws: EgressWorkspace, host: string, port: number, refusal: Refusal): void {
@@ -184,6 +244,8 @@ export class EgressProxy {
     client.on("error", () => undefined);
     const ws = this.#workspaces.get(req.socket);
     if (!ws) return void client.destroy();
+    const refused = this.#authorize(req, ws);
+    if (refused) return this.#refuse(client, refused.status, refused.line, refused.headers);
     const target = splitHostPort(req.url ?? "");
     if (!target) return this.#refuse(client, 400, `agent-workspace egress: CONNECT wants host:port, not '${(req.url ?? "").slice(0, 200)}'`);
     const found = await this.#resolve(ws, target.host, target.port);
@@ -227,10 +289,12 @@ export class EgressProxy {
   async #forward(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const ws = this.#workspaces.get(req.socket);
     if (!ws) return void req.socket.destroy();
-    const answer = (status: number, line: string) => {
-      res.writeHead(status, { "content-type": "text/plain; charset=utf-8", connection: "close" });
+    const answer = (status: number, line: string, headers: Record<string, string> = {}) => {
+      res.writeHead(status, { ...headers, "content-type": "text/plain; charset=utf-8", connection: "close" });
       res.end(`${line}\n`);
     };
+    const refused = this.#authorize(req, ws);
+    if (refused) return answer(refused.status, refused.line, refused.headers);
     let url: URL;
     try {
       url = new URL(req.url ?? "");
