@@ -212,6 +212,19 @@ export function registerToolScenarios<C>(
     t.regex(await waitGone(ws, ["shell.pid"]), /shell\.pid=gone/);
   }, PROCESSES);
 
+  // The group signal and the sweep of the command's marked processes must not both deliver
+  // SIGTERM to the same process: a shell's TERM trap would run twice.
+  scenario("Bash › Command timeout › a command's TERM trap runs once", async (t, ws) => {
+    await expectError(
+      t,
+      ws.bash("trap 'echo term >> terms.log' TERM; echo $$ > victim.pid; echo started; while :; do sleep 0.1; done", { timeoutMs: 1500n }),
+      Code.DeadlineExceeded,
+      ErrorReason.COMMAND_TIMEOUT,
+    );
+    t.regex(await waitGone(ws, ["victim.pid"], 15_000), /victim\.pid=gone/);
+    t.is(await ws.cat("terms.log"), "term\n");
+  }, PROCESSES);
+
   scenario("Bash › Command timeout › StreamBash ends with one exited event marked timed_out", async (t, ws) => {
     const events = await collect(ws.tools.streamBash({ workspaceId: ws.id, command: "echo partial; sleep 30", timeoutMs: 2000n }));
     t.is(events[0]?.event.case, "started");
