@@ -1,16 +1,19 @@
 /**
  * Request bodies the server answers before it has read them to their end: a message over the size
- * limit (refused by its Content-Length, or once it passes the limit), a REST caller refused before
- * its body is read, an unknown path. A client still sending when that answer comes must be able to
- * read it. Closing the connection (HTTP/1.1) or resetting the stream (HTTP/2) under it does not
- * allow that: most clients then report their own write's failure instead (EPIPE, ECONNRESET,
- * "fetch failed", curl's "Stream error in the HTTP/2 framing layer"), or lose the answer.
+ * limit (by its Content-Length, its envelope's length, or once it passes the limit), a REST call
+ * refused before its body is read, an unknown path. A client still sending when that answer comes
+ * must be able to read it, and closing the connection (HTTP/1.1) or resetting the stream (HTTP/2)
+ * under it does not allow that: most clients then report their own write's failure instead (EPIPE,
+ * ECONNRESET, "fetch failed", curl's "Stream error in the HTTP/2 framing layer"). Node's HTTP/2
+ * client even rejects a response's headers while more than its session memory (10 MB) of its
+ * upload is still queued (ENHANCE_YOUR_CALM), so a refusal must not start before the upload ends.
  *
  * So the rest of such a body is read and thrown away, at most REFUSED_BODY_DRAIN_BYTES of it (no
- * byte is kept: memory stays flat however large the body), and only then does the exchange end as
- * usual: on HTTP/1.1 the response's end waits for the body's end, and the connection stays open
- * for the next request; on HTTP/2 the response goes out at once and the stream ends when the
- * client's side does. A body longer than the bound is cut there: the HTTP/1.1 connection is
+ * byte is kept), and a refusal goes out once that is done (`requestBody`, the direct paths'
+ * `readBody`, the REST handler). Any other response that ends before its body was read
+ * (`answerAfterBody`): on HTTP/1.1 its end waits for the body's end, so the connection stays usable;
+ * on HTTP/2 it goes out at once (a bidirectional stream's client may wait for it) and the rest of
+ * the body is discarded after it. A body longer than the bound is cut: the HTTP/1.1 connection is
  * closed after the answer, the HTTP/2 stream reset after it; its client may then miss the answer.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
