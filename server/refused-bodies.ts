@@ -14,13 +14,35 @@
  * (`answerAfterBody`): on HTTP/1.1 its end waits for the body's end, so the connection stays usable;
  * on HTTP/2 it goes out at once (a bidirectional stream's client may wait for it) and the rest of
  * the body is discarded after it. A body longer than the bound is cut: the HTTP/1.1 connection is
- * closed after the answer, the HTTP/2 stream reset after it; its client may then miss the answer.
+ * ended after the answer (and read for a moment more, so that the client reads the answer rather
+ * than a reset), the HTTP/2 stream reset after it; an HTTP/2 client may then miss the answer.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { constants as h2, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import { ConnectError } from "@connectrpc/connect";
 import { DomainError } from "../core/errors.ts";
 import { toConnectError } from "./interceptors/error-interceptor.ts";
+
+/**
+ * How long a cut HTTP/1.1 connection goes on being read (and thrown away) after its answer and the
+ * server's FIN. Closing a socket with unread bytes arriving makes the kernel reset it, and a reset
+ * can discard the answer in the client's receive queue before the client read it; a client still
+ * writing its body reads the answer meanwhile, sees the FIN, and stops.
+ */
+const LINGER_MS = 2000;
+
+/** Ends `socket` after what was written, discarding what still arrives for at most LINGER_MS. */
+function lingeringClose(socket: import("node:net").Socket): void {
+  if (socket.destroyed) return;
+  socket.removeAllListeners("data");
+  socket.on("data", () => undefined);
+  socket.on("error", () => undefined);
+  socket.end();
+  socket.resume();
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  timer.unref();
+  socket.once("close", () => clearTimeout(timer));
+}
 
 /** The most of a refused request body the server reads (and discards) so its client reads the answer. */
 export const REFUSED_BODY_DRAIN_BYTES = 64 * 1024 * 1024;
@@ -129,7 +151,7 @@ export function answerAfterBody(handler: Handler): Handler {
         // Cut (or the client left): the connection can carry nothing more.
         if (!res.headersSent) res.setHeader("connection", "close");
         end.apply(res, args);
-        res.once("finish", () => req.socket.destroySoon());
+        res.once("finish", () => lingeringClose(req.socket));
       });
       return this;
     } as never;
