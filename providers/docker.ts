@@ -185,7 +185,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       let image = baseImage;
       if (programs !== undefined) {
         try {
-          image = await prepared.imageFor(baseImage);
+          image = await prepared.imageFor(baseImage, programs);
         } catch (err) {
           throw engineError(err, "prepare the workspace image for an allowlist");
         }

@@ -10,7 +10,8 @@
  */
 import type Docker from "dockerode";
 import { DomainError } from "../core/errors.ts";
-import { PREPARE_VERSION } from "./executor/programs.ts";
+import { createHash } from "node:crypto";
+import { normalRules, PREPARE_VERSION, type ProgramRules } from "./executor/programs.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
 import type { ProviderLog } from "./types.ts";
 
@@ -39,19 +40,34 @@ export class PreparedImages {
    * Concurrent calls for one base share one build. Throws INVALID_ARGUMENT (field `image`) when the
    * base image cannot be prepared (no setpriv, say), with what the preparation said.
    */
-  async imageFor(base: string): Promise<string> {
+  async imageFor(base: string, rules?: ProgramRules): Promise<string> {
     const info = await this.#docker.getImage(base).inspect();
     const tag = `${info.Id.replace(/^sha256:/, "").slice(0, 16)}-v${PREPARE_VERSION}`;
-    const ref = `${PREPARED_REPOSITORY}:${tag}`;
-    let build = this.#building.get(ref);
-    if (build === undefined) {
-      build = this.#ensure(ref, tag, info).finally(() => this.#building.delete(ref));
-      this.#building.set(ref, build);
-    }
-    return build;
+    const prepared = await this.#once(`${PREPARED_REPOSITORY}:${tag}`, () => this.#ensure(`${PREPARED_REPOSITORY}:${tag}`, tag, info, []));
+    if (rules === undefined) return prepared;
+    // A layer per allowlist: its programs' commands start without setpriv (prepare-image.ts).
+    const normal = normalRules(rules);
+    const encoded = Buffer.from(JSON.stringify(normal)).toString("base64url");
+    const layerTag = `${tag}-p${createHash("sha256").update(JSON.stringify(normal)).digest("hex").slice(0, 12)}`;
+    const from = await this.#docker.getImage(prepared).inspect();
+    return this.#once(`${PREPARED_REPOSITORY}:${layerTag}`, () => this.#ensure(`${PREPARED_REPOSITORY}:${layerTag}`, layerTag, from, ["--policy", encoded], info));
   }
 
-  async #ensure(ref: string, tag: string, base: Docker.ImageInspectInfo): Promise<string> {
+  /** One build per image reference at a time; concurrent callers share it. */
+  #once(ref: string, build: () => Promise<string>): Promise<string> {
+    let pending = this.#building.get(ref);
+    if (pending === undefined) {
+      pending = build().finally(() => this.#building.delete(ref));
+      this.#building.set(ref, pending);
+    }
+    return pending;
+  }
+
+  /**
+   * The image `ref` made from `base` by the preparation with `args`, built unless it exists;
+   * `original` is the base image a layer is ultimately made from (its configuration is kept).
+   */
+  async #ensure(ref: string, tag: string, base: Docker.ImageInspectInfo, args: string[], original: Docker.ImageInspectInfo = base): Promise<string> {
     const existing = await this.#docker.getImage(ref).inspect().catch(() => undefined);
     if (existing?.Config?.Labels?.[FROM_LABEL] === base.Id) return ref;
     const started = Date.now();
@@ -59,7 +75,7 @@ export class PreparedImages {
     const container = await this.#docker.createContainer({
       Image: base.Id,
       Entrypoint: [],
-      Cmd: [`${mount}/node`, ...EXECUTOR_NODE_FLAGS, `${mount}/executor/${this.#executor.main.replace(/main\.(ts|js)$/, "prepare-image.$1")}`],
+      Cmd: [`${mount}/node`, ...EXECUTOR_NODE_FLAGS, `${mount}/executor/${this.#executor.main.replace(/main\.(ts|js)$/, "prepare-image.$1")}`, ...args],
       User: "0:0",
       Env: ["NODE_OPTIONS="],
       NetworkDisabled: true,
@@ -84,10 +100,10 @@ export class PreparedImages {
       }
       // The image keeps the base image's configuration (the engine fills an empty command from the
       // preparation's, so a base without one gets a shell); workspace containers name their own.
-      const cmd = base.Config?.Cmd?.length ? base.Config.Cmd : ["bash"];
+      const cmd = original.Config?.Cmd?.length ? original.Config.Cmd : ["bash"];
       await container.commit({
         _query: { container: container.id, repo: PREPARED_REPOSITORY, tag, comment: "agent-workspace: programs runnable by their own group only", changes: [`LABEL ${FROM_LABEL}=${base.Id}`] },
-        _body: { ...base.Config, Cmd: cmd, Entrypoint: base.Config?.Entrypoint ?? [], Env: base.Config?.Env?.length ? base.Config.Env : ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] },
+        _body: { ...original.Config, Cmd: cmd, Entrypoint: original.Config?.Entrypoint ?? [], Env: original.Config?.Env?.length ? original.Config.Env : ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] },
       });
       this.#log.info("prepared a workspace image for allowlists", { image: ref, from: base.Id, duration_ms: Date.now() - started, result: text.stdout.trim().slice(0, 300) });
       return ref;

@@ -30,7 +30,7 @@ import { JailedFs, type PendingWrite } from "./jailed-fs.ts";
 import { type FileRules, guardFor } from "./sensitive-files.ts";
 import { type LaunchSpec, runProcess } from "./process-runner.ts";
 import { Sealer } from "./seal.ts";
-import { loadManifest, type ProgramRules, ProgramSet } from "./programs.ts";
+import { loadManifest, loadPolicyLayer, type ProgramRules, ProgramSet } from "./programs.ts";
 import { type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
 import { Tunnels } from "./tunnels.ts";
 import type { ExecEvent } from "./types.ts";
@@ -102,7 +102,8 @@ const programs = ((): { set: ProgramSet } | { error: string } | undefined => {
   if (enforcement.programs === undefined) return undefined;
   if (!SANDBOX || identity.user === undefined) return { error: "programs can be enforced only in a sandbox whose commands run as another user" };
   try {
-    return { set: new ProgramSet(loadManifest(), enforcement.programs) };
+    // A policy layer made for exactly these rules lets commands start without setpriv.
+    return { set: new ProgramSet(loadManifest(), enforcement.programs, loadPolicyLayer(enforcement.programs)?.gid) };
   } catch (err) {
     return { error: `the sandbox's image was not prepared for an allowlist (${err instanceof Error ? err.message : String(err)})` };
   }
@@ -273,7 +274,10 @@ function isZombie(pid: string): boolean {
  */
 function launchSpec(root: string, cwd: string, env: Record<string, string>, extraPrograms: string[] = []): LaunchSpec & { release(): void } {
   if (programs !== undefined && "error" in programs) throw new Fault("WORKSPACE_NOT_READY", `No command can run: ${programs.error}`);
-  const groups = programs?.set ? { setpriv: programs.set.setpriv, env: programs.set.env, gids: programs.set.groups(extraPrograms) } : undefined;
+  const how = programs?.set?.launch(extraPrograms);
+  const groups = how && "groups" in how && programs?.set ? { setpriv: programs.set.setpriv, env: programs.set.env, gids: how.groups } : undefined;
+  // One primary group is the spawn's own identity switch: no setpriv.
+  const user = how && "gid" in how && identity.user ? { uid: identity.user.uid, gid: how.gid } : identity.user;
   const dirFd = fsFor(root, undefined).openDirectory(cwd);
   let open = true;
   let marker: { fd: number; link: string } | undefined;
@@ -294,7 +298,7 @@ function launchSpec(root: string, cwd: string, env: Record<string, string>, extr
     closeSync(dirFd);
     if (marker !== undefined) closeSync(marker.fd);
   };
-  return { cwd: `/proc/self/fd/${dirFd}`, env, user: identity.user, privileged: identity.privileged, groups, marker, onSpawn: release, release };
+  return { cwd: `/proc/self/fd/${dirFd}`, env, user, privileged: identity.privileged, groups, marker, onSpawn: release, release };
 }
 let markers = 0;
 

@@ -20,7 +20,7 @@
  */
 import { appendFileSync, chmodSync, chownSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, realpathSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { MANIFEST_PATH, PATH_DIRS, PREPARE_VERSION, type ProgramManifest } from "./programs.ts";
+import { loadManifest, MANIFEST_PATH, normalRules, PATH_DIRS, POLICY_GID, POLICY_PATH, type PolicyLayer, PREPARE_VERSION, type ProgramManifest, type ProgramRules, ProgramSet } from "./programs.ts";
 
 /** The first group given to a program; the tools' group is the one below. */
 const FIRST_GID = 61001;
@@ -97,112 +97,137 @@ function interpreterOf(start: Buffer): string | undefined {
   }
 }
 
-const rootDev = statSync("/").dev;
-const programs = new Map<string, "program" | "script">();
 
-/** Collects executable regular files below `dir`, on the root filesystem only. */
-function walk(dir: string): void {
-  let names: string[];
-  try {
-    names = readdirSync(dir);
-  } catch {
-    return;
-  }
-  for (const name of names) {
-    const full = dir === "/" ? `/${name}` : `${dir}/${name}`;
-    if (SKIP.has(full)) continue;
-    let st;
+/** The full preparation of a base image (see the module comment). */
+function prepare(): void {
+  const rootDev = statSync("/").dev;
+  const programs = new Map<string, "program" | "script">();
+
+  /** Collects executable regular files below `dir`, on the root filesystem only. */
+  function walk(dir: string): void {
+    let names: string[];
     try {
-      st = lstatSync(full);
+      names = readdirSync(dir);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      const full = dir === "/" ? `/${name}` : `${dir}/${name}`;
+      if (SKIP.has(full)) continue;
+      let st;
+      try {
+        st = lstatSync(full);
+      } catch {
+        continue;
+      }
+      // Another filesystem (a mount) is not the image's; overlayfs reports files' own devices, so only directories are compared.
+      if (st.isDirectory()) {
+        if (st.dev === rootDev) walk(full);
+      } else if (st.isFile() && (st.mode & 0o111) !== 0) {
+        const k = kind(full, head(full));
+        if (k === "program") programs.set(full, "program");
+        else if (k === "script" && LIBEXEC.some((re) => re.test(full))) programs.set(full, "script");
+      }
+    }
+  }
+  walk("/");
+
+  // Whatever a PATH directory offers is a program, scripts included, wherever its real file lives.
+  for (const dir of PATH_DIRS) {
+    let names: string[] = [];
+    try {
+      names = readdirSync(dir);
     } catch {
       continue;
     }
-    // Another filesystem (a mount) is not the image's; overlayfs reports files' own devices, so only directories are compared.
-    if (st.isDirectory()) {
-      if (st.dev === rootDev) walk(full);
-    } else if (st.isFile() && (st.mode & 0o111) !== 0) {
-      const k = kind(full, head(full));
-      if (k === "program") programs.set(full, "program");
-      else if (k === "script" && LIBEXEC.some((re) => re.test(full))) programs.set(full, "script");
+    for (const name of names) {
+      try {
+        const real = realpathSync(path.posix.join(dir, name));
+        const st = statSync(real);
+        if (st.isFile() && (st.mode & 0o111) !== 0 && !programs.has(real)) {
+          const k = kind(real, head(real));
+          if (k === "program" || k === "script") programs.set(real, k);
+        }
+      } catch {
+        // A dangling link.
+      }
     }
   }
-}
-walk("/");
 
-// Whatever a PATH directory offers is a program, scripts included, wherever its real file lives.
-for (const dir of PATH_DIRS) {
-  let names: string[] = [];
-  try {
-    names = readdirSync(dir);
-  } catch {
-    continue;
+  const manifest: ProgramManifest = { version: PREPARE_VERSION, groups: {}, interpreters: {}, toolsGid: TOOLS_GID, setpriv: "" };
+  const byInode = new Map<string, number>();
+  const groupLines: string[] = [`aw-tools:x:${TOOLS_GID}:`];
+  const usedNames = new Set<string>();
+  let next = FIRST_GID;
+  for (const [file, k] of [...programs].sort(([a], [b]) => (a < b ? -1 : 1))) {
+    const st = statSync(file);
+    const inode = `${st.dev}:${st.ino}`;
+    let gid = byInode.get(inode);
+    if (gid === undefined) {
+      gid = next++;
+      byInode.set(inode, gid);
+      let name = `aw-${path.posix.basename(file).replace(/[^A-Za-z0-9_.-]/g, "_")}`.slice(0, 28);
+      while (usedNames.has(name)) name = `${name.slice(0, 22)}-${gid}`;
+      usedNames.add(name);
+      groupLines.push(`${name}:x:${gid}:`);
+    }
+    // Every name, hard links included: overlayfs copies a file up on its first change, after which
+    // its other names no longer share its inode.
+    chownSync(file, 0, gid);
+    chmodSync(file, 0o750);
+    manifest.groups[file] = gid;
+    if (k === "script") {
+      const interp = interpreterOf(head(file));
+      if (interp !== undefined) manifest.interpreters[file] = interp;
+    }
   }
-  for (const name of names) {
+
+  for (const dir of PATH_DIRS) {
     try {
-      const real = realpathSync(path.posix.join(dir, name));
-      const st = statSync(real);
-      if (st.isFile() && (st.mode & 0o111) !== 0 && !programs.has(real)) {
-        const k = kind(real, head(real));
-        if (k === "program" || k === "script") programs.set(real, k);
+      const real = realpathSync(path.posix.join(dir, "setpriv"));
+      if (manifest.groups[real] !== undefined) {
+        manifest.setpriv = real;
+        break;
       }
     } catch {
-      // A dangling link.
+      // Not in this directory.
     }
   }
-}
+  if (manifest.setpriv === "") fail("the image has no setpriv (util-linux), which starts a command with the groups of its allowed programs");
 
-const manifest: ProgramManifest = { version: PREPARE_VERSION, groups: {}, interpreters: {}, toolsGid: TOOLS_GID, setpriv: "" };
-const byInode = new Map<string, number>();
-const groupLines: string[] = [`aw-tools:x:${TOOLS_GID}:`];
-const usedNames = new Set<string>();
-let next = FIRST_GID;
-for (const [file, k] of [...programs].sort(([a], [b]) => (a < b ? -1 : 1))) {
-  const st = statSync(file);
-  const inode = `${st.dev}:${st.ino}`;
-  let gid = byInode.get(inode);
-  if (gid === undefined) {
-    gid = next++;
-    byInode.set(inode, gid);
-    let name = `aw-${path.posix.basename(file).replace(/[^A-Za-z0-9_.-]/g, "_")}`.slice(0, 28);
-    while (usedNames.has(name)) name = `${name.slice(0, 22)}-${gid}`;
-    usedNames.add(name);
-    groupLines.push(`${name}:x:${gid}:`);
+  // Named groups, so that `id` and `ls -l` in a sandbox say which program a group is for.
+  if (existsSync("/etc/group")) {
+    const existing = readFileSync("/etc/group", "utf8");
+    const taken = new Set(existing.split("\n").map((l) => l.split(":")[2]));
+    const lines = groupLines.filter((l) => !taken.has(l.split(":")[2]));
+    if (lines.length > 0) appendFileSync("/etc/group", `${existing.endsWith("\n") || existing === "" ? "" : "\n"}${lines.join("\n")}\n`);
   }
-  // Every name, hard links included: overlayfs copies a file up on its first change, after which
-  // its other names no longer share its inode.
-  chownSync(file, 0, gid);
-  chmodSync(file, 0o750);
-  manifest.groups[file] = gid;
-  if (k === "script") {
-    const interp = interpreterOf(head(file));
-    if (interp !== undefined) manifest.interpreters[file] = interp;
+
+  mkdirSync(SERVER_MOUNT, { recursive: true });
+  chownSync(SERVER_MOUNT, 0, TOOLS_GID);
+  chmodSync(SERVER_MOUNT, 0o710);
+  mkdirSync(path.posix.dirname(MANIFEST_PATH), { recursive: true, mode: 0o755 });
+  writeFileSync(MANIFEST_PATH, `${JSON.stringify(manifest)}\n`, { mode: 0o644 });
+  process.stdout.write(`${JSON.stringify({ programs: Object.keys(manifest.groups).length, groups: byInode.size, setpriv: manifest.setpriv })}\n`);
+}
+
+/**
+ * A policy layer over a prepared image (`--policy <base64url JSON ProgramRules>`): the programs
+ * that policy allows (programs.ts, with what they need) change to POLICY_GID, every name of each,
+ * so that its commands start with that one group and no setpriv. The rest stays as prepared.
+ */
+function layer(encoded: string): void {
+  const rules = normalRules(JSON.parse(Buffer.from(encoded, "base64url").toString("utf8")) as ProgramRules);
+  const set = new ProgramSet(loadManifest(), rules);
+  for (const file of set.allowed) chownSync(file, 0, POLICY_GID);
+  const record: PolicyLayer = { version: PREPARE_VERSION, rules, gid: POLICY_GID };
+  writeFileSync(POLICY_PATH, `${JSON.stringify(record)}\n`, { mode: 0o644 });
+  if (existsSync("/etc/group") && !readFileSync("/etc/group", "utf8").split("\n").some((l) => l.split(":")[2] === String(POLICY_GID))) {
+    appendFileSync("/etc/group", `aw-allowed:x:${POLICY_GID}:\n`);
   }
+  process.stdout.write(`${JSON.stringify({ allowed: set.allowed.length })}\n`);
 }
 
-for (const dir of PATH_DIRS) {
-  try {
-    const real = realpathSync(path.posix.join(dir, "setpriv"));
-    if (manifest.groups[real] !== undefined) {
-      manifest.setpriv = real;
-      break;
-    }
-  } catch {
-    // Not in this directory.
-  }
-}
-if (manifest.setpriv === "") fail("the image has no setpriv (util-linux), which starts a command with the groups of its allowed programs");
-
-// Named groups, so that `id` and `ls -l` in a sandbox say which program a group is for.
-if (existsSync("/etc/group")) {
-  const existing = readFileSync("/etc/group", "utf8");
-  const taken = new Set(existing.split("\n").map((l) => l.split(":")[2]));
-  const lines = groupLines.filter((l) => !taken.has(l.split(":")[2]));
-  if (lines.length > 0) appendFileSync("/etc/group", `${existing.endsWith("\n") || existing === "" ? "" : "\n"}${lines.join("\n")}\n`);
-}
-
-mkdirSync(SERVER_MOUNT, { recursive: true });
-chownSync(SERVER_MOUNT, 0, TOOLS_GID);
-chmodSync(SERVER_MOUNT, 0o710);
-mkdirSync(path.posix.dirname(MANIFEST_PATH), { recursive: true, mode: 0o755 });
-writeFileSync(MANIFEST_PATH, `${JSON.stringify(manifest)}\n`, { mode: 0o644 });
-process.stdout.write(`${JSON.stringify({ programs: Object.keys(manifest.groups).length, groups: byInode.size, setpriv: manifest.setpriv })}\n`);
+const at = process.argv.indexOf("--policy");
+if (at >= 0) layer(process.argv[at + 1] ?? fail("--policy needs its rules"));
+else prepare();

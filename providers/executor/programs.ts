@@ -40,6 +40,42 @@ export interface ProgramManifest {
   setpriv: string;
 }
 
+/**
+ * Where a policy layer (prepare-image.ts `--policy`) says which policy it was made for: an image
+ * derived from a prepared one for one allowlist, in which the allowed programs belong to POLICY_GID
+ * instead of their own groups. A command then runs with that one group as its primary group,
+ * started by the spawn itself, without setpriv and its extra exec.
+ */
+export const POLICY_PATH = "/etc/agent-workspace/policy.json";
+/** The group of the allowed programs in a policy layer. */
+export const POLICY_GID = 60999;
+
+/** What a policy layer records. */
+export interface PolicyLayer {
+  version: number;
+  rules: ProgramRules;
+  gid: number;
+}
+
+/** How a command is started: as the user with one primary group (no setpriv), or through setpriv with supplementary groups. */
+export type Launch = { gid: number } | { groups: number[] };
+
+/** The policy layer of this image when it was made for `rules`, else undefined. */
+export function loadPolicyLayer(rules: ProgramRules, file = POLICY_PATH): PolicyLayer | undefined {
+  try {
+    const layer = JSON.parse(readFileSync(file, "utf8")) as PolicyLayer;
+    if (layer.version !== PREPARE_VERSION || layer.gid !== POLICY_GID) return undefined;
+    return JSON.stringify(normalRules(layer.rules)) === JSON.stringify(normalRules(rules)) ? layer : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Rules in one canonical form (sorted, without duplicates), for comparing and naming layers. */
+export function normalRules(rules: ProgramRules): ProgramRules {
+  return { allow: [...new Set(rules.allow)].sort(), deny: [...new Set(rules.deny)].sort() };
+}
+
 /** The program patterns of a command policy: the first word of its allow rules and of its argument-less deny rules. */
 export interface ProgramRules {
   allow: string[];
@@ -87,15 +123,33 @@ export class ProgramSet {
   readonly #base: number[];
   readonly #denied: Set<string>;
   readonly #extra = new Map<string, number[]>();
+  /** The allowed programs' real paths, each name of them (hard links) included. */
+  readonly allowed: string[];
+  /** The policy layer's group when the image has a layer for these rules. */
+  readonly #policyGid: number | undefined;
 
-  constructor(manifest: ProgramManifest, rules: ProgramRules) {
+  constructor(manifest: ProgramManifest, rules: ProgramRules, policyGid?: number) {
     this.#manifest = manifest;
+    this.#policyGid = policyGid;
     this.#denied = new Set(rules.deny.flatMap((p) => this.#match(p)));
     const allowed = new Set<string>();
     for (const shell of SHELLS) this.#add(allowed, this.#real(shell));
     for (const w of WRAPPERS) for (const p of this.#match(w)) this.#add(allowed, p);
     for (const pattern of rules.allow) for (const p of this.#match(pattern)) this.#add(allowed, p);
-    this.#base = this.#gids(allowed, true);
+    this.#base = policyGid !== undefined ? [policyGid] : this.#gids(allowed, true);
+    const gids = new Set(this.#gids(allowed, true));
+    this.allowed = Object.entries(manifest.groups).filter(([, gid]) => gids.has(gid)).map(([p]) => p);
+  }
+
+  /**
+   * How a command that may also run `extra` starts: with the policy layer's group as its primary
+   * group when it needs nothing else (the common case, no setpriv), with the tools' group alone
+   * for the grep tool's ripgrep, and otherwise through setpriv with supplementary groups.
+   */
+  launch(extra: readonly string[] = []): Launch {
+    if (this.#policyGid !== undefined && extra.length === 0) return { gid: this.#policyGid };
+    if (extra.length > 0 && extra.every((e) => e.startsWith("/opt/agent-workspace/"))) return { gid: this.#manifest.toolsGid };
+    return { groups: this.groups(extra) };
   }
 
   /** The supplementary groups of a command that may also run `extra` (names or paths the server's own tools need). */

@@ -81,6 +81,7 @@ export const DEFAULT_EXEMPT: readonly string[] = [".env.example", ".env.sample",
 export const DEFAULT_WRITE_PROTECTED: readonly string[] = [
   ".git/**/hooks/**",
   ".git/**/config",
+  ".git/**/config.worktree",
   ".git/**/info/attributes",
   ".gitmodules",
   // The sandbox's HOME is the workspace root: these are the global configuration of the agent's own git.
@@ -100,6 +101,9 @@ export const DEFAULT_WRITE_PROTECTED: readonly string[] = [
   ".cshrc",
   ".tcshrc",
   ".envrc",
+  // HOME's configuration of curl and wget (proxies, output files, headers).
+  ".curlrc",
+  ".wgetrc",
   ".vscode/settings.json",
   ".vscode/tasks.json",
 ];
