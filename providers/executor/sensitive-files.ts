@@ -120,9 +120,10 @@ export function canonicalForMatch(path: string): string {
 
 /**
  * One compiled pattern: a regular expression over the canonical path that matches the pattern's
- * components as the path's last ones (at any depth).
+ * components as the path's last ones (at any depth). The command policy's file rules use the same
+ * (server/security/path-patterns.ts).
  */
-function compile(pattern: string): RegExp {
+export function compile(pattern: string): RegExp {
   const parts = canonicalForMatch(pattern).split("/");
   let body = "";
   parts.forEach((part, i) => {

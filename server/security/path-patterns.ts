@@ -20,6 +20,7 @@
  */
 import {
   canonicalForMatch,
+  compile as compilePattern,
   DEFAULT_DENY,
   DEFAULT_WRITE_PROTECTED,
   type FileAccess,
@@ -28,13 +29,6 @@ import {
   guardFor,
   type SensitiveMatch,
 } from "../../providers/executor/sensitive-files.ts";
-
-/**
- * Files git reads its configuration or hooks from that the server's lists do not name: a worktree's
- * own configuration (`extensions.worktreeConfig`) runs commands like `.git/config` does. The parser
- * treats them as write-protected too.
- */
-export const GIT_CONTROL_FILES: readonly string[] = [".git/**/config.worktree"];
 
 /** Most literal words one brace expansion is enumerated into; past it, the word is judged as a pattern. */
 const MAX_ENUMERATED = 256;
@@ -571,21 +565,8 @@ interface CompiledRule {
   dirs: Array<{ nfa: Nfa; re: RegExp; affixes: Affixes | undefined }>;
 }
 
-/** A canonical pattern as a regular expression over canonical paths, as the jail compiles it (sensitive-files.ts). */
-function patternRe(canonical: string): RegExp {
-  const parts = canonical.split("/");
-  let body = "";
-  parts.forEach((part, i) => {
-    const last = i === parts.length - 1;
-    if (part === "**") {
-      body += last ? ".+" : "(?:[^/]+/)*";
-      return;
-    }
-    body += part.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, "[^/]*").replace(/\?/g, "[^/]");
-    if (!last) body += "/";
-  });
-  return new RegExp(`(?:^|/)${body}$`, "u");
-}
+/** A canonical pattern as a regular expression over canonical paths: the jail's own (sensitive-files.ts). */
+const patternRe = (canonical: string): RegExp => compilePattern(canonical);
 
 function compileRule(list: SensitiveMatch["list"], pattern: string): CompiledRule {
   const canonical = canonicalForMatch(pattern);
@@ -605,10 +586,10 @@ export class PathRules {
   readonly #protected: CompiledRule[];
 
   constructor(rules: FileRules = { deny: [], writeProtected: [] }) {
-    const writeProtected = [...rules.writeProtected, ...GIT_CONTROL_FILES];
-    this.#guard = guardFor({ deny: rules.deny, writeProtected });
+    // A worktree's own configuration (.git/**/config.worktree) is on the server's list now.
+    this.#guard = guardFor(rules);
     this.#deny = [...DEFAULT_DENY, ...rules.deny].map((p) => compileRule("deny", p));
-    this.#protected = [...DEFAULT_WRITE_PROTECTED, ...writeProtected].map((p) => compileRule("write_protected", p));
+    this.#protected = [...DEFAULT_WRITE_PROTECTED, ...rules.writeProtected].map((p) => compileRule("write_protected", p));
   }
 
   /**
