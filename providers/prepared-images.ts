@@ -106,9 +106,34 @@ export class PreparedImages {
         _body: { ...original.Config, Cmd: cmd, Entrypoint: original.Config?.Entrypoint ?? [], Env: original.Config?.Env?.length ? original.Config.Env : ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] },
       });
       this.#log.info("prepared a workspace image for allowlists", { image: ref, from: base.Id, duration_ms: Date.now() - started, result: text.stdout.trim().slice(0, 300) });
+      await this.#pruneStale().catch(() => undefined);
       return ref;
     } finally {
       await container.remove({ force: true }).catch(() => undefined);
+    }
+  }
+
+  /**
+   * Removes prepared images (and their layers) made from a base image that no longer has a name:
+   * one scripts/build-base-image.sh replaced. Best effort: an image a container still uses stays
+   * until the next build.
+   */
+  async #pruneStale(): Promise<void> {
+    const images = await this.#docker.listImages({ filters: { reference: [`${PREPARED_REPOSITORY}`] } });
+    const named = async (id: string) => ((await this.#docker.getImage(id).inspect().catch(() => undefined))?.RepoTags?.length ?? 0) > 0;
+    const byId = new Map(images.map((i) => [i.Id, i]));
+    /** The base image a prepared image or layer was ultimately made from. */
+    const root = (id: string): string => {
+      const from = byId.get(id)?.Labels?.[FROM_LABEL];
+      return from !== undefined && byId.has(from) ? root(from) : (from ?? id);
+    };
+    const ours = images.filter((i) => i.Labels?.[FROM_LABEL] !== undefined);
+    const isLayer = (i: Docker.ImageInfo) => byId.has(i.Labels?.[FROM_LABEL] ?? "");
+    // Layers first, then the prepared images under them.
+    for (const image of [...ours.filter(isLayer), ...ours.filter((i) => !isLayer(i))]) {
+      if (await named(root(image.Id))) continue;
+      for (const tag of image.RepoTags ?? []) await this.#docker.getImage(tag).remove().catch(() => undefined);
+      this.#log.info("removed a prepared image of a replaced base image", { image: image.RepoTags?.[0] ?? image.Id });
     }
   }
 }
