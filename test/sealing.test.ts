@@ -127,6 +127,8 @@ for (const provider of SEALED_PROVIDERS) {
       const out = `${r.stdout}${r.stderr}`;
       for (const secret of ALL) t.false(out.includes(secret), `${JSON.stringify(command)} read a secret: ${out.slice(0, 300)}`);
     }
+    // No hard link to a sealed file can be made (protected_hardlinks; gVisor refuses it too).
+    t.regex((await agent.tools.bash({ command: "ln .env hard2; echo ln=$?" })).stdout, /ln=1/);
     // The file tools refuse by name before the kernel is asked.
     await expectError(t, agent.tools.readFile({ path: ".env" }), Code.PermissionDenied, ErrorReason.SENSITIVE_FILE);
     const grep = await agent.tools.grep({ pattern: "(ENV|KEY|PEM|SETUP)_" });
@@ -142,12 +144,13 @@ for (const provider of SEALED_PROVIDERS) {
   test.serial(`${provider}: a write-protected tree the clone put in place cannot be changed in place`, async (t) => {
     const agent = await session(t, provider);
     const r = await agent.tools.bash({
-      command: "ls -ld .git/hooks; printf x > .git/hooks/pre-commit; echo new=$?; printf x >> .git/hooks/pre-commit.sample; echo append=$?; rm -f .git/hooks/pre-commit.sample; echo rm=$?; ls .git/hooks | wc -l",
+      command: "ls -ld .git/hooks; printf x > .git/hooks/pre-commit; echo new=$?; printf x >> .git/hooks/pre-commit.sample; echo append=$?; rm -f .git/hooks/pre-commit.sample; echo rm=$?; cp README.md .git/hooks/; echo cp=$?; ls .git/hooks | wc -l",
     });
     t.regex(r.stdout, /^drwxr-xr-x \d+ root +root .* \.git\/hooks$/m);
     t.regex(r.stdout, /^new=1$/m);
     t.regex(r.stdout, /^append=1$/m);
     t.regex(r.stdout, /^rm=1$/m);
+    t.regex(r.stdout, /^cp=1$/m, "a directory argument cannot land a file in it either");
     // Linux refuses to rename a directory its caller cannot write (its `..` would change); gVisor
     // lets the parent's owner do it, so there the tree can be moved aside (README: what gVisor keeps).
   });
