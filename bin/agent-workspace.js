@@ -1,6 +1,7 @@
 #!/usr/bin/env -S node --liftoff-only
-// agent-workspace command line: `agent-workspace serve [options]` starts the server (`--help`
-// lists the options). Needs Node 24 or later, which `npm install` brings as a dependency; npm
+// agent-workspace command line: `agent-workspace serve [options]` starts the server (`serve --help`
+// lists the options); `ws`, `session`, `exec`, `read`, `write`, `edit`, `grep`, `config` and `audit`
+// talk to a running one (cli/; `agent-workspace help` lists them). Needs Node 24 or later, which `npm install` brings as a dependency; npm
 // scripts and npx put it first on PATH.
 const [major] = process.versions.node.split(".").map(Number);
 if (major < 24) {
@@ -28,10 +29,17 @@ switch (command) {
   }
   case "--help":
   case "-h":
-  case "help":
-    process.stdout.write("Usage: agent-workspace serve [options]   (agent-workspace serve --help lists the options)\n");
+  case "help": {
+    const { overview } = await import("../cli/main.ts");
+    process.stdout.write(overview());
     break;
-  default:
-    process.stderr.write(`agent-workspace: unknown command '${command}'; try 'agent-workspace serve --help'\n`);
-    process.exit(2);
+  }
+  default: {
+    const { COMMAND_WORDS, main, overview } = await import("../cli/main.ts");
+    if (!COMMAND_WORDS.has(command) && !/^--(server|protocol|json)(=|$)/.test(command)) {
+      process.stderr.write(`agent-workspace: unknown command '${command}'\n${overview()}`);
+      process.exit(2);
+    }
+    await main([command, ...rest], process.env);
+  }
 }

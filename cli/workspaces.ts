@@ -1,0 +1,255 @@
+/**
+ * `ws create|ls|rm|show` and `session start|ls|end`. `session start` shows provisioning as it happens
+ * on stderr (each stage, the clone's progress, each setup command's output), so stdout holds only the
+ * result; `--no-wait` returns as soon as the session exists.
+ */
+import { ConnectError } from "@connectrpc/connect";
+import {
+  EndSessionResponseSchema,
+  GetWorkspaceResponseSchema,
+  ProvisioningStage,
+  type Session,
+  SessionSchema,
+  SessionStatus,
+  StartSessionResponseSchema,
+  type Workspace,
+  WorkspaceSchema,
+  WorkspaceStatus,
+  type WatchSessionResponse,
+  WatchSessionResponseSchema,
+} from "../gen/agentworkspace/v1/workspace_pb.js";
+import { type Command, type Context, int, pairs, str } from "./command.ts";
+import { describeError, EXIT_FAILURE, enumName, jsonLine, labelsText, table, UsageError, when, write } from "./output.ts";
+
+function workspaceRow(w: Workspace): string[] {
+  return [w.id, w.provider, enumName(WorkspaceStatus, w.status), w.agentType || "-", when(w.createdAt), labelsText(w.labels)];
+}
+
+function workspaceDetails(w: Workspace): string {
+  const rows = [
+    ["id", w.id],
+    ["provider", w.provider],
+    ["status", `${enumName(WorkspaceStatus, w.status)}${w.statusMessage ? ` (${w.statusMessage})` : ""}`],
+    ["root", w.root],
+    ["created", when(w.createdAt)],
+    ["agent type", w.agentType || "-"],
+    ["image", w.image || "-"],
+    ["labels", labelsText(w.labels)],
+    ["limits", w.limits ? Object.entries({ cpu: w.limits.cpu, memory: w.limits.memory, disk: w.limits.disk, pids: w.limits.pids }).filter(([, v]) => v !== "" && v !== 0n).map(([k, v]) => `${k}=${v}`).join(" ") || "-" : "-"],
+  ];
+  if (w.task?.repositoryUrl) rows.push(["task", `${w.task.repositoryUrl}${w.task.branch ? ` @ ${w.task.branch}` : ""}`]);
+  return rows.map(([k, v]) => `${`${k}:`.padEnd(12)}${v}`).join("\n") + "\n";
+}
+
+function sessionRow(s: Session): string[] {
+  return [s.id, s.agentType, enumName(SessionStatus, s.status), s.workspaceId || "-", s.provider || "-", when(s.createdAt), s.task?.repositoryUrl || "-"];
+}
+
+const workspaceHeader = ["ID", "PROVIDER", "STATUS", "AGENT TYPE", "CREATED", "LABELS"];
+const sessionHeader = ["ID", "AGENT TYPE", "STATUS", "WORKSPACE", "PROVIDER", "CREATED", "REPOSITORY"];
+
+export const WORKSPACE_COMMANDS: Record<string, Command> = {
+  "ws create": {
+    usage: "ws create [--provider P] [--agent-type T] [--image I] [--label k=v]...",
+    summary: "Creates a workspace and prints its id (the whole workspace with --json).",
+    options: { provider: { type: "string" }, "agent-type": { type: "string" }, image: { type: "string" }, label: { type: "string", multiple: true } },
+    help: { provider: "local, docker, gvisor or memory (default: the agent type's, else the server's)", "agent-type": "the agent type whose configuration and tools apply", image: "container image (docker, gvisor)", label: "a label, repeatable" },
+    positionals: [0, 0],
+    async run(ctx, { values }) {
+      const { workspace } = await ctx.conn().workspaces.createWorkspace(
+        { provider: str(values, "provider"), agentType: str(values, "agent-type"), image: str(values, "image"), labels: pairs(values, "label") },
+        { signal: ctx.signal },
+      );
+      if (!workspace) throw new Error("the server answered without a workspace");
+      await write(ctx.io.stdout, ctx.json ? jsonLine(WorkspaceSchema, workspace) : `${workspace.id}\n`);
+      return 0;
+    },
+  },
+  "ws ls": {
+    usage: "ws ls [--provider P] [--label k=v]...",
+    summary: "Lists workspaces (every page).",
+    options: { provider: { type: "string" }, label: { type: "string", multiple: true } },
+    help: { provider: "only this provider's", label: "only those with this label, repeatable" },
+    positionals: [0, 0],
+    async run(ctx, { values }) {
+      const all: Workspace[] = [];
+      let pageToken = "";
+      do {
+        const page = await ctx.conn().workspaces.listWorkspaces({ provider: str(values, "provider"), labels: pairs(values, "label"), pageToken }, { signal: ctx.signal });
+        all.push(...page.workspaces);
+        pageToken = page.nextPageToken;
+      } while (pageToken !== "");
+      if (ctx.json) {
+        for (const w of all) await write(ctx.io.stdout, jsonLine(WorkspaceSchema, w));
+      } else {
+        await write(ctx.io.stdout, all.length === 0 ? "no workspaces\n" : table([workspaceHeader, ...all.map(workspaceRow)]));
+      }
+      return 0;
+    },
+  },
+  "ws show": {
+    usage: "ws show WS",
+    summary: "Shows one workspace.",
+    positionals: [1, 1],
+    async run(ctx, { positionals: [id] }) {
+      const res = await ctx.conn().workspaces.getWorkspace({ id }, { signal: ctx.signal });
+      if (!res.workspace) throw new Error("the server answered without a workspace");
+      await write(ctx.io.stdout, ctx.json ? jsonLine(GetWorkspaceResponseSchema, res) : workspaceDetails(res.workspace));
+      return 0;
+    },
+  },
+  "ws rm": {
+    usage: "ws rm WS...",
+    summary: "Deletes workspaces (their files and sandboxes); each id is tried, and the status is 1 if any failed.",
+    positionals: [1, Infinity],
+    async run(ctx, { positionals }) {
+      let status = 0;
+      for (const id of positionals) {
+        try {
+          await ctx.conn().workspaces.deleteWorkspace({ id }, { signal: ctx.signal });
+          await write(ctx.io.stdout, ctx.json ? `${JSON.stringify({ id, deleted: true })}\n` : `deleted ${id}\n`);
+        } catch (err) {
+          if (!(err instanceof ConnectError) || positionals.length === 1) throw err;
+          await write(ctx.io.stderr, describeError(err, ctx.conn().url));
+          status = EXIT_FAILURE;
+        }
+      }
+      return status;
+    },
+  },
+  "session start": {
+    usage: "session start --agent-type T [--repo URL] [--branch B] [--pr N] [--base-branch B] [--workspace WS] [--label k=v]... [--no-wait]",
+    summary: "Starts a session and shows its provisioning until it is active; prints its id and workspace (and its token with --json).",
+    options: {
+      "agent-type": { type: "string" },
+      repo: { type: "string" },
+      branch: { type: "string" },
+      pr: { type: "string" },
+      "base-branch": { type: "string" },
+      workspace: { type: "string" },
+      label: { type: "string", multiple: true },
+      "no-wait": { type: "boolean" },
+    },
+    help: {
+      "agent-type": "the agent type (required)",
+      repo: "the task's repository URL",
+      branch: "the task's branch",
+      pr: "the task's pull request number",
+      "base-branch": "the pull request's base branch",
+      workspace: "join this existing workspace instead of provisioning one",
+      label: "a label, repeatable",
+      "no-wait": "return at once, while it provisions",
+    },
+    positionals: [0, 0],
+    async run(ctx, { values }) {
+      const agentType = str(values, "agent-type");
+      if (agentType === "") throw new UsageError("session start: --agent-type is required");
+      const pr = int(values, "pr");
+      const conn = ctx.conn();
+      const started = await conn.workspaces.startSession(
+        {
+          agentType,
+          workspaceId: str(values, "workspace"),
+          labels: pairs(values, "label"),
+          task: { repositoryUrl: str(values, "repo"), branch: str(values, "branch"), pullRequestNumber: BigInt(pr ?? 0), baseBranch: str(values, "base-branch") },
+        },
+        { signal: ctx.signal },
+      );
+      let session = started.session;
+      if (!session) throw new Error("the server answered without a session");
+      if (!values["no-wait"] && session.status === SessionStatus.PROVISIONING) {
+        await follow(ctx, session.id);
+        session = (await conn.workspaces.getSession({ id: session.id }, { signal: ctx.signal })).session ?? session;
+      }
+      if (ctx.json) {
+        await write(ctx.io.stdout, jsonLine(StartSessionResponseSchema, { ...started, session }));
+      } else {
+        await write(ctx.io.stdout, `${session.id} ${enumName(SessionStatus, session.status)} workspace ${session.workspaceId || "-"}\n`);
+        for (const w of session.warnings) await write(ctx.io.stderr, `warning: ${w.message}\n`);
+      }
+      if (session.status === SessionStatus.DEGRADED || session.status === SessionStatus.ENDED) {
+        await write(ctx.io.stderr, `agent-workspace: session ${session.id} is ${enumName(SessionStatus, session.status)}${session.statusMessage ? `: ${session.statusMessage}` : ""}\n`);
+        return EXIT_FAILURE;
+      }
+      return 0;
+    },
+  },
+  "session ls": {
+    usage: "session ls [--agent-type T] [--status S]",
+    summary: "Lists sessions (every page).",
+    options: { "agent-type": { type: "string" }, status: { type: "string" } },
+    help: { "agent-type": "only this agent type's", status: "provisioning, active, degraded or ended" },
+    positionals: [0, 0],
+    async run(ctx, { values }) {
+      const statusText = str(values, "status");
+      const status = statusText === "" ? SessionStatus.UNSPECIFIED : (SessionStatus as unknown as Record<string, number>)[statusText.toUpperCase()];
+      if (status === undefined || (statusText !== "" && status === SessionStatus.UNSPECIFIED)) throw new UsageError(`--status ${statusText}: expected provisioning, active, degraded or ended`);
+      const all: Session[] = [];
+      let pageToken = "";
+      do {
+        const page = await ctx.conn().workspaces.listSessions({ agentType: str(values, "agent-type"), status, pageToken }, { signal: ctx.signal });
+        all.push(...page.sessions);
+        pageToken = page.nextPageToken;
+      } while (pageToken !== "");
+      if (ctx.json) {
+        for (const s of all) await write(ctx.io.stdout, jsonLine(SessionSchema, s));
+      } else {
+        await write(ctx.io.stdout, all.length === 0 ? "no sessions\n" : table([sessionHeader, ...all.map(sessionRow)]));
+      }
+      return 0;
+    },
+  },
+  "session end": {
+    usage: "session end SESSION",
+    summary: "Ends a session: its token stops working and its workspace is removed (unless shared).",
+    positionals: [1, 1],
+    async run(ctx, { positionals: [id] }) {
+      const res = await ctx.conn().workspaces.endSession({ id }, { signal: ctx.signal });
+      await write(ctx.io.stdout, ctx.json ? jsonLine(EndSessionResponseSchema, res) : `${id} ${enumName(SessionStatus, res.session?.status ?? 0)}\n`);
+      return 0;
+    },
+  },
+};
+
+/**
+ * Shows a session's provisioning on stderr until it leaves PROVISIONING: stages as they start and
+ * end, and each stage's output line by line (git's `\r` progress updates become lines).
+ */
+async function follow(ctx: Context, id: string): Promise<void> {
+  const err = ctx.io.stderr;
+  const began = Date.now();
+  const stamp = () => `${((Date.now() - began) / 1000).toFixed(1).padStart(5)}s`;
+  const pending = new Map<string, string>();
+  for await (const res of ctx.conn().workspaces.watchSession({ id }, { signal: ctx.signal })) {
+    if (ctx.json) {
+      // Scripts that asked for JSON still see progress, as JSON lines on stderr.
+      await write(err, jsonLine(WatchSessionResponseSchema, res));
+    } else {
+      await write(err, progressLine(res, stamp, pending));
+    }
+    if (res.event.case === "status" && res.event.value.status !== SessionStatus.PROVISIONING) return;
+  }
+}
+
+function progressLine(res: WatchSessionResponse, stamp: () => string, pending: Map<string, string>): string {
+  const e = res.event;
+  switch (e.case) {
+    case "status":
+      return `${stamp()}  ${enumName(SessionStatus, e.value.status)}${e.value.message ? `: ${e.value.message}` : ""}\n`;
+    case "stageStarted":
+      return `${stamp()}  ▶ ${enumName(ProvisioningStage, e.value.stage)}${e.value.detail ? ` ${e.value.detail}` : ""}\n`;
+    case "output": {
+      const key = `${e.value.stage}/${e.value.index}/${e.value.stderr}`;
+      const text = (pending.get(key) ?? "") + Buffer.from(e.value.data).toString("utf8");
+      const parts = text.split(/\r\n|\r|\n/);
+      pending.set(key, parts.pop() ?? "");
+      return parts.filter((l) => l.trim() !== "").map((l) => `${stamp()}    │ ${l}\n`).join("");
+    }
+    case "stageEnded":
+      return `${stamp()}  ${e.value.ok ? "✔" : "✘"} ${enumName(ProvisioningStage, e.value.stage)} (${e.value.durationMs} ms)${e.value.message ? ` ${e.value.message}` : ""}\n`;
+    case "warning":
+      return `${stamp()}  ⚠ ${e.value.message}\n`;
+    default:
+      return "";
+  }
+}
