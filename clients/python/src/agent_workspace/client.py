@@ -238,7 +238,7 @@ class Session:
         return self._token
 
     @property
-    def status(self) -> "workspace_pb2.SessionStatus.ValueType":
+    def status(self) -> int:
         return self.info.status
 
     def __repr__(self) -> str:
@@ -391,7 +391,7 @@ class AgentWorkspace:
         return Session(self._conn, info, None, self._metadata)
 
     def list_sessions(
-        self, *, agent_type: str = "", status: "workspace_pb2.SessionStatus.ValueType" = 0, page_size: int = 0, page_token: str = "", timeout: Optional[float] = None
+        self, *, agent_type: str = "", status: int = 0, page_size: int = 0, page_token: str = "", timeout: Optional[float] = None
     ) -> workspace_pb2.ListSessionsResponse:
         """One page of sessions, newest first."""
         request = workspace_pb2.ListSessionsRequest(agent_type=agent_type, status=status, page_size=page_size, page_token=page_token)

@@ -43,7 +43,8 @@ def _reason_name(number: int) -> str:
 
 
 def _detail(error: grpc.RpcError) -> Optional[errors_pb2.ErrorDetail]:
-    trailers = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None  # type: ignore[attr-defined]
+    trailing = getattr(error, "trailing_metadata", None)
+    trailers = trailing() if callable(trailing) else None
     raw = next((v for k, v in (trailers or ()) if k == "grpc-status-details-bin"), None)
     if not isinstance(raw, bytes):
         return None
@@ -65,8 +66,9 @@ def _detail(error: grpc.RpcError) -> Optional[errors_pb2.ErrorDetail]:
 
 def from_rpc_error(error: grpc.RpcError) -> AgentWorkspaceError:
     """Converts a grpcio error (sync or ``grpc.aio``) into the exception of its reason."""
-    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
-    message = (error.details() if hasattr(error, "details") else None) or ""  # type: ignore[attr-defined]
+    code_of, details_of = getattr(error, "code", None), getattr(error, "details", None)
+    code: grpc.StatusCode = code_of() if callable(code_of) else grpc.StatusCode.UNKNOWN
+    message: str = (details_of() if callable(details_of) else None) or ""
     detail = _detail(error)
     if detail is None or detail.reason == 0:
         return AgentWorkspaceError(message or code.name, code=code, detail=detail)
