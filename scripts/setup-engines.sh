@@ -5,7 +5,13 @@
 #   1. apt-installs docker.io, runsc (gVisor), ripgrep, debootstrap, git, curl and
 #      python3-grpcio (an independent gRPC client for the interop tests)
 #      (plus gcc and libc6-dev, which build-base-image.sh needs for its small
-#      statx shim), only when one of them is missing (one `apt-get update`).
+#      statx shim), and what the Python client (clients/python) is generated,
+#      built and tested with: protobuf-compiler (protoc 3.21; not python3-grpc-tools,
+#      whose protoc 3.5 rejects proto3 `optional`) with libprotobuf-dev (the
+#      well-known .proto files), protobuf-compiler-grpc (grpc_python_plugin),
+#      python3-protobuf, python3-venv, python3-setuptools and python3-wheel (an
+#      offline `pip install --no-build-isolation` into a venv), only when one of
+#      them is missing (one `apt-get update`).
 #   2. Registers gVisor with Docker in /etc/docker/daemon.json as the runtime
 #      "runsc" (merged into an existing file, other keys kept), through the
 #      wrapper scripts/runsc-noexec installed as /usr/local/sbin/agent-workspace-runsc
@@ -58,7 +64,8 @@ pkg_installed() {
 }
 
 install_packages() {
-  local want=(docker.io runsc ripgrep debootstrap git gcc libc6-dev curl python3-grpcio e2fsprogs mount) missing=() p
+  local want=(docker.io runsc ripgrep debootstrap git gcc libc6-dev curl python3-grpcio e2fsprogs mount
+    protobuf-compiler libprotobuf-dev protobuf-compiler-grpc python3-protobuf python3-venv python3-setuptools python3-wheel) missing=() p
   for p in "${want[@]}"; do
     pkg_installed "$p" || missing+=("$p")
   done

@@ -1,0 +1,434 @@
+"""The synchronous client over grpcio: ``AgentWorkspace``, ``Workspace``, ``Git``, ``Session``."""
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
+
+import grpc
+
+from . import _common as c
+from ._gen.agentworkspace.v1 import (
+    config_pb2,
+    config_pb2_grpc,
+    git_pb2,
+    tool_pb2,
+    tool_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
+from .errors import from_rpc_error
+from .streams import BashStream, GrepStream, Stream
+
+R = TypeVar("R")
+
+__all__ = ["AgentWorkspace", "Workspace", "Git", "Session"]
+
+
+class _Conn:
+    """A channel, its stubs and the default deadline, shared by everything one client makes."""
+
+    def __init__(self, channel: grpc.Channel, timeout: Optional[float]) -> None:
+        self.channel = channel
+        self.timeout = timeout
+        self.tools = tool_pb2_grpc.ToolServiceStub(channel)
+        self.workspaces = workspace_pb2_grpc.WorkspaceServiceStub(channel)
+        self.config = config_pb2_grpc.ConfigServiceStub(channel)
+
+    def unary(self, method: Callable[..., R], request: Any, metadata: c.Metadata, timeout: Optional[float]) -> R:
+        try:
+            return method(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from None
+
+    def stream(self, method: Callable[..., Any], request: Any, metadata: c.Metadata, timeout: Optional[float]) -> Any:
+        # Errors (a refusal included) arrive from the first next(), through Stream.
+        return method(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
+
+
+class Git:
+    """The git tools of a workspace (``workspace.git``); the workspace's root must be a work tree."""
+
+    def __init__(self, workspace: "Workspace") -> None:
+        self._ws = workspace
+
+    def status(self, *, timeout: Optional[float] = None) -> git_pb2.GitStatusResponse:
+        """Branch, upstream, ahead/behind and each changed, staged or untracked file."""
+        return self._ws._unary(self._ws._conn.tools.GitStatus, git_pb2.GitStatusRequest(workspace_id=self._ws.id), timeout)
+
+    def diff(self, paths: Sequence[str] = (), *, ref: str = "", context_lines: Optional[int] = None, timeout: Optional[float] = None) -> git_pb2.GitDiffResponse:
+        """The staged and unstaged diffs, or with ``ref`` the working tree against it."""
+        return self._ws._unary(self._ws._conn.tools.GitDiff, c.git_diff_request(self._ws.id, paths, ref, context_lines), timeout)
+
+    def commit(self, message: str, files: Sequence[str] = (), *, all: bool = False, timeout: Optional[float] = None) -> git_pb2.GitCommitResponse:
+        """Stages exactly ``files`` (or every tracked change with ``all``) and commits them as the
+        server's bot identity. Nothing to commit raises ``NothingToCommit``."""
+        request = git_pb2.GitCommitRequest(workspace_id=self._ws.id, message=message, files=list(files), all=all)
+        return self._ws._unary(self._ws._conn.tools.GitCommit, request, timeout)
+
+    def checkout(self, branch: str, *, create: bool = False, timeout: Optional[float] = None) -> git_pb2.GitCheckoutResponse:
+        """Switches to ``branch``, creating it at HEAD first with ``create``."""
+        return self._ws._unary(self._ws._conn.tools.GitCheckout, git_pb2.GitCheckoutRequest(workspace_id=self._ws.id, branch=branch, create=create), timeout)
+
+    def push(self, branch: str = "", *, force: bool = False, timeout: Optional[float] = None) -> git_pb2.GitPushResponse:
+        """Pushes ``branch`` (default: the checked-out one) with a credential the workspace never sees."""
+        return self._ws._unary(self._ws._conn.tools.GitPush, git_pb2.GitPushRequest(workspace_id=self._ws.id, branch=branch, force=force), timeout)
+
+
+class Workspace:
+    """One workspace and the credential its tool calls carry.
+
+    From ``client.workspace(id)``/``client.create_workspace()`` (the client's API key) or
+    ``session.workspace`` (the session token; ``id`` is then empty and the server picks the
+    session's workspace). Results are the generated response messages (``BashResponse``, …);
+    failures raise the ``AgentWorkspaceError`` subclass of their reason. ``timeout`` is the call's
+    deadline in seconds (default: the client's). Paths are relative to the workspace or absolute
+    under ``/workspace``. Used as a context manager, a workspace made by ``create_workspace`` is
+    deleted on exit.
+    """
+
+    def __init__(self, conn: _Conn, workspace_id: str, metadata: c.Metadata, *, info: Optional[workspace_pb2.Workspace] = None, owned: bool = False) -> None:
+        self._conn = conn
+        self._metadata = metadata
+        self._owned = owned
+        self.id = workspace_id
+        #: The Workspace message from when it was made or last fetched (``refresh()``), if any.
+        self.info = info
+        self.git = Git(self)
+
+    def __repr__(self) -> str:
+        return f"Workspace(id={self.id!r})" if self.id else "Workspace(<the session's workspace>)"
+
+    def _unary(self, method: Callable[..., R], request: Any, timeout: Optional[float]) -> R:
+        return self._conn.unary(method, request, self._metadata, timeout)
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._owned:
+            self.delete_workspace()
+
+    # --- the workspace itself -------------------------------------------------------------------
+
+    def refresh(self, *, timeout: Optional[float] = None) -> workspace_pb2.Workspace:
+        """Fetches the workspace (GetWorkspace; an operator call) and keeps it as ``info``."""
+        self.info = self._unary(self._conn.workspaces.GetWorkspace, workspace_pb2.GetWorkspaceRequest(id=self.id), timeout).workspace
+        return self.info
+
+    def delete_workspace(self, *, timeout: Optional[float] = None) -> None:
+        """Stops everything running in the workspace and removes it (DeleteWorkspace)."""
+        self._unary(self._conn.workspaces.DeleteWorkspace, workspace_pb2.DeleteWorkspaceRequest(id=self.id), timeout)
+        self._owned = False
+
+    # --- commands -------------------------------------------------------------------------------
+
+    def bash(
+        self,
+        command: str,
+        *,
+        workdir: str = "",
+        env: Optional[Mapping[str, str]] = None,
+        command_timeout: Optional[float] = None,
+        timeout: Optional[float] = None,
+    ) -> tool_pb2.BashResponse:
+        """Runs ``bash -c command`` and returns its output (each stream cut at 50 KiB) and exit code;
+        a non-zero exit is a result, not an error. ``command_timeout`` (seconds; default the
+        server's, 120) kills the command and raises ``CommandTimeout`` with its
+        ``partial_output``; ``timeout`` is the call's deadline, which stops it as well."""
+        return self._unary(self._conn.tools.Bash, c.bash_request(self.id, command, workdir, env, command_timeout), timeout)
+
+    def stream_bash(
+        self,
+        command: str,
+        *,
+        workdir: str = "",
+        env: Optional[Mapping[str, str]] = None,
+        command_timeout: Optional[float] = None,
+        max_output_bytes: int = 0,
+        encoding: str = "utf-8",
+        errors: str = "replace",
+        timeout: Optional[float] = None,
+    ) -> BashStream:
+        """Runs a command and returns its output as it comes: an iterator of ``OutputChunk``s
+        with ``exited`` set at the end (see ``BashStream``). Cancel it (``close()``, ``cancel()``,
+        leaving its ``with`` block) and the server kills the command."""
+        request = c.stream_bash_request(self.id, command, workdir, env, command_timeout, max_output_bytes)
+        return BashStream(self._conn.stream(self._conn.tools.StreamBash, request, self._metadata, timeout), encoding, errors)
+
+    # --- files ----------------------------------------------------------------------------------
+
+    def read(self, path: str, *, offset: int = 0, limit: int = 0, timeout: Optional[float] = None) -> tool_pb2.ReadFileResponse:
+        """A text file as ``N: `` numbered lines (``offset`` 1-indexed, ``limit`` default 2000), a
+        directory's entries, or a binary file's size and MIME type."""
+        return self._unary(self._conn.tools.ReadFile, tool_pb2.ReadFileRequest(workspace_id=self.id, path=path, offset=offset, limit=limit), timeout)
+
+    def write(self, path: str, content: str, *, timeout: Optional[float] = None) -> tool_pb2.WriteFileResponse:
+        """Creates or atomically replaces a file, making its parent directories."""
+        return self._unary(self._conn.tools.WriteFile, tool_pb2.WriteFileRequest(workspace_id=self.id, path=path, content=content), timeout)
+
+    def edit(self, path: str, old_string: str, new_string: str, *, replace_all: bool = False, timeout: Optional[float] = None) -> tool_pb2.EditFileResponse:
+        """Replaces the exact ``old_string``, which must occur once (``FindNotUnique`` otherwise)
+        unless ``replace_all``; absent, ``FindNotFound`` carries the ``closest_match``."""
+        request = tool_pb2.EditFileRequest(workspace_id=self.id, path=path, old_string=old_string, new_string=new_string, replace_all=replace_all)
+        return self._unary(self._conn.tools.EditFile, request, timeout)
+
+    def patch(self, path: str, patches: Iterable[c.PatchLike], *, timeout: Optional[float] = None) -> tool_pb2.PatchFileResponse:
+        """Applies ``(find, replace)`` pairs (or ``Patch`` messages) in order, all or nothing."""
+        return self._unary(self._conn.tools.PatchFile, tool_pb2.PatchFileRequest(workspace_id=self.id, path=path, patches=c.patches(patches)), timeout)
+
+    def delete(self, path: str, *, timeout: Optional[float] = None) -> None:
+        """Deletes a file or symlink (never a directory, never a link's target)."""
+        self._unary(self._conn.tools.DeleteFile, tool_pb2.DeleteFileRequest(workspace_id=self.id, path=path), timeout)
+
+    def list(self, path: str = "", *, pattern: str = "", timeout: Optional[float] = None) -> tool_pb2.ListFilesResponse:
+        """A directory's entries, or with ``pattern`` (``**/*.py``) every matching file below it."""
+        return self._unary(self._conn.tools.ListFiles, tool_pb2.ListFilesRequest(workspace_id=self.id, path=path, pattern=pattern), timeout)
+
+    def glob(self, pattern: str, *, path: str = "", limit: int = 0, timeout: Optional[float] = None) -> tool_pb2.GlobResponse:
+        """Files matching ``pattern``, newest modification first."""
+        return self._unary(self._conn.tools.Glob, tool_pb2.GlobRequest(workspace_id=self.id, pattern=pattern, path=path, limit=limit), timeout)
+
+    def grep(
+        self,
+        pattern: str,
+        *,
+        path: str = "",
+        glob: str = "",
+        case_sensitive: Optional[bool] = None,
+        context_lines: int = 0,
+        max_results: int = 0,
+        timeout: Optional[float] = None,
+    ) -> tool_pb2.GrepResponse:
+        """ripgrep's matches of a regular expression (``max_results`` default 100, ``truncated``)."""
+        request = tool_pb2.GrepRequest(workspace_id=self.id, **c.grep_fields(pattern, path, glob, case_sensitive, context_lines, max_results))
+        return self._unary(self._conn.tools.Grep, request, timeout)
+
+    def stream_grep(
+        self,
+        pattern: str,
+        *,
+        path: str = "",
+        glob: str = "",
+        case_sensitive: Optional[bool] = None,
+        context_lines: int = 0,
+        max_results: int = 0,
+        timeout: Optional[float] = None,
+    ) -> GrepStream:
+        """Like ``grep``, the matches as ripgrep finds them (``GrepStream``; ``done`` at the end)."""
+        request = tool_pb2.StreamGrepRequest(workspace_id=self.id, **c.grep_fields(pattern, path, glob, case_sensitive, context_lines, max_results))
+        return GrepStream(self._conn.stream(self._conn.tools.StreamGrep, request, self._metadata, timeout))
+
+
+class Session:
+    """An agent session: its id, its token (never printed), and its workspace.
+
+    As a context manager it ends the session on exit (EndSession, with the client's API key): the
+    token stops working and the workspace is removed.
+    """
+
+    def __init__(self, conn: _Conn, info: workspace_pb2.Session, token: Optional[str], operator: c.Metadata) -> None:
+        self._conn = conn
+        self._token = token
+        self._operator = operator
+        #: The session as last seen (StartSession's answer, then ``refresh()``/``wait_ready()``/``end()``).
+        self.info = info
+        self.id = info.id
+        self.workspace = Workspace(conn, "", c.bearer(token)) if token else Workspace(conn, info.workspace_id, operator)
+
+    @property
+    def token(self) -> Optional[str]:
+        """The session token (``Bearer`` credential of its tool calls); None for a session looked up by id."""
+        return self._token
+
+    @property
+    def status(self) -> int:
+        return self.info.status
+
+    def __repr__(self) -> str:
+        return f"Session(id={self.id!r}, status={workspace_pb2.SessionStatus.Name(self.info.status)})"
+
+    def _reader(self) -> c.Metadata:
+        return c.bearer(self._token) if self._token else self._operator
+
+    def refresh(self, *, timeout: Optional[float] = None) -> workspace_pb2.Session:
+        """Fetches the session (GetSession)."""
+        self.info = self._conn.unary(self._conn.workspaces.GetSession, workspace_pb2.GetSessionRequest(id=self.id), self._reader(), timeout).session
+        return self.info
+
+    def events(self, *, follow: bool = False, timeout: Optional[float] = None) -> "Stream[workspace_pb2.WatchSessionResponse]":
+        """WatchSession: the events so far, then each as it happens (stages, their output,
+        warnings, status changes); ends once provisioning is over, or with ``follow`` once the
+        session has ended."""
+        call = self._conn.stream(self._conn.workspaces.WatchSession, workspace_pb2.WatchSessionRequest(id=self.id, follow=follow), self._reader(), timeout)
+        return Stream(call, c.PassThrough())
+
+    def wait_ready(self, *, timeout: Optional[float] = None) -> workspace_pb2.Session:
+        """Waits until provisioning is over and returns the session: status ``ACTIVE`` (ready), or
+        ``DEGRADED`` (no workspace; ``status_message`` says why). ``timeout`` bounds the wait."""
+        with self.events(timeout=timeout) as events:
+            for _ in events:
+                pass
+        return self.refresh(timeout=timeout)
+
+    def end(self, *, timeout: Optional[float] = None) -> workspace_pb2.Session:
+        """Ends the session (EndSession, an operator call); ending an ended one changes nothing."""
+        self.info = self._conn.unary(self._conn.workspaces.EndSession, workspace_pb2.EndSessionRequest(id=self.id), self._operator, timeout).session
+        return self.info
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.end()
+            return
+        try:  # never hide the exception that left the block
+            self.end()
+        except Exception:
+            pass
+
+
+class AgentWorkspace:
+    """A connection to an agent-workspace server.
+
+    ``url`` is ``http://host:port`` (plaintext, HTTP/2 prior knowledge) or ``https://host[:port]``
+    (TLS, the system's roots unless ``root_certificates``). ``api_key`` is an operator key
+    (``AGENT_WORKSPACE_API_KEYS``); ``session_token`` a session's token, for an agent that has only
+    that (``client.workspace()`` is then its session's workspace). ``timeout`` is the default
+    deadline of every call in seconds (None: none). Close it, or use it as a context manager.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        api_key: Optional[str] = None,
+        session_token: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+        root_certificates: Optional[bytes] = None,
+        channel_options: Sequence[Tuple[str, Any]] = (),
+    ) -> None:
+        target, secure = c.parse_url(url)
+        options = list(c.CHANNEL_OPTIONS) + list(channel_options)
+        channel = (
+            grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates), options=options)
+            if secure
+            else grpc.insecure_channel(target, options=options)
+        )
+        self.url = url
+        self._conn = _Conn(channel, timeout)
+        self._metadata = c.bearer(api_key or session_token)
+
+    def __repr__(self) -> str:
+        return f"AgentWorkspace(url={self.url!r})"
+
+    def close(self) -> None:
+        """Closes the channel; calls still running are cancelled."""
+        self._conn.channel.close()
+
+    def __enter__(self) -> "AgentWorkspace":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- workspaces -----------------------------------------------------------------------------
+
+    def workspace(self, workspace_id: str = "") -> Workspace:
+        """A handle on an existing workspace (no call is made). With a session token and no id:
+        the session's workspace."""
+        return Workspace(self._conn, workspace_id, self._metadata)
+
+    def create_workspace(
+        self,
+        *,
+        provider: str = "",
+        agent_type: str = "",
+        labels: Optional[Mapping[str, str]] = None,
+        image: str = "",
+        limits: Optional[workspace_pb2.ResourceLimits] = None,
+        mounts: Sequence[workspace_pb2.HostMount] = (),
+        timeout: Optional[float] = None,
+    ) -> Workspace:
+        """Makes a workspace (CreateWorkspace) and returns it once it runs tools; as a context
+        manager it is deleted on exit."""
+        request = workspace_pb2.CreateWorkspaceRequest(provider=provider, agent_type=agent_type, labels=dict(labels or {}), image=image, limits=limits, mounts=list(mounts))
+        info = self._conn.unary(self._conn.workspaces.CreateWorkspace, request, self._metadata, timeout).workspace
+        return Workspace(self._conn, info.id, self._metadata, info=info, owned=True)
+
+    def list_workspaces(
+        self, *, provider: str = "", labels: Optional[Mapping[str, str]] = None, page_size: int = 0, page_token: str = "", timeout: Optional[float] = None
+    ) -> workspace_pb2.ListWorkspacesResponse:
+        """One page of workspaces, newest first (``next_page_token`` continues)."""
+        request = workspace_pb2.ListWorkspacesRequest(provider=provider, labels=dict(labels or {}), page_size=page_size, page_token=page_token)
+        return self._conn.unary(self._conn.workspaces.ListWorkspaces, request, self._metadata, timeout)
+
+    def delete_workspace(self, workspace_id: str, *, timeout: Optional[float] = None) -> None:
+        """Removes a workspace and everything running in it."""
+        self._conn.unary(self._conn.workspaces.DeleteWorkspace, workspace_pb2.DeleteWorkspaceRequest(id=workspace_id), self._metadata, timeout)
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    def start_session(
+        self,
+        agent_type: str,
+        *,
+        task: Optional[c.TaskLike] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        mounts: Sequence[workspace_pb2.HostMount] = (),
+        workspace_id: str = "",
+        timeout: Optional[float] = None,
+    ) -> Session:
+        """Starts a session of ``agent_type`` (StartSession) and returns it at once, usually
+        ``PROVISIONING``: ``wait_ready()`` waits for its workspace (tool calls made before wait on
+        their own). ``task`` is a ``TaskContext`` or a dict of its fields (``repository_url``,
+        ``branch``, ``pull_request_number``, ``base_branch``); ``workspace_id`` joins another live
+        session's workspace. Use it as a context manager to end it."""
+        request = workspace_pb2.StartSessionRequest(agent_type=agent_type, task=c.task_context(task), labels=dict(labels or {}), mounts=list(mounts), workspace_id=workspace_id)
+        response = self._conn.unary(self._conn.workspaces.StartSession, request, self._metadata, timeout)
+        return Session(self._conn, response.session, response.session_token, self._metadata)
+
+    def session(self, session_id: str = "", *, timeout: Optional[float] = None) -> Session:
+        """An existing session, fetched (GetSession). With a session token and no id: its own."""
+        info = self._conn.unary(self._conn.workspaces.GetSession, workspace_pb2.GetSessionRequest(id=session_id), self._metadata, timeout).session
+        return Session(self._conn, info, None, self._metadata)
+
+    def list_sessions(
+        self, *, agent_type: str = "", status: int = 0, page_size: int = 0, page_token: str = "", timeout: Optional[float] = None
+    ) -> workspace_pb2.ListSessionsResponse:
+        """One page of sessions, newest first."""
+        request = workspace_pb2.ListSessionsRequest(agent_type=agent_type, status=status, page_size=page_size, page_token=page_token)
+        return self._conn.unary(self._conn.workspaces.ListSessions, request, self._metadata, timeout)
+
+    # --- agent types ----------------------------------------------------------------------------
+
+    def create_agent_type(
+        self,
+        agent_type_id: str,
+        *,
+        workspace: "Optional[config_pb2.WorkspaceConfig | Mapping[str, Any]]" = None,
+        display_name: str = "",
+        description: str = "",
+        timeout: Optional[float] = None,
+    ) -> config_pb2.AgentType:
+        """Creates an agent type; ``workspace`` is its ``WorkspaceConfig`` or a dict of its fields
+        (``{"enabled": True, "tools": ["bash", "read"], "command_policy": {"allow": ["git"]}}``)."""
+        config = workspace if workspace is None or isinstance(workspace, config_pb2.WorkspaceConfig) else config_pb2.WorkspaceConfig(**workspace)
+        request = config_pb2.CreateAgentTypeRequest(agent_type=config_pb2.AgentType(id=agent_type_id, display_name=display_name, description=description, workspace=config))
+        return self._conn.unary(self._conn.config.CreateAgentType, request, self._metadata, timeout).agent_type
+
+    def get_agent_type(self, agent_type_id: str, *, timeout: Optional[float] = None) -> config_pb2.AgentType:
+        return self._conn.unary(self._conn.config.GetAgentType, config_pb2.GetAgentTypeRequest(id=agent_type_id), self._metadata, timeout).agent_type
+
+    def delete_agent_type(self, agent_type_id: str, *, timeout: Optional[float] = None) -> None:
+        self._conn.unary(self._conn.config.DeleteAgentType, config_pb2.DeleteAgentTypeRequest(id=agent_type_id), self._metadata, timeout)
+
+    # --- everything else ------------------------------------------------------------------------
+
+    @property
+    def channel(self) -> grpc.Channel:
+        """The grpcio channel, for the generated stubs of RPCs this class does not wrap (pass
+        ``metadata=client.call_metadata``)."""
+        return self._conn.channel
+
+    @property
+    def call_metadata(self) -> List[Tuple[str, str]]:
+        """The metadata carrying this client's credential."""
+        return list(self._metadata)
