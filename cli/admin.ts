@@ -9,11 +9,20 @@
 import { readFile } from "node:fs/promises";
 import { toJson } from "@bufbuild/protobuf";
 import { type Duration, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  type AgentType,
+  AgentTypeNotFoundError,
+  AgentTypeSchema,
+  type AuditEvent,
+  AuditEventSchema,
+  AuditOutcome,
+  CancelledError,
+  SessionStatus,
+  type WatchEventsResponse,
+  WatchEventsResponseSchema,
+  WorkspaceStatus,
+} from "@agent-workspace/client";
 import { stringify } from "yaml";
-import { type AuditEvent, AuditEventSchema, AuditOutcome, WatchEventsResponseSchema, type WatchEventsResponse } from "../gen/agentworkspace/v1/audit_pb.js";
-import { type AgentType, AgentTypeSchema } from "../gen/agentworkspace/v1/config_pb.js";
-import { SessionStatus, WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { parseAgentTypes } from "../server/agent-types/file.ts";
 import { type Command, duration, int, str } from "./command.ts";
 import { enumName, jsonLine, reasonName, table, UsageError, when, write } from "./output.ts";
@@ -76,7 +85,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
     summary: "Lists agent types.",
     positionals: [0, 0],
     async run(ctx) {
-      const { agentTypes } = await ctx.conn().config.listAgentTypes({}, { signal: ctx.signal });
+      const agentTypes = await ctx.aw().agentTypes.list({ signal: ctx.signal });
       if (ctx.json) {
         for (const t of agentTypes) await write(ctx.io.stdout, jsonLine(AgentTypeSchema, t));
         return 0;
@@ -91,8 +100,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
     summary: "Prints an agent type as an agent-types document (YAML) that 'apply' takes back.",
     positionals: [1, 1],
     async run(ctx, { positionals: [id] }) {
-      const { agentType } = await ctx.conn().config.getAgentType({ id }, { signal: ctx.signal });
-      if (!agentType) throw new Error("the server answered without an agent type");
+      const agentType = await ctx.aw().agentTypes.get(id, { signal: ctx.signal });
       await write(ctx.io.stdout, ctx.json ? jsonLine(AgentTypeSchema, agentType) : agentTypeDocument([agentType]));
       return 0;
     },
@@ -120,21 +128,22 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       } catch (err) {
         throw new UsageError((err as Error).message);
       }
-      const config = ctx.conn().config;
+      const agentTypes = ctx.aw().agentTypes;
       for (const t of declared) {
         let result: "created" | "updated" | "unchanged";
         let revision: bigint;
         let current: AgentType | undefined;
         try {
-          current = (await config.getAgentType({ id: t.id }, { signal: ctx.signal })).agentType;
+          current = await agentTypes.get(t.id, { signal: ctx.signal });
         } catch (err) {
-          if (!(err instanceof ConnectError && err.code === Code.NotFound)) throw err;
+          if (!(err instanceof AgentTypeNotFoundError)) throw err;
         }
         if (!current) {
-          revision = (await config.createAgentType({ agentType: t }, { signal: ctx.signal })).agentType?.revision ?? 0n;
+          revision = (await agentTypes.create(t, { signal: ctx.signal })).revision;
           result = "created";
         } else {
-          revision = (await config.updateAgentType({ agentType: t }, { signal: ctx.signal })).agentType?.revision ?? 0n;
+          // The server keeps the revision when nothing differs.
+          revision = (await agentTypes.update(t, { signal: ctx.signal })).revision;
           result = revision === current.revision ? "unchanged" : "updated";
         }
         await write(ctx.io.stdout, ctx.json ? `${JSON.stringify({ id: t.id, result, revision: String(revision) })}\n` : `${result} ${t.id} (revision ${revision})\n`);
@@ -168,7 +177,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       const outcome = str(values, "outcome");
       if (outcome !== "" && !OUTCOMES.includes(outcome)) throw new UsageError(`--outcome ${outcome}: expected ${OUTCOMES.join(", ")}`);
       const since = str(values, "since");
-      const { events } = await ctx.conn().audit.listAuditEvents(
+      const { events } = await ctx.aw().audit.list(
         {
           workspaceId: str(values, "workspace"),
           sessionId: str(values, "session"),
@@ -197,14 +206,14 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
     positionals: [0, 0],
     async run(ctx, { values }) {
       try {
-        for await (const res of ctx.conn().audit.watchEvents({ workspaceId: str(values, "workspace"), sessionId: str(values, "session") }, { signal: ctx.signal })) {
+        for await (const res of ctx.aw().watchEvents({ workspaceId: str(values, "workspace"), sessionId: str(values, "session") }, { signal: ctx.signal })) {
           if (ctx.json) await write(ctx.io.stdout, jsonLine(WatchEventsResponseSchema, res));
           else if (res.event.case === "started") await write(ctx.io.stderr, "following; Ctrl-C stops\n");
           else await write(ctx.io.stdout, eventLine(res));
         }
       } catch (err) {
         // Ctrl-C is how a tail ends: not a failure.
-        if (ctx.signal.aborted && err instanceof ConnectError && err.code === Code.Canceled) return 0;
+        if (ctx.signal.aborted && err instanceof CancelledError) return 0;
         throw err;
       }
       return 0;

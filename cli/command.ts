@@ -5,7 +5,7 @@
  * `--protocol`, `--json`, `--help`) are accepted by every command, anywhere on the line.
  */
 import { parseArgs, type ParseArgsConfig } from "node:util";
-import type { Connection } from "./connection.ts";
+import type { AgentWorkspace } from "@agent-workspace/client";
 import { type Io, UsageError } from "./output.ts";
 
 /** What a command runs with. */
@@ -14,8 +14,10 @@ export interface Context {
   env: NodeJS.ProcessEnv;
   /** `--json`: print JSON for scripts instead of text for people. */
   json: boolean;
-  /** The server, connected on first use. */
-  conn: () => Connection;
+  /** The server's client, made on first use. */
+  aw: () => AgentWorkspace;
+  /** The server's URL, for messages. */
+  url: string;
   /** Aborted on the first Ctrl-C (SIGINT) or SIGTERM; a command stops its call and exits. */
   signal: AbortSignal;
 }

@@ -1,36 +1,26 @@
 /**
- * How the command line reaches a server: the URL (`--server`, else `AGENT_WORKSPACE_URL`, else
- * http://127.0.0.1:8080), the protocol (`--protocol`, Connect by default) and the credential from
- * the environment (`AGENT_WORKSPACE_API_KEY`, else `AGENT_WORKSPACE_SESSION_TOKEN`). The credential
- * is never taken from an argument, so it stays out of shell history and process listings, and it is
- * never printed.
+ * How the command line reaches a server: through the TypeScript client (`@agent-workspace/client`,
+ * clients/ts), so its typed errors, deadlines and read retries are the CLI's too. The URL comes from
+ * `--server`, else `AGENT_WORKSPACE_URL`, else http://127.0.0.1:8080; the protocol from `--protocol`
+ * (Connect over HTTP/1.1 by default, which every proxy in between speaks; gRPC over HTTP/2); the
+ * credential from the environment only (`AGENT_WORKSPACE_API_KEY`, else
+ * `AGENT_WORKSPACE_SESSION_TOKEN`), so it stays out of shell history and process listings. The
+ * client never puts it in an error, and the CLI never prints it.
  */
-import { type Client, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
-import { AuditService } from "../gen/agentworkspace/v1/audit_pb.js";
-import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
-import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
-import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { AgentWorkspace, type Protocol } from "@agent-workspace/client";
 import { UsageError } from "./output.ts";
 
 /** The protocols `--protocol` accepts. */
-export const PROTOCOLS = ["connect", "grpc", "grpc-web"] as const;
+export const PROTOCOLS: readonly Protocol[] = ["connect", "grpc", "grpc-web"];
 
-/** The services of one server, with the caller's credential on every call. */
-export interface Connection {
-  /** The server's base URL, for messages. */
-  url: string;
-  /** Whether a credential is sent (an error hint differs). */
-  authenticated: boolean;
-  workspaces: Client<typeof WorkspaceService>;
-  tools: Client<typeof ToolService>;
-  config: Client<typeof ConfigService>;
-  audit: Client<typeof AuditService>;
+/** The server's URL from the options and the environment. */
+export function serverUrl(options: { server?: string }, env: NodeJS.ProcessEnv): string {
+  return (options.server || env.AGENT_WORKSPACE_URL || "http://127.0.0.1:8080").replace(/\/+$/, "");
 }
 
-/** Builds the connection from the parsed global options and the environment. */
-export function connect(options: { server?: string; protocol?: string }, env: NodeJS.ProcessEnv): Connection {
-  const url = options.server || env.AGENT_WORKSPACE_URL || "http://127.0.0.1:8080";
+/** A client for the parsed global options and the environment. */
+export function connect(options: { server?: string; protocol?: string }, env: NodeJS.ProcessEnv): AgentWorkspace {
+  const url = serverUrl(options, env);
   let parsed: URL;
   try {
     parsed = new URL(url);
@@ -38,31 +28,9 @@ export function connect(options: { server?: string; protocol?: string }, env: No
     throw new UsageError(`--server ${url}: not a URL (for example http://127.0.0.1:8080)`);
   }
   if (parsed.protocol !== "http:" && parsed.protocol !== "https:") throw new UsageError(`--server ${url}: the URL must start with http:// or https://`);
-  const protocol = options.protocol || "connect";
-  if (!(PROTOCOLS as readonly string[]).includes(protocol)) throw new UsageError(`--protocol ${protocol}: expected one of ${PROTOCOLS.join(", ")}`);
-  const credential = env.AGENT_WORKSPACE_API_KEY || env.AGENT_WORKSPACE_SESSION_TOKEN || "";
-  const interceptors: Interceptor[] = credential
-    ? [
-        (next) => (req) => {
-          req.header.set("authorization", `Bearer ${credential}`);
-          return next(req);
-        },
-      ]
-    : [];
-  const baseUrl = url.replace(/\/+$/, "");
-  // gRPC needs HTTP/2; Connect and gRPC-Web go over HTTP/1.1, which every proxy in between speaks.
-  const transport: Transport =
-    protocol === "grpc"
-      ? createGrpcTransport({ baseUrl, interceptors })
-      : protocol === "grpc-web"
-        ? createGrpcWebTransport({ baseUrl, httpVersion: "1.1", interceptors })
-        : createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors });
-  return {
-    url: baseUrl,
-    authenticated: credential !== "",
-    workspaces: createClient(WorkspaceService, transport),
-    tools: createClient(ToolService, transport),
-    config: createClient(ConfigService, transport),
-    audit: createClient(AuditService, transport),
-  };
+  const protocol = (options.protocol || "connect") as Protocol;
+  if (!PROTOCOLS.includes(protocol)) throw new UsageError(`--protocol ${protocol}: expected one of ${PROTOCOLS.join(", ")}`);
+  const apiKey = env.AGENT_WORKSPACE_API_KEY || undefined;
+  const sessionToken = apiKey ? undefined : env.AGENT_WORKSPACE_SESSION_TOKEN || undefined;
+  return new AgentWorkspace({ url, protocol, httpVersion: protocol === "grpc" ? "2" : "1.1", apiKey, sessionToken });
 }

@@ -7,7 +7,8 @@
  */
 import { ADMIN_COMMANDS } from "./admin.ts";
 import { type Command, commandHelp, parse } from "./command.ts";
-import { connect, type Connection } from "./connection.ts";
+import type { AgentWorkspace } from "@agent-workspace/client";
+import { connect, serverUrl } from "./connection.ts";
 import { describeError, errorJson, EXIT_FAILURE, EXIT_USAGE, type Io, UsageError, write } from "./output.ts";
 import { TOOL_COMMANDS } from "./tools.ts";
 import { WORKSPACE_COMMANDS } from "./workspaces.ts";
@@ -56,7 +57,7 @@ export async function runCli(line: string[], env: NodeJS.ProcessEnv, io: Io, sig
     argv = argv.slice(takesValue ? 2 : 1);
   }
   const found = find(argv);
-  let conn: Connection | undefined;
+  let aw: AgentWorkspace | undefined;
   let json = line.includes("--json");
   let url = "";
   try {
@@ -76,16 +77,17 @@ export async function runCli(line: string[], env: NodeJS.ProcessEnv, io: Io, sig
     }
     json = args.values.json === true;
     const options = { server: typeof args.values.server === "string" ? args.values.server : undefined, protocol: typeof args.values.protocol === "string" ? args.values.protocol : undefined };
-    url = options.server || env.AGENT_WORKSPACE_URL || "http://127.0.0.1:8080";
+    url = serverUrl(options, env);
     return await found.command.run(
       {
         io,
         env,
         json,
         signal,
-        conn: () => {
-          conn ??= connect(options, env);
-          return conn;
+        url,
+        aw: () => {
+          aw ??= connect(options, env);
+          return aw;
         },
       },
       args,
@@ -93,6 +95,8 @@ export async function runCli(line: string[], env: NodeJS.ProcessEnv, io: Io, sig
   } catch (err) {
     await write(io.stderr, json && !(err instanceof UsageError) ? errorJson(err) : describeError(err, url));
     return err instanceof UsageError ? EXIT_USAGE : EXIT_FAILURE;
+  } finally {
+    aw?.close();
   }
 }
 

@@ -3,10 +3,9 @@
  * (`--json`: one JSON document per result, the API's JSON mapping; streams print one JSON object per
  * line), and every failure as one line on stderr naming the error's reason and what to do about it.
  */
-import { Code, ConnectError } from "@connectrpc/connect";
+import { AgentWorkspaceError, Code, ErrorReason, type ErrorReasonName, UnavailableError } from "@agent-workspace/client";
 import { type DescMessage, type MessageShape, toJson } from "@bufbuild/protobuf";
 import { type Timestamp, timestampDate } from "@bufbuild/protobuf/wkt";
-import { type ErrorDetail, ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 
 /** A mistake in the command line itself: printed with a pointer to `--help`, exit status 2. */
 export class UsageError extends Error {}
@@ -59,35 +58,35 @@ export function enumName(names: Record<number, string>, value: number): string {
   return (names[value] ?? String(value)).toLowerCase();
 }
 
-/** The detail the server attached to an error, if any. */
-export function detailOf(err: ConnectError): ErrorDetail | undefined {
-  return err.findDetails(ErrorDetailSchema)[0];
+/** A reason's name as the API spells it, without the ERROR_REASON_ prefix ("FILE_NOT_FOUND"). */
+export function reasonName(reason: ErrorReason): string {
+  return ErrorReason[reason] ?? String(reason);
 }
 
 /** What to do about an error, by its reason (first) or its code: one short imperative clause. */
-const HINTS: Partial<Record<ErrorReason, string>> = {
-  [ErrorReason.WORKSPACE_NOT_FOUND]: "list workspaces with 'agent-workspace ws ls'",
-  [ErrorReason.SESSION_NOT_FOUND]: "list sessions with 'agent-workspace session ls'",
-  [ErrorReason.AGENT_TYPE_NOT_FOUND]: "list agent types with 'agent-workspace config agent-types ls'",
-  [ErrorReason.FILE_NOT_FOUND]: "check the path; 'agent-workspace read WS DIR' lists a directory",
-  [ErrorReason.PATH_OUTSIDE_WORKSPACE]: "give a path inside the workspace (relative, or under /workspace)",
-  [ErrorReason.FIND_NOT_FOUND]: "copy --old exactly from the file ('agent-workspace read WS PATH' shows it)",
-  [ErrorReason.FIND_NOT_UNIQUE]: "add surrounding lines to --old so it matches once, or pass --all",
-  [ErrorReason.COMMAND_TIMEOUT]: "raise --timeout, or run the work in smaller steps",
-  [ErrorReason.TOOL_NOT_ENABLED]: "the workspace's agent type does not enable this tool; see 'agent-workspace config agent-types get TYPE'",
-  [ErrorReason.COMMAND_NOT_ALLOWED]: "the agent type's command policy refuses this command; see 'agent-workspace config agent-types get TYPE'",
-  [ErrorReason.SENSITIVE_FILE]: "the file matches the sensitive-file rules and is never read or written through the tools",
-  [ErrorReason.UNAUTHENTICATED]: "set AGENT_WORKSPACE_API_KEY to an operator key (or AGENT_WORKSPACE_SESSION_TOKEN to a session token)",
-  [ErrorReason.CALLER_NOT_PERMITTED]: "this call needs an operator key in AGENT_WORKSPACE_API_KEY, not a session token",
-  [ErrorReason.OUTSIDE_SESSION]: "a session token reaches only its own session's workspace",
-  [ErrorReason.SESSION_NOT_READY]: "wait for the session to be active ('agent-workspace session ls')",
-  [ErrorReason.WORKSPACE_NOT_READY]: "wait a moment and retry",
-  [ErrorReason.PATH_CHANGED]: "a command changed the path while the call went through it; retry",
-  [ErrorReason.AGENT_TYPE_EXISTS]: "use 'agent-workspace config agent-types apply FILE', which updates existing agent types",
-  [ErrorReason.AGENT_TYPE_IN_USE]: "end its sessions and delete its workspaces first",
-  [ErrorReason.PROVIDER_UNAVAILABLE]: "start the provider's engine on the server's host, or choose another --provider",
-  [ErrorReason.UNKNOWN_PROVIDER]: "choose a provider the server offers (local, docker, gvisor, memory)",
-  [ErrorReason.NOT_A_GIT_REPOSITORY]: "the workspace has no git repository",
+const HINTS: Partial<Record<ErrorReasonName, string>> = {
+  WORKSPACE_NOT_FOUND: "list workspaces with 'agent-workspace ws ls'",
+  SESSION_NOT_FOUND: "list sessions with 'agent-workspace session ls'",
+  AGENT_TYPE_NOT_FOUND: "list agent types with 'agent-workspace config agent-types ls'",
+  FILE_NOT_FOUND: "check the path; 'agent-workspace read WS DIR' lists a directory",
+  PATH_OUTSIDE_WORKSPACE: "give a path inside the workspace (relative, or under /workspace)",
+  FIND_NOT_FOUND: "copy --old exactly from the file ('agent-workspace read WS PATH' shows it)",
+  FIND_NOT_UNIQUE: "add surrounding lines to --old so it matches once, or pass --all",
+  COMMAND_TIMEOUT: "raise --timeout, or run the work in smaller steps",
+  TOOL_NOT_ENABLED: "the workspace's agent type does not enable this tool; see 'agent-workspace config agent-types get TYPE'",
+  COMMAND_NOT_ALLOWED: "the agent type's command policy refuses this command; see 'agent-workspace config agent-types get TYPE'",
+  SENSITIVE_FILE: "the file matches the sensitive-file rules and is never read or written through the tools",
+  UNAUTHENTICATED: "set AGENT_WORKSPACE_API_KEY to an operator key (or AGENT_WORKSPACE_SESSION_TOKEN to a session token)",
+  CALLER_NOT_PERMITTED: "this call needs an operator key in AGENT_WORKSPACE_API_KEY, not a session token",
+  OUTSIDE_SESSION: "a session token reaches only its own session's workspace",
+  SESSION_NOT_READY: "wait for the session to be active ('agent-workspace session ls')",
+  WORKSPACE_NOT_READY: "wait a moment and retry",
+  PATH_CHANGED: "a command changed the path while the call went through it; retry",
+  AGENT_TYPE_EXISTS: "use 'agent-workspace config agent-types apply FILE', which updates existing agent types",
+  AGENT_TYPE_IN_USE: "end its sessions and delete its workspaces first",
+  PROVIDER_UNAVAILABLE: "start the provider's engine on the server's host, or choose another --provider",
+  UNKNOWN_PROVIDER: "choose a provider the server offers (local, docker, gvisor, memory)",
+  NOT_A_GIT_REPOSITORY: "the workspace has no git repository",
 };
 
 const CODE_HINTS: Partial<Record<Code, string>> = {
@@ -99,9 +98,9 @@ const CODE_HINTS: Partial<Record<Code, string>> = {
   [Code.ResourceExhausted]: "send less at once",
 };
 
-/** The reason's name as the API spells it, without the ERROR_REASON_ prefix ("FILE_NOT_FOUND"). */
-export function reasonName(reason: ErrorReason): string {
-  return ErrorReason[reason] ?? String(reason);
+/** The code's name as gRPC spells it ("NOT_FOUND"). */
+function codeName(code: Code): string {
+  return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
 }
 
 /**
@@ -111,16 +110,14 @@ export function reasonName(reason: ErrorReason): string {
  */
 export function describeError(err: unknown, url: string): string {
   if (err instanceof UsageError) return `agent-workspace: ${err.message} (see --help)\n`;
-  if (!(err instanceof ConnectError)) return `agent-workspace: ${err instanceof Error ? err.message : String(err)}\n`;
-  const detail = detailOf(err);
-  if (!detail && err.code === Code.Unavailable) {
-    return `agent-workspace: UNAVAILABLE: cannot reach the server at ${url} (${err.rawMessage}); start one with 'npx agent-workspace serve', or set --server / AGENT_WORKSPACE_URL\n`;
+  if (!(err instanceof AgentWorkspaceError)) return `agent-workspace: ${err instanceof Error ? err.message : String(err)}\n`;
+  if (err instanceof UnavailableError && err.detail === undefined) {
+    return `agent-workspace: UNAVAILABLE: cannot reach the server at ${url} (${err.message}); start one with 'npx agent-workspace serve', or set --server / AGENT_WORKSPACE_URL\n`;
   }
-  const reason = detail && detail.reason !== ErrorReason.UNSPECIFIED ? reasonName(detail.reason) : Code[err.code].replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase();
-  const metadata = Object.entries(detail?.metadata ?? {}).map(([k, v]) => `${k}: ${v}`);
-  const hint = (detail && HINTS[detail.reason]) ?? CODE_HINTS[err.code];
-  let line = `agent-workspace: ${reason}: ${err.rawMessage}${metadata.length > 0 ? ` (${metadata.join(", ")})` : ""}${hint ? `; ${hint}` : ""}\n`;
-  const closest = detail?.closestMatch;
+  const metadata = Object.entries(err.metadata).map(([k, v]) => `${k}: ${v}`);
+  const hint = (err.reason && HINTS[err.reason]) ?? CODE_HINTS[err.code];
+  let line = `agent-workspace: ${err.reason ?? codeName(err.code)}: ${err.message}${metadata.length > 0 ? ` (${metadata.join(", ")})` : ""}${hint ? `; ${hint}` : ""}\n`;
+  const closest = err.closestMatch;
   if (closest && closest.text !== "") {
     line += `  closest match, lines ${closest.startLine}-${closest.endLine}:\n${closest.text.replace(/^/gm, "    ")}${closest.text.endsWith("\n") ? "" : "\n"}`;
   }
@@ -129,9 +126,8 @@ export function describeError(err: unknown, url: string): string {
 
 /** The error as JSON for `--json`: code, reason, message and metadata. */
 export function errorJson(err: unknown): string {
-  if (err instanceof ConnectError) {
-    const detail = detailOf(err);
-    return `${JSON.stringify({ error: { code: Code[err.code], reason: detail ? reasonName(detail.reason) : "", message: err.rawMessage, metadata: detail?.metadata ?? {} } })}\n`;
+  if (err instanceof AgentWorkspaceError) {
+    return `${JSON.stringify({ error: { code: Code[err.code], reason: err.reason ?? "", message: err.message, metadata: err.metadata } })}\n`;
   }
   return `${JSON.stringify({ error: { code: err instanceof UsageError ? "Usage" : "Unknown", reason: "", message: err instanceof Error ? err.message : String(err), metadata: {} } })}\n`;
 }

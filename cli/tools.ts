@@ -8,8 +8,7 @@
  * out, as timeout(1) does). Ctrl-C cancels the call, which kills the command in the workspace.
  */
 import { constants } from "node:os";
-import { ConnectError, Code } from "@connectrpc/connect";
-import { EditFileResponseSchema, FileKind, ReadFileResponseSchema, WriteFileResponseSchema } from "../gen/agentworkspace/v1/tool_pb.js";
+import { CancelledError, EditFileResponseSchema, FileKind, ReadFileResponseSchema, WriteFileResponseSchema } from "@agent-workspace/client";
 import { type Command, type Context, duration, int, pairs, str, type Values } from "./command.ts";
 import { jsonLine, UsageError, write } from "./output.ts";
 
@@ -33,7 +32,7 @@ function timeoutMs(values: Values): bigint {
 }
 
 function cancelled(err: unknown, ctx: Context): boolean {
-  return ctx.signal.aborted && err instanceof ConnectError && err.code === Code.Canceled;
+  return ctx.signal.aborted && err instanceof CancelledError;
 }
 
 export const TOOL_COMMANDS: Record<string, Command> = {
@@ -48,35 +47,29 @@ export const TOOL_COMMANDS: Record<string, Command> = {
     async run(ctx, { values, positionals: [ws], rest }) {
       if (rest.length === 0) throw new UsageError("exec: no command; put it after --, as in 'agent-workspace exec WS -- ls -la'");
       const command = rest.length === 1 ? rest[0] : shellJoin(rest);
-      const decoders = { stdout: new TextDecoder(), stderr: new TextDecoder() };
       try {
-        const events = ctx.conn().tools.streamBash(
-          { workspaceId: workspaceId(ws), command, workdir: str(values, "workdir"), timeoutMs: timeoutMs(values), env: pairs(values, "env") },
+        const run = ctx.aw().workspace(workspaceId(ws)).streamBash(
+          { command, workdir: str(values, "workdir"), timeoutMs: timeoutMs(values), env: pairs(values, "env") },
           { signal: ctx.signal },
         );
-        for await (const { event } of events) {
-          switch (event.case) {
-            case "stdout":
-            case "stderr":
-              if (ctx.json) await write(ctx.io.stdout, `${JSON.stringify({ [event.case]: decoders[event.case].decode(event.value, { stream: true }) })}\n`);
-              else await write(event.case === "stdout" ? ctx.io.stdout : ctx.io.stderr, event.value);
-              break;
-            case "exited": {
-              const e = event.value;
-              if (ctx.json) {
-                await write(ctx.io.stdout, `${JSON.stringify({ exited: { exit_code: e.exitCode, signal: e.signal, timed_out: e.timedOut, duration_ms: Number(e.durationMs), oom_killed: e.oomKilled, stdout_truncated: e.stdoutTruncated, stderr_truncated: e.stderrTruncated } })}\n`);
-              } else {
-                if (e.stdoutTruncated || e.stderrTruncated) await write(ctx.io.stderr, `agent-workspace: output was cut (stdout ${e.stdoutTotalBytes} bytes, stderr ${e.stderrTotalBytes} bytes in all)\n`);
-                if (e.timedOut) await write(ctx.io.stderr, `agent-workspace: the command timed out after ${e.durationMs} ms and was killed\n`);
-                if (e.oomKilled) await write(ctx.io.stderr, "agent-workspace: the command ran out of memory and was killed\n");
-              }
-              if (e.timedOut) return EXIT_TIMED_OUT;
-              if (e.signal !== "") return 128 + ((constants.signals as Record<string, number>)[e.signal] ?? 0);
-              return e.exitCode;
-            }
+        for await (const chunk of run) {
+          if (ctx.json) {
+            if (chunk.text !== "") await write(ctx.io.stdout, `${JSON.stringify({ [chunk.stream]: chunk.text })}\n`);
+          } else {
+            await write(chunk.stream === "stdout" ? ctx.io.stdout : ctx.io.stderr, chunk.bytes);
           }
         }
-        throw new Error("the command's stream ended without its exit");
+        const e = await run.exit;
+        if (ctx.json) {
+          await write(ctx.io.stdout, `${JSON.stringify({ exited: { exit_code: e.exitCode, signal: e.signal, timed_out: e.timedOut, duration_ms: Number(e.durationMs), oom_killed: e.oomKilled, stdout_truncated: e.stdoutTruncated, stderr_truncated: e.stderrTruncated } })}\n`);
+        } else {
+          if (e.stdoutTruncated || e.stderrTruncated) await write(ctx.io.stderr, `agent-workspace: output was cut (stdout ${e.stdoutTotalBytes} bytes, stderr ${e.stderrTotalBytes} bytes in all)\n`);
+          if (e.timedOut) await write(ctx.io.stderr, `agent-workspace: the command timed out after ${e.durationMs} ms and was killed\n`);
+          if (e.oomKilled) await write(ctx.io.stderr, "agent-workspace: the command ran out of memory and was killed\n");
+        }
+        if (e.timedOut) return EXIT_TIMED_OUT;
+        if (e.signal !== "") return 128 + ((constants.signals as Record<string, number>)[e.signal] ?? 0);
+        return e.exitCode;
       } catch (err) {
         if (cancelled(err, ctx)) {
           await write(ctx.io.stderr, "agent-workspace: cancelled; the command was killed\n");
@@ -93,7 +86,7 @@ export const TOOL_COMMANDS: Record<string, Command> = {
     help: { offset: "first line to show (1-based)", limit: "how many lines (default 2000)" },
     positionals: [2, 2],
     async run(ctx, { values, positionals: [ws, path] }) {
-      const res = await ctx.conn().tools.readFile({ workspaceId: workspaceId(ws), path, offset: int(values, "offset") ?? 0, limit: int(values, "limit") ?? 0 }, { signal: ctx.signal });
+      const res = await ctx.aw().workspace(workspaceId(ws)).read({ path, offset: int(values, "offset") ?? 0, limit: int(values, "limit") ?? 0 }, { signal: ctx.signal });
       if (ctx.json) {
         await write(ctx.io.stdout, jsonLine(ReadFileResponseSchema, res));
         return 0;
@@ -115,7 +108,7 @@ export const TOOL_COMMANDS: Record<string, Command> = {
       const chunks: Buffer[] = [];
       for await (const chunk of ctx.io.stdin) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
       const content = Buffer.concat(chunks).toString("utf8");
-      const res = await ctx.conn().tools.writeFile({ workspaceId: workspaceId(ws), path, content }, { signal: ctx.signal });
+      const res = await ctx.aw().workspace(workspaceId(ws)).write({ path, content }, { signal: ctx.signal });
       await write(ctx.io.stdout, ctx.json ? jsonLine(WriteFileResponseSchema, res) : `${res.created ? "created" : "wrote"} ${path} (${res.bytesWritten} bytes)\n`);
       return 0;
     },
@@ -128,7 +121,7 @@ export const TOOL_COMMANDS: Record<string, Command> = {
     positionals: [2, 2],
     async run(ctx, { values, positionals: [ws, path] }) {
       if (typeof values.old !== "string" || typeof values.new !== "string") throw new UsageError("edit: --old and --new are required");
-      const res = await ctx.conn().tools.editFile({ workspaceId: workspaceId(ws), path, oldString: values.old, newString: values.new, replaceAll: values.all === true }, { signal: ctx.signal });
+      const res = await ctx.aw().workspace(workspaceId(ws)).edit({ path, oldString: values.old, newString: values.new, replaceAll: values.all === true }, { signal: ctx.signal });
       await write(ctx.io.stdout, ctx.json ? jsonLine(EditFileResponseSchema, res) : `edited ${path}: ${res.replacements} replacement${res.replacements === 1 ? "" : "s"}, ${res.linesChanged} line${res.linesChanged === 1 ? "" : "s"} changed\n`);
       return 0;
     },
@@ -140,8 +133,8 @@ export const TOOL_COMMANDS: Record<string, Command> = {
     help: { glob: "only files matching this glob (*.ts)", "ignore-case": "case-insensitive", context: "lines of context around each match", max: "stop after this many matches (default 100)" },
     positionals: [2, 3],
     async run(ctx, { values, positionals: [ws, pattern, path = ""] }) {
-      const events = ctx.conn().tools.streamGrep(
-        { workspaceId: workspaceId(ws), pattern, path, glob: str(values, "glob"), caseSensitive: values["ignore-case"] ? false : undefined, contextLines: int(values, "context") ?? 0, maxResults: int(values, "max") ?? 0 },
+      const events = ctx.aw().workspace(workspaceId(ws)).streamGrepEvents(
+        { pattern, path, glob: str(values, "glob"), caseSensitive: values["ignore-case"] ? false : undefined, contextLines: int(values, "context") ?? 0, maxResults: int(values, "max") ?? 0 },
         { signal: ctx.signal },
       );
       let found = 0;

@@ -3,21 +3,20 @@
  * on stderr (each stage, the clone's progress, each setup command's output), so stdout holds only the
  * result; `--no-wait` returns as soon as the session exists.
  */
-import { ConnectError } from "@connectrpc/connect";
 import {
-  EndSessionResponseSchema,
-  GetWorkspaceResponseSchema,
+  AgentWorkspaceError,
   ProvisioningStage,
-  type Session,
+  type SessionInfo as Session,
   SessionSchema,
   SessionStatus,
   StartSessionResponseSchema,
-  type Workspace,
+  type WorkspaceInfo as Workspace,
   WorkspaceSchema,
   WorkspaceStatus,
   type WatchSessionResponse,
   WatchSessionResponseSchema,
-} from "../gen/agentworkspace/v1/workspace_pb.js";
+} from "@agent-workspace/client";
+import { create } from "@bufbuild/protobuf";
 import { type Command, type Context, int, pairs, str } from "./command.ts";
 import { describeError, EXIT_FAILURE, enumName, jsonLine, labelsText, table, UsageError, when, write } from "./output.ts";
 
@@ -56,11 +55,10 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
     help: { provider: "local, docker, gvisor or memory (default: the agent type's, else the server's)", "agent-type": "the agent type whose configuration and tools apply", image: "container image (docker, gvisor)", label: "a label, repeatable" },
     positionals: [0, 0],
     async run(ctx, { values }) {
-      const { workspace } = await ctx.conn().workspaces.createWorkspace(
+      const workspace = await ctx.aw().workspaces.create(
         { provider: str(values, "provider"), agentType: str(values, "agent-type"), image: str(values, "image"), labels: pairs(values, "label") },
         { signal: ctx.signal },
       );
-      if (!workspace) throw new Error("the server answered without a workspace");
       await write(ctx.io.stdout, ctx.json ? jsonLine(WorkspaceSchema, workspace) : `${workspace.id}\n`);
       return 0;
     },
@@ -75,7 +73,7 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
       const all: Workspace[] = [];
       let pageToken = "";
       do {
-        const page = await ctx.conn().workspaces.listWorkspaces({ provider: str(values, "provider"), labels: pairs(values, "label"), pageToken }, { signal: ctx.signal });
+        const page = await ctx.aw().workspaces.list({ provider: str(values, "provider"), labels: pairs(values, "label"), pageToken }, { signal: ctx.signal });
         all.push(...page.workspaces);
         pageToken = page.nextPageToken;
       } while (pageToken !== "");
@@ -92,9 +90,8 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
     summary: "Shows one workspace.",
     positionals: [1, 1],
     async run(ctx, { positionals: [id] }) {
-      const res = await ctx.conn().workspaces.getWorkspace({ id }, { signal: ctx.signal });
-      if (!res.workspace) throw new Error("the server answered without a workspace");
-      await write(ctx.io.stdout, ctx.json ? jsonLine(GetWorkspaceResponseSchema, res) : workspaceDetails(res.workspace));
+      const workspace = await ctx.aw().workspaces.get(id, { signal: ctx.signal });
+      await write(ctx.io.stdout, ctx.json ? jsonLine(WorkspaceSchema, workspace) : workspaceDetails(workspace));
       return 0;
     },
   },
@@ -106,11 +103,11 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
       let status = 0;
       for (const id of positionals) {
         try {
-          await ctx.conn().workspaces.deleteWorkspace({ id }, { signal: ctx.signal });
+          await ctx.aw().workspaces.delete(id, { signal: ctx.signal });
           await write(ctx.io.stdout, ctx.json ? `${JSON.stringify({ id, deleted: true })}\n` : `deleted ${id}\n`);
         } catch (err) {
-          if (!(err instanceof ConnectError) || positionals.length === 1) throw err;
-          await write(ctx.io.stderr, describeError(err, ctx.conn().url));
+          if (!(err instanceof AgentWorkspaceError) || positionals.length === 1) throw err;
+          await write(ctx.io.stderr, describeError(err, ctx.url));
           status = EXIT_FAILURE;
         }
       }
@@ -145,8 +142,7 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
       const agentType = str(values, "agent-type");
       if (agentType === "") throw new UsageError("session start: --agent-type is required");
       const pr = int(values, "pr");
-      const conn = ctx.conn();
-      const started = await conn.workspaces.startSession(
+      const started = await ctx.aw().startSession(
         {
           agentType,
           workspaceId: str(values, "workspace"),
@@ -155,14 +151,13 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
         },
         { signal: ctx.signal },
       );
-      let session = started.session;
-      if (!session) throw new Error("the server answered without a session");
+      let session = started.info;
       if (!values["no-wait"] && session.status === SessionStatus.PROVISIONING) {
-        await follow(ctx, session.id);
-        session = (await conn.workspaces.getSession({ id: session.id }, { signal: ctx.signal })).session ?? session;
+        await follow(ctx, started.watch({ signal: ctx.signal }));
+        session = await started.refresh({ signal: ctx.signal });
       }
       if (ctx.json) {
-        await write(ctx.io.stdout, jsonLine(StartSessionResponseSchema, { ...started, session }));
+        await write(ctx.io.stdout, jsonLine(StartSessionResponseSchema, create(StartSessionResponseSchema, { session, sessionToken: started.token })));
       } else {
         await write(ctx.io.stdout, `${session.id} ${enumName(SessionStatus, session.status)} workspace ${session.workspaceId || "-"}\n`);
         for (const w of session.warnings) await write(ctx.io.stderr, `warning: ${w.message}\n`);
@@ -187,7 +182,7 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
       const all: Session[] = [];
       let pageToken = "";
       do {
-        const page = await ctx.conn().workspaces.listSessions({ agentType: str(values, "agent-type"), status, pageToken }, { signal: ctx.signal });
+        const page = await ctx.aw().sessions.list({ agentType: str(values, "agent-type"), status, pageToken }, { signal: ctx.signal });
         all.push(...page.sessions);
         pageToken = page.nextPageToken;
       } while (pageToken !== "");
@@ -204,8 +199,8 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
     summary: "Ends a session: its token stops working and its workspace is removed (unless shared).",
     positionals: [1, 1],
     async run(ctx, { positionals: [id] }) {
-      const res = await ctx.conn().workspaces.endSession({ id }, { signal: ctx.signal });
-      await write(ctx.io.stdout, ctx.json ? jsonLine(EndSessionResponseSchema, res) : `${id} ${enumName(SessionStatus, res.session?.status ?? 0)}\n`);
+      const session = await ctx.aw().sessions.end(id, { signal: ctx.signal });
+      await write(ctx.io.stdout, ctx.json ? jsonLine(SessionSchema, session) : `${id} ${enumName(SessionStatus, session.status)}\n`);
       return 0;
     },
   },
@@ -215,12 +210,12 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
  * Shows a session's provisioning on stderr until it leaves PROVISIONING: stages as they start and
  * end, and each stage's output line by line (git's `\r` progress updates become lines).
  */
-async function follow(ctx: Context, id: string): Promise<void> {
+async function follow(ctx: Context, events: AsyncIterable<WatchSessionResponse>): Promise<void> {
   const err = ctx.io.stderr;
   const began = Date.now();
   const stamp = () => `${((Date.now() - began) / 1000).toFixed(1).padStart(5)}s`;
   const pending = new Map<string, string>();
-  for await (const res of ctx.conn().workspaces.watchSession({ id }, { signal: ctx.signal })) {
+  for await (const res of events) {
     if (ctx.json) {
       // Scripts that asked for JSON still see progress, as JSON lines on stderr.
       await write(err, jsonLine(WatchSessionResponseSchema, res));
