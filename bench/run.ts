@@ -20,7 +20,7 @@
  * stalled one; (n) `egress` — a 100 MB download and the time to first byte through the egress
  * proxy vs straight (and through docker and gvisor workspaces); (o) `git`; (p) `mounts`; (q) `enforcement` — a no-op Bash under
  * an allowlist (setpriv, program groups) and in a workspace of 20,000 files (the sweep) vs a plain one, on
- * docker and gvisor. `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p) and (q).
+ * docker and gvisor; (r) `mcp` — the MCP bridge's file tools (stdio and /mcp) vs the reference MCP filesystem server. `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p) and (q).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -42,6 +42,7 @@ import { benchLatency } from "./latency.ts";
 import { benchMemory } from "./memory.ts";
 import { benchMixed } from "./mixed.ts";
 import { benchPeer } from "./peer.ts";
+import { benchMcp } from "./mcp.ts";
 import { benchReads } from "./reads.ts";
 import { benchPolicy } from "./policy.ts";
 import { benchEgress, EGRESS_BENCH_ENV } from "./egress.ts";
@@ -58,7 +59,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "mcp" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -79,7 +80,7 @@ function parseOptions() {
   });
   if (values.help) {
     process.stdout.write(
-      "usage: npm run bench -- [--quick] [--only=a,b,…,q] [--providers=local,docker,gvisor] [--profile]\n" +
+      "usage: npm run bench -- [--quick] [--only=a,b,…,r] [--providers=local,docker,gvisor] [--profile]\n" +
         "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
         "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
         "  c|stream    StreamBash throughput and server RSS under a slow reader\n" +
@@ -97,6 +98,7 @@ function parseOptions() {
         "  o|git       the git tools vs raw git\n" +
         "  p|mounts    host mounts' share of CreateWorkspace vs cp -a\n" +
         "  q|enforcement  no-op Bash under an allowlist and with a large tree (the sweep) vs plain (docker, gvisor)\n" +
+        "  r|mcp       the MCP bridge's read/write/edit/list (stdio and /mcp) vs the reference MCP filesystem server\n" +
         "  --providers applies to a, d, g, h, i, j, k, n, p and q\n",
     );
     process.exit(0);
@@ -161,6 +163,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     o: { iterations: quick ? 30 : 200, warmup: quick ? 5 : 20, commits: quick ? 10 : 50 },
     p: { providers, iterations: quick ? 3 : 10, files: 2000, totalBytes: 20_000_000 },
     q: { providers, iterations: quick ? 20 : 100, warmup: quick ? 3 : 10 },
+    r: { iterations: quick ? 100 : 500, warmup: quick ? 20 : 50 },
   };
 }
 
@@ -242,6 +245,7 @@ async function main(): Promise<void> {
       results.mounts = await withServer("mounts", containers, (ctx) => benchMounts(ctx, settings.p), { AGENT_WORKSPACE_ALLOWED_HOST_ROOTS: MOUNT_ROOT });
     }
     if (opts.only.has("q")) results.enforcement = await withServer("enforcement", true, (ctx) => benchEnforcement(ctx, settings.q));
+    if (opts.only.has("r")) results.mcp = await withServer("mcp", false, (ctx) => benchMcp(ctx, settings.r));
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];
