@@ -7,7 +7,10 @@
  */
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
-import { AuditOutcome } from "../gen/agentworkspace/v1/audit_pb.js";
+import { fromJson } from "@bufbuild/protobuf";
+import { AuditOutcome, ListAuditEventsRequestSchema } from "../gen/agentworkspace/v1/audit_pb.js";
+import { StreamBashResponseSchema } from "../gen/agentworkspace/v1/tool_pb.js";
+import { messageSchema } from "../server/mcp/schema.ts";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { toolCatalog } from "../server/mcp/catalog.ts";
 import { TOOL_NAMES } from "../server/tools/registry.ts";
@@ -72,6 +75,20 @@ test("every registry tool is exposed, one MCP tool per unary RPC, with a schema 
   } finally {
     await client.close();
   }
+});
+
+test("schemas follow the proto3 JSON mapping for enums, timestamps, 64-bit integers, bytes and oneofs, and fromJson takes what they describe", (t) => {
+  const audit = messageSchema(ListAuditEventsRequestSchema, { omit: ["workspace_id"] });
+  const props = audit.properties as Record<string, Record<string, unknown>>;
+  t.false("workspace_id" in props);
+  t.deepEqual(props.outcome, { type: "string", enum: ["AUDIT_OUTCOME_OK", "AUDIT_OUTCOME_ERROR", "AUDIT_OUTCOME_DENIED", "AUDIT_OUTCOME_CANCELLED"] });
+  t.deepEqual(props.start_time, { type: "string", format: "date-time" });
+  t.deepEqual(props.page_size, { type: "integer", minimum: -2147483648, maximum: 2147483647 });
+  const input = { outcome: "AUDIT_OUTCOME_DENIED", start_time: "2026-01-02T03:04:05Z", page_size: 5 };
+  t.is(fromJson(ListAuditEventsRequestSchema, input).outcome, AuditOutcome.DENIED);
+  const stream = messageSchema(StreamBashResponseSchema).properties as Record<string, Record<string, unknown>>;
+  t.like(stream.stdout, { type: "string", contentEncoding: "base64", description: "Only one of started, stdout, stderr, exited may be set." });
+  t.like(stream.exited, { type: "object", properties: { duration_ms: { type: ["integer", "string"], pattern: "^-?[0-9]+$" } } });
 });
 
 test("each tool runs over streamable HTTP, as an operator naming the workspace", async (t) => {
@@ -157,7 +174,7 @@ test("a long command sends its output as progress notifications when the client 
     await released;
     t.falsy(result.isError);
     t.regex(textOf(result), /^\[exit code 0, \d+ ms\]\n--- stdout ---\nline1\nline2\n--- stderr ---\ndone$/);
-    t.like(result.structuredContent, { stdout: "line1\nline2\n", stderr: "done\n", stdout_total_bytes: "12", stderr_total_bytes: "5" });
+    t.like(result.structuredContent, { exit_code: 0, stdout: "line1\nline2\n", stderr: "done\n", stdout_total_bytes: "12", stderr_total_bytes: "5" });
     // Each stream's chunks in order (the two streams are separate pipes, so not ordered with each other).
     const messages = progress.map((p) => p.message ?? "");
     t.is(messages.filter((m) => !m.startsWith("[stderr] ")).join(""), "line1\nline2\n");

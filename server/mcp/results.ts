@@ -19,8 +19,8 @@ import {
   FileType,
 } from "../../gen/agentworkspace/v1/tool_pb.js";
 
-/** proto3 JSON as the bridge writes it: the proto's field names, defaults left out. */
-export const MCP_JSON = { useProtoFieldName: true } as const;
+/** proto3 JSON as the bridge writes it: the proto's field names, every field present (an exit code of 0 too), as the REST paths write it. */
+export const MCP_JSON = { useProtoFieldName: true, alwaysEmitImplicit: true } as const;
 
 const kib = (n: bigint | number) => `${(Number(n) / 1024).toFixed(Number(n) < 10 * 1024 ? 1 : 0)} KiB`;
 
