@@ -39,7 +39,7 @@ const EDITABLE = `${SMALL.slice(0, 2048)}\n${MARKERS[0]}\n${SMALL.slice(2048)}`;
 const LIST_ENTRIES = 200;
 
 /** A running peer server and its MCP client. */
-interface Peer {
+export interface Peer {
   version: string;
   tools: Set<string>;
   /** Calls one tool; an `isError` result throws. */
@@ -48,7 +48,7 @@ interface Peer {
 }
 
 /** Spawns the peer's entry point (its package.json `bin`) with `allowedDir`, over stdio. */
-async function startPeer(allowedDir: string): Promise<Peer> {
+export async function startPeer(allowedDir: string): Promise<Peer> {
   const manifest = createRequire(import.meta.url).resolve(`${PEER_PACKAGE}/package.json`);
   const pkg = JSON.parse(readFileSync(manifest, "utf8")) as { version: string; bin: Record<string, string> };
   const entry = path.join(path.dirname(manifest), Object.values(pkg.bin)[0]);

@@ -20,7 +20,7 @@
  * stalled one; (n) `egress` — a 100 MB download and the time to first byte through the egress
  * proxy vs straight (and through docker and gvisor workspaces); (o) `git`; (p) `mounts`; (q) `enforcement` — a no-op Bash under
  * an allowlist (setpriv, program groups) and in a workspace of 20,000 files (the sweep) vs a plain one, on
- * docker and gvisor; (r) `client-ts` — the TypeScript client's per-call overhead over raw connect-es. `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p) and (q).
+ * docker and gvisor; (r) `client-ts` — the TypeScript client's per-call overhead over raw connect-es; (s) `mcp` — the MCP bridge's file tools (stdio and /mcp) vs the reference MCP filesystem server. `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p) and (q).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -43,6 +43,7 @@ import { benchLatency } from "./latency.ts";
 import { benchMemory } from "./memory.ts";
 import { benchMixed } from "./mixed.ts";
 import { benchPeer } from "./peer.ts";
+import { benchMcp } from "./mcp.ts";
 import { benchReads } from "./reads.ts";
 import { benchPolicy } from "./policy.ts";
 import { benchEgress, EGRESS_BENCH_ENV } from "./egress.ts";
@@ -59,7 +60,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "client-ts" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "client-ts", s: "mcp" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -99,6 +100,7 @@ function parseOptions() {
         "  p|mounts    host mounts' share of CreateWorkspace vs cp -a\n" +
         "  q|enforcement  no-op Bash under an allowlist and with a large tree (the sweep) vs plain (docker, gvisor)\n" +
         "  r|client-ts  the TypeScript client's per-call overhead over raw connect-es (ReadFile, no-op Bash)\n" +
+        "  s|mcp       the MCP bridge's read/write/edit/list (stdio and /mcp) vs the reference MCP filesystem server\n" +
         "  --providers applies to a, d, g, h, i, j, k, n, p and q\n",
     );
     process.exit(0);
@@ -164,6 +166,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     p: { providers, iterations: quick ? 3 : 10, files: 2000, totalBytes: 20_000_000 },
     q: { providers, iterations: quick ? 20 : 100, warmup: quick ? 3 : 10 },
     r: { iterations: quick ? 300 : 2000, warmup: quick ? 50 : 200 },
+    s: { iterations: quick ? 100 : 500, warmup: quick ? 20 : 50 },
   };
 }
 
@@ -246,6 +249,7 @@ async function main(): Promise<void> {
     }
     if (opts.only.has("q")) results.enforcement = await withServer("enforcement", true, (ctx) => benchEnforcement(ctx, settings.q));
     if (opts.only.has("r")) results.clientTs = await withServer("client-ts", false, (ctx) => benchClientTs(ctx, settings.r));
+    if (opts.only.has("s")) results.mcp = await withServer("mcp", false, (ctx) => benchMcp(ctx, settings.s));
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];

@@ -20,6 +20,13 @@ switch (command) {
     await serve(rest, process.env);
     break;
   }
+  case "mcp": {
+    // The MCP bridge over stdio (server/mcp/stdio.ts): stdout is the protocol, everything else goes to stderr.
+    const { runMcpStdio } = await import("../server/mcp/stdio.ts");
+    // Exits at once: the client's HTTP/2 connection to the server would keep the process alive.
+    process.exit(await runMcpStdio(rest, process.env));
+    break;
+  }
   case "--version":
   case "version": {
     const { readFile } = await import("node:fs/promises");

@@ -10,7 +10,7 @@ import { createCredentialProvider } from "./git/credentials.ts";
 import { canonicalRoots } from "./mounts/host-mounts.ts";
 import { Pusher } from "./git/push.ts";
 import type { CommandPolicyOf, GitContext } from "./tools/context.ts";
-import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { type ConnectRouter, createRouterTransport, type Interceptor } from "@connectrpc/connect";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { SpanExporter } from "@opentelemetry/sdk-trace-base";
 import { AuditService } from "../gen/agentworkspace/v1/audit_pb.js";
@@ -46,6 +46,8 @@ import type { Store } from "./store/store.ts";
 import { createToolAccess } from "./tool-access.ts";
 import { checkToolRegistry, TOOL_NAMES } from "./tools/registry.ts";
 import { WorkspaceManager } from "./workspace-manager.ts";
+import { enabledToolsOf } from "./mcp/enabled-tools.ts";
+import { createMcpHandler, isMcpPath } from "./mcp/http.ts";
 import { Egress } from "./egress/egress.ts";
 import { Provisioner } from "./sessions/provision.ts";
 import { SessionManager } from "./sessions/session-manager.ts";
@@ -274,7 +276,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   }
   sessions.begin();
   function buildHandler(): NodeHandler {
-    return createNodeHandler({
+    const rpc = createNodeHandler({
     routes,
     rest: CONFIG_REST_ROUTES,
     restCallerCheck: (header, procedure) => checkCaller(policy, procedure, authenticate(header, keys, sessions)),
@@ -292,6 +294,19 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     readMaxBytes: settings.maxMessageBytes,
     writeMaxBytes: settings.maxMessageBytes,
     });
+    // The MCP bridge (streamable HTTP) on the same port: its tool calls go through these same
+    // routes and interceptors in-process, as the caller (server/mcp/http.ts).
+    const mcp = createMcpHandler({
+      transport: createRouterTransport(routes, {
+        router: { interceptors, shutdownSignal: shutdown.signal, readMaxBytes: settings.maxMessageBytes, writeMaxBytes: settings.maxMessageBytes },
+      }),
+      authenticate: (header) => authenticate(header, keys, sessions),
+      enabledTools: enabledToolsOf(workspaces, agentTypes, sessions),
+      workspaceExists: (id) => workspaces.find(id) !== undefined,
+      maxBodyBytes: settings.maxMessageBytes,
+      logger,
+    });
+    return (req, res) => (isMcpPath(req.url) ? mcp(req, res) : rpc(req, res));
   }
   return {
     handler,
