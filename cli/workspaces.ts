@@ -16,7 +16,7 @@ import {
   type WatchSessionResponse,
   WatchSessionResponseSchema,
 } from "@agent-workspace/client";
-import { create } from "@bufbuild/protobuf";
+import { create, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { type Command, type Context, int, pairs, str } from "./command.ts";
 import { describeError, EXIT_FAILURE, enumName, jsonLine, labelsText, table, UsageError, when, write } from "./output.ts";
 
@@ -42,6 +42,27 @@ function workspaceDetails(w: Workspace): string {
 
 function sessionRow(s: Session): string[] {
   return [s.id, s.agentType, enumName(SessionStatus, s.status), s.workspaceId || "-", s.provider || "-", when(s.createdAt), s.task?.repositoryUrl || "-"];
+}
+
+/** Every page of a paged list, in order. */
+async function allPages<T>(page: (token: string) => Promise<[T[], string]>): Promise<T[]> {
+  const all: T[] = [];
+  let token = "";
+  do {
+    const [items, next] = await page(token);
+    all.push(...items);
+    token = next;
+  } while (token !== "");
+  return all;
+}
+
+/** A list as a table for people, or one JSON object per line. */
+async function printList<D extends DescMessage>(ctx: Context, items: MessageShape<D>[], schema: D, none: string, header: string[], row: (item: MessageShape<D>) => string[]): Promise<void> {
+  if (ctx.json) {
+    for (const item of items) await write(ctx.io.stdout, jsonLine(schema, item));
+  } else {
+    await write(ctx.io.stdout, items.length === 0 ? `${none}\n` : table([header, ...items.map(row)]));
+  }
 }
 
 const workspaceHeader = ["ID", "PROVIDER", "STATUS", "AGENT TYPE", "CREATED", "LABELS"];
@@ -70,18 +91,11 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
     help: { provider: "only this provider's", label: "only those with this label, repeatable" },
     positionals: [0, 0],
     async run(ctx, { values }) {
-      const all: Workspace[] = [];
-      let pageToken = "";
-      do {
+      const all = await allPages(async (pageToken) => {
         const page = await ctx.aw().workspaces.list({ provider: str(values, "provider"), labels: pairs(values, "label"), pageToken }, { signal: ctx.signal });
-        all.push(...page.workspaces);
-        pageToken = page.nextPageToken;
-      } while (pageToken !== "");
-      if (ctx.json) {
-        for (const w of all) await write(ctx.io.stdout, jsonLine(WorkspaceSchema, w));
-      } else {
-        await write(ctx.io.stdout, all.length === 0 ? "no workspaces\n" : table([workspaceHeader, ...all.map(workspaceRow)]));
-      }
+        return [page.workspaces, page.nextPageToken];
+      });
+      await printList(ctx, all, WorkspaceSchema, "no workspaces", workspaceHeader, workspaceRow);
       return 0;
     },
   },
@@ -179,18 +193,11 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
       const statusText = str(values, "status");
       const status = statusText === "" ? SessionStatus.UNSPECIFIED : (SessionStatus as unknown as Record<string, number>)[statusText.toUpperCase()];
       if (status === undefined || (statusText !== "" && status === SessionStatus.UNSPECIFIED)) throw new UsageError(`--status ${statusText}: expected provisioning, active, degraded or ended`);
-      const all: Session[] = [];
-      let pageToken = "";
-      do {
+      const all = await allPages(async (pageToken) => {
         const page = await ctx.aw().sessions.list({ agentType: str(values, "agent-type"), status, pageToken }, { signal: ctx.signal });
-        all.push(...page.sessions);
-        pageToken = page.nextPageToken;
-      } while (pageToken !== "");
-      if (ctx.json) {
-        for (const s of all) await write(ctx.io.stdout, jsonLine(SessionSchema, s));
-      } else {
-        await write(ctx.io.stdout, all.length === 0 ? "no sessions\n" : table([sessionHeader, ...all.map(sessionRow)]));
-      }
+        return [page.sessions, page.nextPageToken];
+      });
+      await printList(ctx, all, SessionSchema, "no sessions", sessionHeader, sessionRow);
       return 0;
     },
   },
