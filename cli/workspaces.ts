@@ -215,7 +215,7 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
 
 /**
  * Shows a session's provisioning on stderr until it leaves PROVISIONING: stages as they start and
- * end, and each stage's output line by line (git's `\r` progress updates become lines).
+ * end, and each stage's output line by line (of a line git redraws with `\r`, its final state).
  */
 async function follow(ctx: Context, events: AsyncIterable<WatchSessionResponse>): Promise<void> {
   const err = ctx.io.stderr;
@@ -243,9 +243,14 @@ function progressLine(res: WatchSessionResponse, stamp: () => string, pending: M
     case "output": {
       const key = `${e.value.stage}/${e.value.index}/${e.value.stderr}`;
       const text = (pending.get(key) ?? "") + Buffer.from(e.value.data).toString("utf8");
-      const parts = text.split(/\r\n|\r|\n/);
-      pending.set(key, parts.pop() ?? "");
-      return parts.filter((l) => l.trim() !== "").map((l) => `${stamp()}    │ ${l}\n`).join("");
+      const lines = text.split(/\r?\n/);
+      pending.set(key, lines.pop() ?? "");
+      // git redraws a progress line with \r; only each line's final state is shown.
+      return lines
+        .map((l) => l.split("\r").filter((part) => part.trim() !== "").pop()?.trimEnd() ?? "")
+        .filter((l) => l !== "")
+        .map((l) => `${stamp()}    │ ${l}\n`)
+        .join("");
     }
     case "stageEnded":
       return `${stamp()}  ${e.value.ok ? "✔" : "✘"} ${enumName(ProvisioningStage, e.value.stage)} (${e.value.durationMs} ms)${e.value.message ? ` ${e.value.message}` : ""}\n`;

@@ -10,23 +10,30 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import anyTest, { type TestFn } from "ava";
 import { ROOT } from "./helpers/process.ts";
+import { type GitServer, startGitServer } from "./helpers/git-server.ts";
 import { LOCAL_ONLY, startServer, type TestServer } from "./helpers/server.ts";
-import { eventually } from "./helpers/sessions.ts";
+import { credentialsFile, eventually } from "./helpers/sessions.ts";
 
 const KEY = "cli-operator-key-0123456789abcdef";
+const GIT_TOKEN = "cli-git-token-0123456789abcdef";
 
 interface Ctx {
   server: TestServer;
+  git: GitServer;
   dir: string;
 }
 const test = anyTest as TestFn<Ctx>;
 
 test.before(async (t) => {
-  t.context.server = await startServer({ apiKeys: [KEY], env: LOCAL_ONLY });
   t.context.dir = await mkdtemp(path.join(tmpdir(), "aw-cli-"));
+  t.context.git = await startGitServer({ token: GIT_TOKEN });
+  await t.context.git.createRepo("app", { branches: { main: { "README.md": "the app\n", "src/index.ts": "export const x = 1;\n" } } });
+  const credentials = await credentialsFile(t.context.dir, { [new URL(t.context.git.url).host]: GIT_TOKEN });
+  t.context.server = await startServer({ apiKeys: [KEY], env: { ...LOCAL_ONLY, AGENT_WORKSPACE_GIT_CREDENTIALS: credentials } });
 });
 test.after.always(async (t) => {
   await t.context.server?.close();
+  await t.context.git?.close();
   if (t.context.dir) await rm(t.context.dir, { recursive: true, force: true });
 });
 
@@ -242,6 +249,23 @@ test("config agent-types apply creates then leaves unchanged; get prints a docum
     t.is(ended.stdout, `${s} ended\n`);
   }
   t.regex((await cli(t, ["exec", "-", "--", "echo x"], { env: agent })).stderr, /^agent-workspace: UNAUTHENTICATED: /);
+});
+
+test("session start with a repository shows the clone as it happens, and the workspace holds the checkout", async (t) => {
+  const file = path.join(t.context.dir, "repo-type.json");
+  await writeFile(file, JSON.stringify([{ id: "cli-repo", workspace: { enabled: true, provider: "local", tools: ["bash", "read"], repo_source: { type: "task_context" } } }]));
+  t.is((await cli(t, ["config", "agent-types", "apply", file])).code, 0);
+  const started = await cli(t, ["session", "start", "--agent-type", "cli-repo", "--repo", t.context.git.repoUrl("app"), "--branch", "main"]);
+  t.is(started.code, 0, started.stderr);
+  t.regex(started.stderr, new RegExp(`▶ clone ${t.context.git.repoUrl("app").replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}`));
+  t.regex(started.stderr, /│ Receiving objects: 100% \(\d+\/\d+\), done\.\n.*✔ clone \(\d+ ms\)/s);
+  t.notRegex(started.stderr, /Receiving objects: +\d+% \(\d+\/\d+\)\n/);
+  t.false(started.stderr.includes(GIT_TOKEN));
+  const [id, status, , workspace] = started.stdout.trim().split(" ");
+  t.is(status, "active");
+  t.is((await cli(t, ["read", workspace, "src/index.ts"])).stdout, "1: export const x = 1;\n");
+  t.is((await cli(t, ["exec", workspace, "--", "git log --format=%s -1 >/dev/null && git branch --show-current"])).stdout, "main\n");
+  t.is((await cli(t, ["session", "end", id])).code, 0);
 });
 
 test("audit ls lists the calls and audit tail follows them live until Ctrl-C", async (t) => {
