@@ -148,10 +148,15 @@ export function answerAfterBody(handler: Handler): Handler {
           end.apply(res, args);
           return;
         }
-        // Cut (or the client left): the connection can carry nothing more.
+        // Cut (or the client left): the connection can carry nothing more. Node closes it after
+        // the answer with socket.destroySoon(), which destroys it the moment its FIN is out, with
+        // body bytes still arriving: the reset that follows can discard the answer at the client.
+        // This socket closes lingering instead.
         if (!res.headersSent) res.setHeader("connection", "close");
+        const socket = req.socket;
+        socket.destroySoon = () => lingeringClose(socket);
         end.apply(res, args);
-        res.once("finish", () => lingeringClose(req.socket));
+        res.once("finish", () => lingeringClose(socket));
       });
       return this;
     } as never;

@@ -227,6 +227,38 @@ function sendUntilClosed(socket: net.Socket, chunk: Buffer, limit: number): Prom
   });
 }
 
+test.serial("a client that reads its answer late, still sending a body declared too large, gets the 429: the connection closes lingering, not with a reset", async (t) => {
+  const { port } = new URL(t.context.server.url);
+  const MiB = 1024 * 1024;
+  for (let round = 0; round < 3; round++) {
+    const answer = await new Promise<string>((resolve) => {
+      const socket = net.connect(Number(port), "127.0.0.1");
+      let text = "";
+      let done = false;
+      // A busy client: it goes on writing and reads nothing until well after the server answered
+      // and sent its FIN. A reset from the server would discard the answer unread.
+      socket.pause();
+      socket.on("error", () => undefined);
+      socket.write(`POST /agentworkspace.v1.ToolService/WriteFile HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${1024 * MiB}\r\n\r\n`);
+      const chunk = Buffer.alloc(MiB, 0x78);
+      const pump = () => {
+        while (!done) if (!socket.write(chunk)) return void socket.once("drain", pump);
+      };
+      pump();
+      setTimeout(() => {
+        socket.on("data", (d: Buffer) => (text += d.toString("latin1")));
+        socket.resume();
+      }, 600);
+      setTimeout(() => {
+        done = true;
+        socket.destroy();
+        resolve(text);
+      }, 1500);
+    });
+    t.regex(answer, /^HTTP\/1\.1 429 /, `round ${round + 1}`);
+  }
+});
+
 test.serial("a refused body is read to at most 64 MiB: one declared longer is not read at all, one sent without end is cut, and the server keeps serving", async (t) => {
   const { port } = new URL(t.context.server.url);
   const head = (framing: string) =>
