@@ -4,7 +4,9 @@
  * result; `--no-wait` returns as soon as the session exists.
  */
 import {
+  AgentMessageKind,
   AgentWorkspaceError,
+  PostAgentMessageResponseSchema,
   ProvisioningStage,
   type SessionInfo as Session,
   SessionSchema,
@@ -198,6 +200,18 @@ export const WORKSPACE_COMMANDS: Record<string, Command> = {
         return [page.sessions, page.nextPageToken];
       });
       await printList(ctx, all, SessionSchema, "no sessions", sessionHeader, sessionRow);
+      return 0;
+    },
+  },
+  "session post": {
+    usage: "session post SESSION TEXT [--summary]",
+    summary: "Posts a note (or with --summary the closing summary) into a session's chain, where people watching see it among the tool calls.",
+    options: { summary: { type: "boolean" } },
+    help: { summary: "the agent's closing summary, not a note" },
+    positionals: [2, 2],
+    async run(ctx, { values, positionals: [id, text] }) {
+      const posted = await ctx.aw().audit.postMessage({ sessionId: id === "-" ? "" : id, text, kind: values.summary ? AgentMessageKind.SUMMARY : AgentMessageKind.NOTE }, { signal: ctx.signal });
+      await write(ctx.io.stdout, ctx.json ? jsonLine(PostAgentMessageResponseSchema, posted) : `posted ${values.summary ? "summary" : "note"} to ${posted.sessionId}\n`);
       return 0;
     },
   },

@@ -257,7 +257,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     audit.inner,
   ];
   const routes = (router: ConnectRouter) => {
-    router.service(AuditService, createAuditService(audit, store.audit));
+    router.service(AuditService, createAuditService(audit, store.audit, sessions));
     router.service(ConfigService, createConfigService(agentTypes));
     router.service(WorkspaceService, createWorkspaceService(workspaces, sessions));
     router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits, git: gitContext, ...(overrides.commandPolicy ? { commandPolicy: overrides.commandPolicy } : {}) }));

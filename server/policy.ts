@@ -16,6 +16,8 @@ const TOOL_CALLERS: Allowed = ["operator", "session"];
 const SESSION_READERS: Allowed = ["operator", "session"];
 /** The audit trail: operators all of it, a session token its own session's (audit-service.ts). */
 const AUDIT_READERS: Allowed = ["operator", "session"];
+/** An agent's messages: a session token into its own session, operators into any (audit-service.ts). */
+const AGENT_MESSAGE_WRITERS: Allowed = ["operator", "session"];
 /** Probes and schema discovery: load balancers and `buf curl` call them without a key. */
 const ANYONE: Allowed = ["operator", "anonymous"];
 
@@ -23,6 +25,7 @@ const ANYONE: Allowed = ["operator", "anonymous"];
 export const POLICY: Readonly<Record<string, Allowed>> = {
   "/agentworkspace.v1.AuditService/ListAuditEvents": AUDIT_READERS,
   "/agentworkspace.v1.AuditService/WatchEvents": AUDIT_READERS,
+  "/agentworkspace.v1.AuditService/PostAgentMessage": AGENT_MESSAGE_WRITERS,
 
   "/agentworkspace.v1.ConfigService/CreateAgentType": OPERATOR,
   "/agentworkspace.v1.ConfigService/GetAgentType": OPERATOR,

@@ -244,6 +244,8 @@ test("config agent-types apply creates then leaves unchanged; get prints a docum
   t.regex(noTool.stderr, /^agent-workspace: TOOL_NOT_ENABLED: /);
   t.false(`${denied.stderr}${noTool.stderr}`.includes(token));
 
+  t.is((await cli(t, ["session", "post", "-", "all done", "--summary"], { env: agent })).stdout, `posted summary to ${session.id}\n`);
+  t.is((await cli(t, ["session", "post", id, "a note from the operator"])).stdout, `posted note to ${id}\n`);
   for (const s of [id, session.id]) {
     const ended = await cli(t, ["session", "end", s]);
     t.is(ended.stdout, `${s} ended\n`);

@@ -21,7 +21,7 @@ import { ExportResultCode, W3CTraceContextPropagator } from "@opentelemetry/core
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { AlwaysOnSampler, BatchSpanProcessor, type ReadableSpan, SimpleSpanProcessor, type SpanExporter, type SpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
-import { Code, ConnectError, createContextKey, type Interceptor, type StreamRequest, type StreamResponse, type UnaryRequest } from "@connectrpc/connect";
+import { Code, ConnectError, type ContextValues, createContextKey, type Interceptor, type StreamRequest, type StreamResponse, type UnaryRequest } from "@connectrpc/connect";
 import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import { ErrorDetailSchema, ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 import { PRINCIPAL, type Principal } from "../auth/principal.ts";
@@ -83,6 +83,11 @@ export interface AuditTrailOptions {
 
 /** The call being audited, for the inner interceptor. */
 const AUDIT_CALL = createContextKey<AuditCall | undefined>(undefined, { description: "the audited call" });
+
+/** The span id of the audit record a handler's call becomes ("" for a call that is not audited). */
+export function auditSpanId(values: ContextValues): string {
+  return values.get(AUDIT_CALL)?.spanId ?? "";
+}
 
 const HEADERS_GETTER: TextMapGetter<Headers> = {
   get: (h, key) => h.get(key) ?? undefined,
@@ -334,6 +339,11 @@ class AuditCall {
     }
     this.#attrs = attrs;
     this.#span = trail.startSpan(tool !== "" ? `execute_tool ${tool}` : procedure.slice(1), attrs, header);
+  }
+
+  /** The span id of this call's record. */
+  get spanId(): string {
+    return this.#span.spanContext().spanId;
   }
 
   /** Who called and where: from the principal, the request (after permissions chose the workspace) and the facts. */

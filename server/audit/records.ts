@@ -7,7 +7,7 @@
 import { create } from "@bufbuild/protobuf";
 import type { Attributes } from "@opentelemetry/api";
 import type { ReadableSpan } from "@opentelemetry/sdk-trace-base";
-import { AuditEventSchema, AuditOutcome, type AuditEvent } from "../../gen/agentworkspace/v1/audit_pb.js";
+import { AgentMessageKind, AuditEventSchema, AuditOutcome, type AuditEvent } from "../../gen/agentworkspace/v1/audit_pb.js";
 import { ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 
 /** Our attributes, under the project's prefix; the rest follow OpenTelemetry's conventions. */
@@ -154,5 +154,10 @@ export function toAuditEvent(r: AuditRecord): AuditEvent {
     result: r.result,
     ...(exit !== undefined && /^-?\d+$/.test(exit) ? { exitCode: Number(exit) } : {}),
     truncated: r.result.truncated === "true",
+    // An agent's message (PostAgentMessage's record, when it was posted): its summary is the message
+    // itself. A refused attempt stays a record like any refused call's, not a message.
+    ...(r.procedure === "/agentworkspace.v1.AuditService/PostAgentMessage" && r.outcome === "ok"
+      ? { agentMessage: { kind: r.request.kind === "summary" ? AgentMessageKind.SUMMARY : AgentMessageKind.NOTE, text: r.request.text ?? "" } }
+      : {}),
   });
 }

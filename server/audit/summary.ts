@@ -20,6 +20,7 @@ import type {
   GitStatusRequest,
   GitStatusResponse,
 } from "../../gen/agentworkspace/v1/git_pb.js";
+import { AgentMessageKind, type PostAgentMessageRequest, type PostAgentMessageResponse } from "../../gen/agentworkspace/v1/audit_pb.js";
 import type { CreateAgentTypeRequest, DeleteAgentTypeRequest, UpdateAgentTypeRequest, UpdateWorkspaceConfigRequest } from "../../gen/agentworkspace/v1/config_pb.js";
 import type { CreateWorkspaceRequest, CreateWorkspaceResponse, DeleteWorkspaceRequest, EndSessionRequest, StartSessionRequest, StartSessionResponse } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import type { ToolName } from "../tools/registry.ts";
@@ -255,6 +256,11 @@ const GIT_ACTIONS: Record<GitRequest["$typeName"], string> = {
 /** Tools whose successful calls change the file at the request's path. */
 export const FILE_CHANGING_TOOLS: ReadonlySet<string> = new Set(["write", "edit", "patch", "delete"]);
 
+/** The procedure whose records are an agent's own messages (their text is the record's `text`). */
+export const POST_AGENT_MESSAGE = "/agentworkspace.v1.AuditService/PostAgentMessage";
+/** The longest message text kept (the request itself may hold at most 16 KiB). */
+export const AGENT_MESSAGE_MAX_CHARS = 16 * 1024;
+
 /** How one administrative RPC is audited. */
 export interface AdminAudit {
   request(message: never, redact: Redactor, facts: Facts): Summary;
@@ -300,6 +306,16 @@ export const ADMIN_AUDIT: Readonly<Record<string, AdminAudit>> = {
     response(r: StartSessionResponse, facts: Facts) {
       facts.sessionId = r.session?.id ?? "";
       facts.workspaceId = r.session?.workspaceId ?? "";
+    },
+  },
+  [POST_AGENT_MESSAGE]: {
+    request(r: PostAgentMessageRequest, redact: Redactor, facts: Facts) {
+      facts.sessionId = r.sessionId;
+      return { kind: r.kind === AgentMessageKind.SUMMARY ? "summary" : "note", text: redact.redact(r.text, AGENT_MESSAGE_MAX_CHARS) };
+    },
+    response(r: PostAgentMessageResponse, facts: Facts) {
+      facts.sessionId = r.sessionId;
+      facts.workspaceId = r.workspaceId;
     },
   },
   "/agentworkspace.v1.WorkspaceService/EndSession": {

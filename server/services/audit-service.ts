@@ -1,16 +1,18 @@
 /**
- * AuditService: the audit trail read from the database (ListAuditEvents) and live (WatchEvents).
- * Operators see everything; a session token sees its own session only, whatever it asks for.
+ * AuditService: the audit trail read from the database (ListAuditEvents) and live (WatchEvents),
+ * and the agent's own messages posted into it (PostAgentMessage). Operators see everything; a
+ * session token sees, and posts into, its own session only, whatever it asks for.
  */
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { AuditOutcome, AuditService, type WatchEventsResponse, WatchEventsResponseSchema } from "../../gen/agentworkspace/v1/audit_pb.js";
+import { AgentMessageKind, AuditOutcome, AuditService, type WatchEventsResponse, WatchEventsResponseSchema } from "../../gen/agentworkspace/v1/audit_pb.js";
 import { SessionStatus, WorkspaceStatus } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import { DomainError } from "../../core/errors.ts";
-import type { AuditTrail, LivePayload } from "../audit/audit-trail.ts";
+import { type AuditTrail, auditSpanId, type LivePayload } from "../audit/audit-trail.ts";
 import type { Delivered } from "../audit/event-hub.ts";
 import { type AuditRecord, outcomeName, toAuditEvent } from "../audit/records.ts";
+import { AGENT_MESSAGE_MAX_CHARS, POST_AGENT_MESSAGE } from "../audit/summary.ts";
 import { PRINCIPAL } from "../auth/principal.ts";
 import type { AuditStore } from "../store/store.ts";
 
@@ -50,15 +52,24 @@ function toUs(t: { seconds: bigint; nanos: number } | undefined): number {
   return t === undefined ? 0 : Number(t.seconds) * 1_000_000 + Math.floor(t.nanos / 1000);
 }
 
-/** A live delivery in its API form. */
-function toResponse(d: Delivered<LivePayload>): WatchEventsResponse {
+/** The longest message text accepted, in bytes of UTF-8. */
+const AGENT_MESSAGE_MAX_BYTES = AGENT_MESSAGE_MAX_CHARS;
+
+/** A live delivery in its API form; undefined for one a watcher does not see (an agent message's start). */
+function toResponse(d: Delivered<LivePayload>): WatchEventsResponse | undefined {
   if (d.kind === "dropped") return create(WatchEventsResponseSchema, { time: timestampFromDate(d.time), event: { case: "eventsDropped", value: { count: BigInt(d.count) } } });
   const time = timestampFromDate(d.event.time);
   const p = d.event.payload;
   switch (p.case) {
     case "toolCallStarted":
+      // An agent's message is shown once, as posted, not as a call that starts and ends.
+      if (p.value.procedure === POST_AGENT_MESSAGE) return undefined;
       return create(WatchEventsResponseSchema, { time, event: { case: "toolCallStarted", value: { call: toAuditEvent(p.value) } } });
     case "toolCallFinished":
+      if (p.value.procedure === POST_AGENT_MESSAGE) {
+        if (p.value.outcome !== "ok") return undefined;
+        return create(WatchEventsResponseSchema, { time, event: { case: "agentMessage", value: { event: toAuditEvent(p.value) } } });
+      }
       return create(WatchEventsResponseSchema, { time, event: { case: "toolCallFinished", value: { call: toAuditEvent(p.value) } } });
     case "fileChanged":
       return create(WatchEventsResponseSchema, { time, event: { case: "fileChanged", value: p.value } });
@@ -69,8 +80,13 @@ function toResponse(d: Delivered<LivePayload>): WatchEventsResponse {
   }
 }
 
+/** What PostAgentMessage needs of sessions: a session's workspace and status (SESSION_NOT_FOUND for none). */
+export interface SessionLookup {
+  get(id: string): { id: string; workspaceId: string; status: string };
+}
+
 /** The service over the audit trail and the store's audit records. */
-export function createAuditService(trail: AuditTrail, store: AuditStore): ServiceImpl<typeof AuditService> {
+export function createAuditService(trail: AuditTrail, store: AuditStore, sessions: SessionLookup): ServiceImpl<typeof AuditService> {
   return {
     async listAuditEvents(req, ctx) {
       const sessionId = sessionScope(req.sessionId, ctx);
@@ -105,10 +121,31 @@ export function createAuditService(trail: AuditTrail, store: AuditStore): Servic
       const deliveries = trail.hub.watch({ workspaceId: req.workspaceId, sessionId }, ctx.signal);
       try {
         yield create(WatchEventsResponseSchema, { time: timestampFromDate(new Date()), event: { case: "started", value: {} } });
-        for await (const d of deliveries) yield toResponse(d);
+        for await (const d of deliveries) {
+          const res = toResponse(d);
+          if (res !== undefined) yield res;
+        }
       } finally {
         await deliveries.return(undefined);
       }
+    },
+
+    async postAgentMessage(req, ctx) {
+      const sessionId = sessionScope(req.sessionId, ctx);
+      if (sessionId === "") throw new DomainError("INVALID_ARGUMENT", "session_id is required: name the session the message belongs to", { metadata: { field: "session_id" } });
+      if (!Object.values(AgentMessageKind).includes(req.kind)) throw new DomainError("INVALID_ARGUMENT", `kind ${req.kind} is not an AgentMessageKind`, { metadata: { field: "kind" } });
+      if (req.text.trim() === "") throw new DomainError("INVALID_ARGUMENT", "text is empty", { metadata: { field: "text" } });
+      const bytes = Buffer.byteLength(req.text, "utf8");
+      if (bytes > AGENT_MESSAGE_MAX_BYTES) {
+        throw new DomainError("INVALID_ARGUMENT", `text is ${bytes} bytes; a message may hold at most ${AGENT_MESSAGE_MAX_BYTES}`, { metadata: { field: "text", max_bytes: String(AGENT_MESSAGE_MAX_BYTES) } });
+      }
+      const session = sessions.get(sessionId);
+      if (session.status === "ended") {
+        throw new DomainError("SESSION_NOT_READY", `Session '${session.id}' has ended; its chain takes no more messages`, { metadata: { session_id: session.id, status: session.status } });
+      }
+      const { workspaceId } = session;
+      // The message is this call's own audit record (summary.ts): nothing else to write.
+      return { sessionId, workspaceId, spanId: auditSpanId(ctx.values) };
     },
   };
 }

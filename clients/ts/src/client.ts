@@ -10,6 +10,8 @@ import {
   AuditService,
   type ListAuditEventsRequestSchema,
   type ListAuditEventsResponse,
+  type PostAgentMessageRequestSchema,
+  type PostAgentMessageResponse,
   type WatchEventsRequestSchema,
   type WatchEventsResponse,
 } from "../gen/agentworkspace/v1/audit_pb.js";
@@ -151,6 +153,8 @@ export class AgentWorkspace {
   readonly audit: {
     list(input?: Init<typeof ListAuditEventsRequestSchema>, opts?: CallOptions): Promise<ListAuditEventsResponse>;
     watch(filter?: Init<typeof WatchEventsRequestSchema>, opts?: CallOptions): AsyncIterable<WatchEventsResponse>;
+    /** Posts an agent's note or summary into a session's chain (PostAgentMessage; never retried). With a session token, `sessionId` may be left out. */
+    postMessage(input: Init<typeof PostAgentMessageRequestSchema>, opts?: CallOptions): Promise<PostAgentMessageResponse>;
   };
   readonly #caller: Caller;
   readonly #close: () => void;
@@ -206,6 +210,7 @@ export class AgentWorkspace {
     this.audit = {
       list: (input = {}, opts) => caller.unary(raw.audit.listAuditEvents, input, opts, "idempotent"),
       watch: (filter = {}, opts) => caller.stream(raw.audit.watchEvents, filter, opts),
+      postMessage: (input, opts) => caller.unary(raw.audit.postAgentMessage, input, opts, "once"),
     };
   }
 

@@ -219,7 +219,7 @@ export class SessionNotFoundError extends AgentWorkspaceError {
   declare readonly reason: "SESSION_NOT_FOUND";
 }
 
-/** `SESSION_NOT_READY`: The session was still provisioning its workspace when the call's deadline passed (a tool call waits for ACTIVE until then; nothing ran), or, for SetWorkspaceDigest, it has ended (FAILED_PRECONDITION). */
+/** `SESSION_NOT_READY`: The session was still provisioning its workspace when the call's deadline passed (a tool call waits for ACTIVE until then; nothing ran), or, for SetWorkspaceDigest and PostAgentMessage, it has ended (FAILED_PRECONDITION). */
 export class SessionNotReadyError extends AgentWorkspaceError {
   declare readonly reason: "SESSION_NOT_READY";
 }

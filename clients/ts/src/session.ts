@@ -9,6 +9,7 @@ import {
   type WatchSessionResponse,
   type WorkspaceService,
 } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { AgentMessageKind, type PostAgentMessageResponse } from "../gen/agentworkspace/v1/audit_pb.js";
 import type { CallOptions, Caller } from "./call.ts";
 import { AgentWorkspaceError } from "./error-base.ts";
 import type { HandleClients } from "./workspace.ts";
@@ -51,6 +52,7 @@ export class Session {
   readonly #operator: Caller;
   readonly #agent: Caller;
   readonly #workspaces: Client<typeof WorkspaceService>;
+  readonly #audit: HandleClients["audit"];
 
   constructor(info: SessionInfo, token: string, operator: Caller, clients: HandleClients & { workspaces: Client<typeof WorkspaceService> }) {
     this.id = info.id;
@@ -59,6 +61,7 @@ export class Session {
     this.#operator = operator;
     this.#agent = operator.with(token);
     this.#workspaces = clients.workspaces;
+    this.#audit = clients.audit;
     this.workspace = new Workspace("", clients, this.#agent);
   }
 
@@ -103,6 +106,16 @@ export class Session {
     const info = await this.refresh(opts);
     if (info.status === SessionStatus.DEGRADED && !allowDegraded) throw new SessionDegradedError(info);
     return info;
+  }
+
+  /**
+   * Posts the agent's own words into the session's chain (with its token): a note while it works,
+   * or with `kind: AgentMessageKind.SUMMARY` its closing summary. People watching see it in order
+   * with the tool calls. Never retried.
+   */
+  async postMessage(text: string, options: { kind?: AgentMessageKind } & CallOptions = {}): Promise<PostAgentMessageResponse> {
+    const { kind = AgentMessageKind.NOTE, ...opts } = options;
+    return this.#agent.unary(this.#audit.postAgentMessage, { text, kind }, opts, "once");
   }
 
   /** Ends the session (with the operator's credentials): the token stops working, the workspace is removed. */

@@ -289,8 +289,8 @@ class SessionNotFound(AgentWorkspaceError):
 
 class SessionNotReady(AgentWorkspaceError):
     """The session was still provisioning its workspace when the call's deadline passed (a tool
-    call waits for ACTIVE until then; nothing ran), or, for SetWorkspaceDigest, it has ended
-    (FAILED_PRECONDITION)."""
+    call waits for ACTIVE until then; nothing ran), or, for SetWorkspaceDigest and
+    PostAgentMessage, it has ended (FAILED_PRECONDITION)."""
 
     reason_name = "SESSION_NOT_READY"
     reason_number = 32

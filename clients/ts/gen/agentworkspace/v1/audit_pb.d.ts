@@ -182,6 +182,13 @@ export declare type AuditEvent = Message<"agentworkspace.v1.AuditEvent"> & {
    * @generated from field: bool truncated = 23;
    */
   truncated: boolean;
+
+  /**
+   * The agent's message, on the record of a PostAgentMessage call; unset on every other record.
+   *
+   * @generated from field: agentworkspace.v1.AgentMessage agent_message = 24;
+   */
+  agentMessage?: AgentMessage | undefined;
 };
 
 /**
@@ -189,6 +196,101 @@ export declare type AuditEvent = Message<"agentworkspace.v1.AuditEvent"> & {
  * Use `create(AuditEventSchema)` to create a new message.
  */
 export declare const AuditEventSchema: GenMessage<AuditEvent>;
+
+/**
+ * AgentMessage is an agent's own words in its session's chain.
+ *
+ * @generated from message agentworkspace.v1.AgentMessage
+ */
+export declare type AgentMessage = Message<"agentworkspace.v1.AgentMessage"> & {
+  /**
+   * A note or the summary.
+   *
+   * @generated from field: agentworkspace.v1.AgentMessageKind kind = 1;
+   */
+  kind: AgentMessageKind;
+
+  /**
+   * The text, secrets redacted.
+   *
+   * @generated from field: string text = 2;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.AgentMessage.
+ * Use `create(AgentMessageSchema)` to create a new message.
+ */
+export declare const AgentMessageSchema: GenMessage<AgentMessage>;
+
+/**
+ * PostAgentMessageRequest is an agent's message for its session's chain.
+ *
+ * @generated from message agentworkspace.v1.PostAgentMessageRequest
+ */
+export declare type PostAgentMessageRequest = Message<"agentworkspace.v1.PostAgentMessageRequest"> & {
+  /**
+   * The session; empty with a session token (its own). An operator must name it.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * A note (the default) or the summary.
+   *
+   * @generated from field: agentworkspace.v1.AgentMessageKind kind = 2;
+   */
+  kind: AgentMessageKind;
+
+  /**
+   * The text: not empty, at most 16 KiB of UTF-8.
+   *
+   * @generated from field: string text = 3;
+   */
+  text: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.PostAgentMessageRequest.
+ * Use `create(PostAgentMessageRequestSchema)` to create a new message.
+ */
+export declare const PostAgentMessageRequestSchema: GenMessage<PostAgentMessageRequest>;
+
+/**
+ * PostAgentMessageResponse says where the message went.
+ *
+ * @generated from message agentworkspace.v1.PostAgentMessageResponse
+ */
+export declare type PostAgentMessageResponse = Message<"agentworkspace.v1.PostAgentMessageResponse"> & {
+  /**
+   * The session it was posted into.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The span id of its audit record, as ListAuditEvents and WatchEvents show it.
+   *
+   * @generated from field: string span_id = 2;
+   */
+  spanId: string;
+
+  /**
+   * The session's workspace, if it has one.
+   *
+   * @generated from field: string workspace_id = 3;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.PostAgentMessageResponse.
+ * Use `create(PostAgentMessageResponseSchema)` to create a new message.
+ */
+export declare const PostAgentMessageResponseSchema: GenMessage<PostAgentMessageResponse>;
 
 /**
  * ListAuditEventsRequest filters and pages the audit trail. Empty fields do not filter.
@@ -554,6 +656,26 @@ export declare type EventsDropped = Message<"agentworkspace.v1.EventsDropped"> &
 export declare const EventsDroppedSchema: GenMessage<EventsDropped>;
 
 /**
+ * AgentMessagePosted says an agent posted a message into its session's chain.
+ *
+ * @generated from message agentworkspace.v1.AgentMessagePosted
+ */
+export declare type AgentMessagePosted = Message<"agentworkspace.v1.AgentMessagePosted"> & {
+  /**
+   * The message's audit record, its `agent_message` set.
+   *
+   * @generated from field: agentworkspace.v1.AuditEvent event = 1;
+   */
+  event?: AuditEvent | undefined;
+};
+
+/**
+ * Describes the message agentworkspace.v1.AgentMessagePosted.
+ * Use `create(AgentMessagePostedSchema)` to create a new message.
+ */
+export declare const AgentMessagePostedSchema: GenMessage<AgentMessagePosted>;
+
+/**
  * WatchEventsResponse is one live event.
  *
  * @generated from message agentworkspace.v1.WatchEventsResponse
@@ -627,6 +749,14 @@ export declare type WatchEventsResponse = Message<"agentworkspace.v1.WatchEvents
      */
     value: EventsDropped;
     case: "eventsDropped";
+  } | {
+    /**
+     * An agent posted a message (PostAgentMessage).
+     *
+     * @generated from field: agentworkspace.v1.AgentMessagePosted agent_message = 9;
+     */
+    value: AgentMessagePosted;
+    case: "agentMessage";
   } | { case: undefined; value?: undefined };
 };
 
@@ -685,6 +815,39 @@ export enum AuditOutcome {
 export declare const AuditOutcomeSchema: GenEnum<AuditOutcome>;
 
 /**
+ * AgentMessageKind is what an agent's message is to the people watching.
+ *
+ * @generated from enum agentworkspace.v1.AgentMessageKind
+ */
+export enum AgentMessageKind {
+  /**
+   * Not set: read as a note.
+   *
+   * @generated from enum value: AGENT_MESSAGE_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A note while the agent works: what it is about to do, what it found.
+   *
+   * @generated from enum value: AGENT_MESSAGE_KIND_NOTE = 1;
+   */
+  NOTE = 1,
+
+  /**
+   * The agent's closing summary of its work.
+   *
+   * @generated from enum value: AGENT_MESSAGE_KIND_SUMMARY = 2;
+   */
+  SUMMARY = 2,
+}
+
+/**
+ * Describes the enum agentworkspace.v1.AgentMessageKind.
+ */
+export declare const AgentMessageKindSchema: GenEnum<AgentMessageKind>;
+
+/**
  * AuditService reads the audit trail. Every tool operation (and every administrative change:
  * agent types, workspaces, sessions) is one OpenTelemetry span, exported by OTLP when a collector
  * is configured and always kept in the server's database. A record holds who called, where, a
@@ -717,6 +880,21 @@ export declare const AuditService: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchEventsRequestSchema;
     output: typeof WatchEventsResponseSchema;
+  },
+  /**
+   * PostAgentMessage adds the agent's own words to a session's chain: a note while it works, or
+   * its closing summary. The message is an audit record like a tool call's (ListAuditEvents lists
+   * it in call order with the session's tool calls, its `agent_message` set) and is sent live to
+   * watchers as `agent_message`. A session token posts into its own session; an operator names
+   * the session, which must not have ended. Secrets in the text are redacted like a command
+   * line's; the text is at most 16 KiB.
+   *
+   * @generated from rpc agentworkspace.v1.AuditService.PostAgentMessage
+   */
+  postAgentMessage: {
+    methodKind: "unary";
+    input: typeof PostAgentMessageRequestSchema;
+    output: typeof PostAgentMessageResponseSchema;
   },
 }>;
 

@@ -401,8 +401,8 @@ export enum ErrorReason {
 
   /**
    * The session was still provisioning its workspace when the call's deadline passed (a tool
-   * call waits for ACTIVE until then; nothing ran), or, for SetWorkspaceDigest, it has ended
-   * (FAILED_PRECONDITION).
+   * call waits for ACTIVE until then; nothing ran), or, for SetWorkspaceDigest and
+   * PostAgentMessage, it has ended (FAILED_PRECONDITION).
    *
    * @generated from enum value: ERROR_REASON_SESSION_NOT_READY = 32;
    */

@@ -17,7 +17,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentworkspace/v1/audit.proto\x12\x11\x61gentworkspace.v1\x1a\x1e\x61gentworkspace/v1/errors.proto\x1a!agentworkspace/v1/workspace.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x05\n\nAuditEvent\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x0f\n\x07span_id\x18\x02 \x01(\t\x12\x16\n\x0eparent_span_id\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0c\n\x04tool\x18\x05 \x01(\t\x12\x11\n\tprocedure\x18\x06 \x01(\t\x12\x14\n\x0ctool_call_id\x18\x07 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x08 \x01(\t\x12\x12\n\nsession_id\x18\t \x01(\t\x12\x12\n\nagent_type\x18\n \x01(\t\x12\x16\n\x0eprincipal_kind\x18\x0b \x01(\t\x12\x14\n\x0cprincipal_id\x18\x0c \x01(\t\x12\x10\n\x08provider\x18\r \x01(\t\x12\x10\n\x08protocol\x18\x0e \x01(\t\x12.\n\nstart_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08\x64uration\x18\x10 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\x07outcome\x18\x11 \x01(\x0e\x32\x1f.agentworkspace.v1.AuditOutcome\x12\x0c\n\x04\x63ode\x18\x12 \x01(\t\x12.\n\x06reason\x18\x13 \x01(\x0e\x32\x1e.agentworkspace.v1.ErrorReason\x12;\n\x07request\x18\x14 \x03(\x0b\x32*.agentworkspace.v1.AuditEvent.RequestEntry\x12\x39\n\x06result\x18\x15 \x03(\x0b\x32).agentworkspace.v1.AuditEvent.ResultEntry\x12\x16\n\texit_code\x18\x16 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\ttruncated\x18\x17 \x01(\x08\x1a.\n\x0cRequestEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bResultEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0c\n\n_exit_code\"\x9b\x02\n\x16ListAuditEventsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nagent_type\x18\x03 \x01(\t\x12\x0c\n\x04tool\x18\x04 \x01(\t\x12\x30\n\x07outcome\x18\x05 \x01(\x0e\x32\x1f.agentworkspace.v1.AuditOutcome\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x12\n\npage_token\x18\t \x01(\t\"a\n\x17ListAuditEventsResponse\x12-\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1d.agentworkspace.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\">\n\x12WatchEventsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\"\x0e\n\x0cWatchStarted\">\n\x0fToolCallStarted\x12+\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1d.agentworkspace.v1.AuditEvent\"?\n\x10ToolCallFinished\x12+\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1d.agentworkspace.v1.AuditEvent\"d\n\x0b\x46ileChanged\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0c\n\x04tool\x18\x04 \x01(\t\x12\x0f\n\x07span_id\x18\x05 \x01(\t\"\xbc\x01\n\x14WorkspaceStatusEvent\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x32\n\x06status\x18\x02 \x01(\x0e\x32\".agentworkspace.v1.WorkspaceStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\x12\n\nagent_type\x18\x06 \x01(\t\x12\x12\n\nsession_id\x18\x07 \x01(\t\"\x95\x01\n\x12SessionStatusEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nagent_type\x18\x02 \x01(\t\x12\x30\n\x06status\x18\x03 \x01(\x0e\x32 .agentworkspace.v1.SessionStatus\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x05 \x01(\t\"\x1e\n\rEventsDropped\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\"\xfa\x03\n\x13WatchEventsResponse\x12(\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x07started\x18\x02 \x01(\x0b\x32\x1f.agentworkspace.v1.WatchStartedH\x00\x12?\n\x11tool_call_started\x18\x03 \x01(\x0b\x32\".agentworkspace.v1.ToolCallStartedH\x00\x12\x41\n\x12tool_call_finished\x18\x04 \x01(\x0b\x32#.agentworkspace.v1.ToolCallFinishedH\x00\x12\x36\n\x0c\x66ile_changed\x18\x05 \x01(\x0b\x32\x1e.agentworkspace.v1.FileChangedH\x00\x12\x43\n\x10workspace_status\x18\x06 \x01(\x0b\x32\'.agentworkspace.v1.WorkspaceStatusEventH\x00\x12?\n\x0esession_status\x18\x07 \x01(\x0b\x32%.agentworkspace.v1.SessionStatusEventH\x00\x12:\n\x0e\x65vents_dropped\x18\x08 \x01(\x0b\x32 .agentworkspace.v1.EventsDroppedH\x00\x42\x07\n\x05\x65vent*\x93\x01\n\x0c\x41uditOutcome\x12\x1d\n\x19\x41UDIT_OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41UDIT_OUTCOME_OK\x10\x01\x12\x17\n\x13\x41UDIT_OUTCOME_ERROR\x10\x02\x12\x18\n\x14\x41UDIT_OUTCOME_DENIED\x10\x03\x12\x1b\n\x17\x41UDIT_OUTCOME_CANCELLED\x10\x04\x32\xd8\x01\n\x0c\x41uditService\x12h\n\x0fListAuditEvents\x12).agentworkspace.v1.ListAuditEventsRequest\x1a*.agentworkspace.v1.ListAuditEventsResponse\x12^\n\x0bWatchEvents\x12%.agentworkspace.v1.WatchEventsRequest\x1a&.agentworkspace.v1.WatchEventsResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentworkspace/v1/audit.proto\x12\x11\x61gentworkspace.v1\x1a\x1e\x61gentworkspace/v1/errors.proto\x1a!agentworkspace/v1/workspace.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb1\x06\n\nAuditEvent\x12\x10\n\x08trace_id\x18\x01 \x01(\t\x12\x0f\n\x07span_id\x18\x02 \x01(\t\x12\x16\n\x0eparent_span_id\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0c\n\x04tool\x18\x05 \x01(\t\x12\x11\n\tprocedure\x18\x06 \x01(\t\x12\x14\n\x0ctool_call_id\x18\x07 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x08 \x01(\t\x12\x12\n\nsession_id\x18\t \x01(\t\x12\x12\n\nagent_type\x18\n \x01(\t\x12\x16\n\x0eprincipal_kind\x18\x0b \x01(\t\x12\x14\n\x0cprincipal_id\x18\x0c \x01(\t\x12\x10\n\x08provider\x18\r \x01(\t\x12\x10\n\x08protocol\x18\x0e \x01(\t\x12.\n\nstart_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08\x64uration\x18\x10 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x30\n\x07outcome\x18\x11 \x01(\x0e\x32\x1f.agentworkspace.v1.AuditOutcome\x12\x0c\n\x04\x63ode\x18\x12 \x01(\t\x12.\n\x06reason\x18\x13 \x01(\x0e\x32\x1e.agentworkspace.v1.ErrorReason\x12;\n\x07request\x18\x14 \x03(\x0b\x32*.agentworkspace.v1.AuditEvent.RequestEntry\x12\x39\n\x06result\x18\x15 \x03(\x0b\x32).agentworkspace.v1.AuditEvent.ResultEntry\x12\x16\n\texit_code\x18\x16 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\ttruncated\x18\x17 \x01(\x08\x12\x36\n\ragent_message\x18\x18 \x01(\x0b\x32\x1f.agentworkspace.v1.AgentMessage\x1a.\n\x0cRequestEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bResultEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0c\n\n_exit_code\"O\n\x0c\x41gentMessage\x12\x31\n\x04kind\x18\x01 \x01(\x0e\x32#.agentworkspace.v1.AgentMessageKind\x12\x0c\n\x04text\x18\x02 \x01(\t\"n\n\x17PostAgentMessageRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x31\n\x04kind\x18\x02 \x01(\x0e\x32#.agentworkspace.v1.AgentMessageKind\x12\x0c\n\x04text\x18\x03 \x01(\t\"U\n\x18PostAgentMessageResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07span_id\x18\x02 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x03 \x01(\t\"\x9b\x02\n\x16ListAuditEventsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nagent_type\x18\x03 \x01(\t\x12\x0c\n\x04tool\x18\x04 \x01(\t\x12\x30\n\x07outcome\x18\x05 \x01(\x0e\x32\x1f.agentworkspace.v1.AuditOutcome\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x12\n\npage_token\x18\t \x01(\t\"a\n\x17ListAuditEventsResponse\x12-\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1d.agentworkspace.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\">\n\x12WatchEventsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\"\x0e\n\x0cWatchStarted\">\n\x0fToolCallStarted\x12+\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1d.agentworkspace.v1.AuditEvent\"?\n\x10ToolCallFinished\x12+\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x1d.agentworkspace.v1.AuditEvent\"d\n\x0b\x46ileChanged\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0c\n\x04tool\x18\x04 \x01(\t\x12\x0f\n\x07span_id\x18\x05 \x01(\t\"\xbc\x01\n\x14WorkspaceStatusEvent\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x32\n\x06status\x18\x02 \x01(\x0e\x32\".agentworkspace.v1.WorkspaceStatus\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x65leted\x18\x04 \x01(\x08\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\x12\n\nagent_type\x18\x06 \x01(\t\x12\x12\n\nsession_id\x18\x07 \x01(\t\"\x95\x01\n\x12SessionStatusEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nagent_type\x18\x02 \x01(\t\x12\x30\n\x06status\x18\x03 \x01(\x0e\x32 .agentworkspace.v1.SessionStatus\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x05 \x01(\t\"\x1e\n\rEventsDropped\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\"B\n\x12\x41gentMessagePosted\x12,\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1d.agentworkspace.v1.AuditEvent\"\xba\x04\n\x13WatchEventsResponse\x12(\n\x04time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x07started\x18\x02 \x01(\x0b\x32\x1f.agentworkspace.v1.WatchStartedH\x00\x12?\n\x11tool_call_started\x18\x03 \x01(\x0b\x32\".agentworkspace.v1.ToolCallStartedH\x00\x12\x41\n\x12tool_call_finished\x18\x04 \x01(\x0b\x32#.agentworkspace.v1.ToolCallFinishedH\x00\x12\x36\n\x0c\x66ile_changed\x18\x05 \x01(\x0b\x32\x1e.agentworkspace.v1.FileChangedH\x00\x12\x43\n\x10workspace_status\x18\x06 \x01(\x0b\x32\'.agentworkspace.v1.WorkspaceStatusEventH\x00\x12?\n\x0esession_status\x18\x07 \x01(\x0b\x32%.agentworkspace.v1.SessionStatusEventH\x00\x12:\n\x0e\x65vents_dropped\x18\x08 \x01(\x0b\x32 .agentworkspace.v1.EventsDroppedH\x00\x12>\n\ragent_message\x18\t \x01(\x0b\x32%.agentworkspace.v1.AgentMessagePostedH\x00\x42\x07\n\x05\x65vent*\x93\x01\n\x0c\x41uditOutcome\x12\x1d\n\x19\x41UDIT_OUTCOME_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41UDIT_OUTCOME_OK\x10\x01\x12\x17\n\x13\x41UDIT_OUTCOME_ERROR\x10\x02\x12\x18\n\x14\x41UDIT_OUTCOME_DENIED\x10\x03\x12\x1b\n\x17\x41UDIT_OUTCOME_CANCELLED\x10\x04*s\n\x10\x41gentMessageKind\x12\"\n\x1e\x41GENT_MESSAGE_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41GENT_MESSAGE_KIND_NOTE\x10\x01\x12\x1e\n\x1a\x41GENT_MESSAGE_KIND_SUMMARY\x10\x02\x32\xc5\x02\n\x0c\x41uditService\x12h\n\x0fListAuditEvents\x12).agentworkspace.v1.ListAuditEventsRequest\x1a*.agentworkspace.v1.ListAuditEventsResponse\x12^\n\x0bWatchEvents\x12%.agentworkspace.v1.WatchEventsRequest\x1a&.agentworkspace.v1.WatchEventsResponse0\x01\x12k\n\x10PostAgentMessage\x12*.agentworkspace.v1.PostAgentMessageRequest\x1a+.agentworkspace.v1.PostAgentMessageResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agent_workspace._gen.agentworkspace.v1.audit_pb2', globals())
@@ -28,36 +28,46 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _AUDITEVENT_REQUESTENTRY._serialized_options = b'8\001'
   _AUDITEVENT_RESULTENTRY._options = None
   _AUDITEVENT_RESULTENTRY._serialized_options = b'8\001'
-  _AUDITOUTCOME._serialized_start=2529
-  _AUDITOUTCOME._serialized_end=2676
+  _AUDITOUTCOME._serialized_start=2997
+  _AUDITOUTCOME._serialized_end=3144
+  _AGENTMESSAGEKIND._serialized_start=3146
+  _AGENTMESSAGEKIND._serialized_end=3261
   _AUDITEVENT._serialized_start=185
-  _AUDITEVENT._serialized_end=946
-  _AUDITEVENT_REQUESTENTRY._serialized_start=839
-  _AUDITEVENT_REQUESTENTRY._serialized_end=885
-  _AUDITEVENT_RESULTENTRY._serialized_start=887
-  _AUDITEVENT_RESULTENTRY._serialized_end=932
-  _LISTAUDITEVENTSREQUEST._serialized_start=949
-  _LISTAUDITEVENTSREQUEST._serialized_end=1232
-  _LISTAUDITEVENTSRESPONSE._serialized_start=1234
-  _LISTAUDITEVENTSRESPONSE._serialized_end=1331
-  _WATCHEVENTSREQUEST._serialized_start=1333
-  _WATCHEVENTSREQUEST._serialized_end=1395
-  _WATCHSTARTED._serialized_start=1397
-  _WATCHSTARTED._serialized_end=1411
-  _TOOLCALLSTARTED._serialized_start=1413
-  _TOOLCALLSTARTED._serialized_end=1475
-  _TOOLCALLFINISHED._serialized_start=1477
-  _TOOLCALLFINISHED._serialized_end=1540
-  _FILECHANGED._serialized_start=1542
-  _FILECHANGED._serialized_end=1642
-  _WORKSPACESTATUSEVENT._serialized_start=1645
-  _WORKSPACESTATUSEVENT._serialized_end=1833
-  _SESSIONSTATUSEVENT._serialized_start=1836
-  _SESSIONSTATUSEVENT._serialized_end=1985
-  _EVENTSDROPPED._serialized_start=1987
-  _EVENTSDROPPED._serialized_end=2017
-  _WATCHEVENTSRESPONSE._serialized_start=2020
-  _WATCHEVENTSRESPONSE._serialized_end=2526
-  _AUDITSERVICE._serialized_start=2679
-  _AUDITSERVICE._serialized_end=2895
+  _AUDITEVENT._serialized_end=1002
+  _AUDITEVENT_REQUESTENTRY._serialized_start=895
+  _AUDITEVENT_REQUESTENTRY._serialized_end=941
+  _AUDITEVENT_RESULTENTRY._serialized_start=943
+  _AUDITEVENT_RESULTENTRY._serialized_end=988
+  _AGENTMESSAGE._serialized_start=1004
+  _AGENTMESSAGE._serialized_end=1083
+  _POSTAGENTMESSAGEREQUEST._serialized_start=1085
+  _POSTAGENTMESSAGEREQUEST._serialized_end=1195
+  _POSTAGENTMESSAGERESPONSE._serialized_start=1197
+  _POSTAGENTMESSAGERESPONSE._serialized_end=1282
+  _LISTAUDITEVENTSREQUEST._serialized_start=1285
+  _LISTAUDITEVENTSREQUEST._serialized_end=1568
+  _LISTAUDITEVENTSRESPONSE._serialized_start=1570
+  _LISTAUDITEVENTSRESPONSE._serialized_end=1667
+  _WATCHEVENTSREQUEST._serialized_start=1669
+  _WATCHEVENTSREQUEST._serialized_end=1731
+  _WATCHSTARTED._serialized_start=1733
+  _WATCHSTARTED._serialized_end=1747
+  _TOOLCALLSTARTED._serialized_start=1749
+  _TOOLCALLSTARTED._serialized_end=1811
+  _TOOLCALLFINISHED._serialized_start=1813
+  _TOOLCALLFINISHED._serialized_end=1876
+  _FILECHANGED._serialized_start=1878
+  _FILECHANGED._serialized_end=1978
+  _WORKSPACESTATUSEVENT._serialized_start=1981
+  _WORKSPACESTATUSEVENT._serialized_end=2169
+  _SESSIONSTATUSEVENT._serialized_start=2172
+  _SESSIONSTATUSEVENT._serialized_end=2321
+  _EVENTSDROPPED._serialized_start=2323
+  _EVENTSDROPPED._serialized_end=2353
+  _AGENTMESSAGEPOSTED._serialized_start=2355
+  _AGENTMESSAGEPOSTED._serialized_end=2421
+  _WATCHEVENTSRESPONSE._serialized_start=2424
+  _WATCHEVENTSRESPONSE._serialized_end=2994
+  _AUDITSERVICE._serialized_start=3264
+  _AUDITSERVICE._serialized_end=3589
 # @@protoc_insertion_point(module_scope)

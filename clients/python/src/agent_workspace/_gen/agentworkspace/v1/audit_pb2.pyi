@@ -8,6 +8,9 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
+AGENT_MESSAGE_KIND_NOTE: AgentMessageKind
+AGENT_MESSAGE_KIND_SUMMARY: AgentMessageKind
+AGENT_MESSAGE_KIND_UNSPECIFIED: AgentMessageKind
 AUDIT_OUTCOME_CANCELLED: AuditOutcome
 AUDIT_OUTCOME_DENIED: AuditOutcome
 AUDIT_OUTCOME_ERROR: AuditOutcome
@@ -15,8 +18,22 @@ AUDIT_OUTCOME_OK: AuditOutcome
 AUDIT_OUTCOME_UNSPECIFIED: AuditOutcome
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class AgentMessage(_message.Message):
+    __slots__ = ["kind", "text"]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    kind: AgentMessageKind
+    text: str
+    def __init__(self, kind: _Optional[_Union[AgentMessageKind, str]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class AgentMessagePosted(_message.Message):
+    __slots__ = ["event"]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: AuditEvent
+    def __init__(self, event: _Optional[_Union[AuditEvent, _Mapping]] = ...) -> None: ...
+
 class AuditEvent(_message.Message):
-    __slots__ = ["agent_type", "code", "duration", "exit_code", "name", "outcome", "parent_span_id", "principal_id", "principal_kind", "procedure", "protocol", "provider", "reason", "request", "result", "session_id", "span_id", "start_time", "tool", "tool_call_id", "trace_id", "truncated", "workspace_id"]
+    __slots__ = ["agent_message", "agent_type", "code", "duration", "exit_code", "name", "outcome", "parent_span_id", "principal_id", "principal_kind", "procedure", "protocol", "provider", "reason", "request", "result", "session_id", "span_id", "start_time", "tool", "tool_call_id", "trace_id", "truncated", "workspace_id"]
     class RequestEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +48,7 @@ class AuditEvent(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    AGENT_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     AGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +72,7 @@ class AuditEvent(_message.Message):
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    agent_message: AgentMessage
     agent_type: str
     code: str
     duration: _duration_pb2.Duration
@@ -77,7 +96,7 @@ class AuditEvent(_message.Message):
     trace_id: str
     truncated: bool
     workspace_id: str
-    def __init__(self, trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., parent_span_id: _Optional[str] = ..., name: _Optional[str] = ..., tool: _Optional[str] = ..., procedure: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_type: _Optional[str] = ..., principal_kind: _Optional[str] = ..., principal_id: _Optional[str] = ..., provider: _Optional[str] = ..., protocol: _Optional[str] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., outcome: _Optional[_Union[AuditOutcome, str]] = ..., code: _Optional[str] = ..., reason: _Optional[_Union[_errors_pb2.ErrorReason, str]] = ..., request: _Optional[_Mapping[str, str]] = ..., result: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., truncated: bool = ...) -> None: ...
+    def __init__(self, trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., parent_span_id: _Optional[str] = ..., name: _Optional[str] = ..., tool: _Optional[str] = ..., procedure: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., agent_type: _Optional[str] = ..., principal_kind: _Optional[str] = ..., principal_id: _Optional[str] = ..., provider: _Optional[str] = ..., protocol: _Optional[str] = ..., start_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., outcome: _Optional[_Union[AuditOutcome, str]] = ..., code: _Optional[str] = ..., reason: _Optional[_Union[_errors_pb2.ErrorReason, str]] = ..., request: _Optional[_Mapping[str, str]] = ..., result: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., truncated: bool = ..., agent_message: _Optional[_Union[AgentMessage, _Mapping]] = ...) -> None: ...
 
 class EventsDropped(_message.Message):
     __slots__ = ["count"]
@@ -129,6 +148,26 @@ class ListAuditEventsResponse(_message.Message):
     next_page_token: str
     def __init__(self, events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class PostAgentMessageRequest(_message.Message):
+    __slots__ = ["kind", "session_id", "text"]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    kind: AgentMessageKind
+    session_id: str
+    text: str
+    def __init__(self, session_id: _Optional[str] = ..., kind: _Optional[_Union[AgentMessageKind, str]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class PostAgentMessageResponse(_message.Message):
+    __slots__ = ["session_id", "span_id", "workspace_id"]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    span_id: str
+    workspace_id: str
+    def __init__(self, session_id: _Optional[str] = ..., span_id: _Optional[str] = ..., workspace_id: _Optional[str] = ...) -> None: ...
+
 class SessionStatusEvent(_message.Message):
     __slots__ = ["agent_type", "message", "session_id", "status", "workspace_id"]
     AGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -164,7 +203,8 @@ class WatchEventsRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class WatchEventsResponse(_message.Message):
-    __slots__ = ["events_dropped", "file_changed", "session_status", "started", "time", "tool_call_finished", "tool_call_started", "workspace_status"]
+    __slots__ = ["agent_message", "events_dropped", "file_changed", "session_status", "started", "time", "tool_call_finished", "tool_call_started", "workspace_status"]
+    AGENT_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EVENTS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     FILE_CHANGED_FIELD_NUMBER: _ClassVar[int]
     SESSION_STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +213,7 @@ class WatchEventsResponse(_message.Message):
     TOOL_CALL_FINISHED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    agent_message: AgentMessagePosted
     events_dropped: EventsDropped
     file_changed: FileChanged
     session_status: SessionStatusEvent
@@ -181,7 +222,7 @@ class WatchEventsResponse(_message.Message):
     tool_call_finished: ToolCallFinished
     tool_call_started: ToolCallStarted
     workspace_status: WorkspaceStatusEvent
-    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., started: _Optional[_Union[WatchStarted, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., file_changed: _Optional[_Union[FileChanged, _Mapping]] = ..., workspace_status: _Optional[_Union[WorkspaceStatusEvent, _Mapping]] = ..., session_status: _Optional[_Union[SessionStatusEvent, _Mapping]] = ..., events_dropped: _Optional[_Union[EventsDropped, _Mapping]] = ...) -> None: ...
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., started: _Optional[_Union[WatchStarted, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_finished: _Optional[_Union[ToolCallFinished, _Mapping]] = ..., file_changed: _Optional[_Union[FileChanged, _Mapping]] = ..., workspace_status: _Optional[_Union[WorkspaceStatusEvent, _Mapping]] = ..., session_status: _Optional[_Union[SessionStatusEvent, _Mapping]] = ..., events_dropped: _Optional[_Union[EventsDropped, _Mapping]] = ..., agent_message: _Optional[_Union[AgentMessagePosted, _Mapping]] = ...) -> None: ...
 
 class WatchStarted(_message.Message):
     __slots__ = []
@@ -206,4 +247,7 @@ class WorkspaceStatusEvent(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., status: _Optional[_Union[_workspace_pb2.WorkspaceStatus, str]] = ..., message: _Optional[str] = ..., deleted: bool = ..., provider: _Optional[str] = ..., agent_type: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class AuditOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class AgentMessageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

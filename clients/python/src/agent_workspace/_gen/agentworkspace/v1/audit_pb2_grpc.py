@@ -30,6 +30,11 @@ class AuditServiceStub(object):
                 request_serializer=agentworkspace_dot_v1_dot_audit__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=agentworkspace_dot_v1_dot_audit__pb2.WatchEventsResponse.FromString,
                 )
+        self.PostAgentMessage = channel.unary_unary(
+                '/agentworkspace.v1.AuditService/PostAgentMessage',
+                request_serializer=agentworkspace_dot_v1_dot_audit__pb2.PostAgentMessageRequest.SerializeToString,
+                response_deserializer=agentworkspace_dot_v1_dot_audit__pb2.PostAgentMessageResponse.FromString,
+                )
 
 
 class AuditServiceServicer(object):
@@ -58,6 +63,18 @@ class AuditServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PostAgentMessage(self, request, context):
+        """PostAgentMessage adds the agent's own words to a session's chain: a note while it works, or
+        its closing summary. The message is an audit record like a tool call's (ListAuditEvents lists
+        it in call order with the session's tool calls, its `agent_message` set) and is sent live to
+        watchers as `agent_message`. A session token posts into its own session; an operator names
+        the session, which must not have ended. Secrets in the text are redacted like a command
+        line's; the text is at most 16 KiB.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -70,6 +87,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=agentworkspace_dot_v1_dot_audit__pb2.WatchEventsRequest.FromString,
                     response_serializer=agentworkspace_dot_v1_dot_audit__pb2.WatchEventsResponse.SerializeToString,
+            ),
+            'PostAgentMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.PostAgentMessage,
+                    request_deserializer=agentworkspace_dot_v1_dot_audit__pb2.PostAgentMessageRequest.FromString,
+                    response_serializer=agentworkspace_dot_v1_dot_audit__pb2.PostAgentMessageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -118,5 +140,22 @@ class AuditService(object):
         return grpc.experimental.unary_stream(request, target, '/agentworkspace.v1.AuditService/WatchEvents',
             agentworkspace_dot_v1_dot_audit__pb2.WatchEventsRequest.SerializeToString,
             agentworkspace_dot_v1_dot_audit__pb2.WatchEventsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PostAgentMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/agentworkspace.v1.AuditService/PostAgentMessage',
+            agentworkspace_dot_v1_dot_audit__pb2.PostAgentMessageRequest.SerializeToString,
+            agentworkspace_dot_v1_dot_audit__pb2.PostAgentMessageResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
