@@ -44,6 +44,9 @@ class SyncClient(unittest.TestCase):
             kinds = [e.WhichOneof("event") for e in session.events()]
             self.assertEqual(kinds[0], "status")
             self.assertIn("stage_ended", kinds)
+            # The agent's summary, in its session's chain after its tool calls.
+            posted = session.post_message("wrote notes.txt", summary=True)
+            self.assertEqual(posted.session_id, session.id)
             token = session.token
         self.assertEqual(pb.workspace.SessionStatus.Name(self.client.session(session.id).info.status), "SESSION_STATUS_ENDED")
         with self.assertRaises(errors.Unauthenticated) as caught:

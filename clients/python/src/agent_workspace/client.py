@@ -5,6 +5,8 @@ import grpc
 
 from . import _common as c
 from ._gen.agentworkspace.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     config_pb2,
     config_pb2_grpc,
     git_pb2,
@@ -30,6 +32,7 @@ class _Conn:
         self.tools = tool_pb2_grpc.ToolServiceStub(channel)
         self.workspaces = workspace_pb2_grpc.WorkspaceServiceStub(channel)
         self.config = config_pb2_grpc.ConfigServiceStub(channel)
+        self.audit = audit_pb2_grpc.AuditServiceStub(channel)
 
     def unary(self, method: Callable[..., R], request: Any, metadata: c.Metadata, timeout: Optional[float]) -> R:
         try:
@@ -266,6 +269,14 @@ class Session:
             for _ in events:
                 pass
         return self.refresh(timeout=timeout)
+
+    def post_message(self, text: str, *, summary: bool = False, timeout: Optional[float] = None) -> audit_pb2.PostAgentMessageResponse:
+        """Posts the agent's own words into the session's chain (PostAgentMessage): a note, or with
+        ``summary=True`` its closing summary. People watching see it in order with the tool calls.
+        Sent with the session's token when the session has one, else as the operator."""
+        kind = audit_pb2.AGENT_MESSAGE_KIND_SUMMARY if summary else audit_pb2.AGENT_MESSAGE_KIND_NOTE
+        request = audit_pb2.PostAgentMessageRequest(session_id="" if self._token else self.id, kind=kind, text=text)
+        return self._conn.unary(self._conn.audit.PostAgentMessage, request, self._reader(), timeout)
 
     def end(self, *, timeout: Optional[float] = None) -> workspace_pb2.Session:
         """Ends the session (EndSession, an operator call); ending an ended one changes nothing."""
