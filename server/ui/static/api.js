@@ -52,6 +52,17 @@ function guard(err) {
   throw err;
 }
 
+/**
+ * Checks a credential before it is kept: resolves when the server accepts it, rejects with the
+ * RpcError otherwise (without going to the login prompt: the caller is it).
+ */
+export function verify(value) {
+  const c = createClient({ token: value });
+  return value.startsWith("awsess_")
+    ? c.unary(WORKSPACE, "GetSession", {})
+    : c.unary(WORKSPACE, "ListSessions", { pageSize: 1 });
+}
+
 let viewerCalls = 0;
 const viewerId = () => `${VIEWER_CALL_PREFIX}${Date.now().toString(36)}-${(viewerCalls++).toString(36)}`;
 

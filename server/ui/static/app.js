@@ -2,7 +2,7 @@
 // never in the URL) and sign-out. Without a credential nothing is fetched and nothing shown but
 // the prompt; an UNAUTHENTICATED answer anywhere returns to it.
 
-import { api, credential, isSessionToken, setUnauthenticatedHandler, signIn, signOut } from "./api.js";
+import { credential, setUnauthenticatedHandler, signIn, signOut, verify } from "./api.js";
 import { h, replace } from "./dom.js";
 import { renderSessionPage } from "./session-page.js";
 import { renderSessionsPage } from "./sessions-page.js";
@@ -30,18 +30,15 @@ function showLogin(message = "") {
     event.preventDefault();
     const value = input.value.trim();
     if (value === "") return;
-    signIn(value);
     try {
-      // The one check that works for both kinds of credential.
-      if (isSessionToken()) await api.getSession({});
-      else await api.listSessions({ pageSize: 1 });
+      await verify(value);
     } catch (err) {
-      signOut();
       error.textContent = err.code === "unauthenticated" ? "The server does not accept this key or token." : `Sign-in failed: ${err.code}: ${err.message}`;
       error.hidden = false;
       input.focus();
       return;
     }
+    signIn(value);
     input.value = "";
     route();
   });

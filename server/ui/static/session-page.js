@@ -143,6 +143,7 @@ export function renderSessionPage(main, sessionId) {
     }
   };
 
+  void refreshSession().catch(() => undefined);
   watch({
     service: "session",
     request: { id: sessionId, follow: true },
