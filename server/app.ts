@@ -48,6 +48,7 @@ import { checkToolRegistry, TOOL_NAMES } from "./tools/registry.ts";
 import { WorkspaceManager } from "./workspace-manager.ts";
 import { enabledToolsOf } from "./mcp/enabled-tools.ts";
 import { createMcpHandler, isMcpPath } from "./mcp/http.ts";
+import { createUiHandler, isUiPath } from "./ui/ui-handler.ts";
 import { Egress } from "./egress/egress.ts";
 import { Provisioner } from "./sessions/provision.ts";
 import { SessionManager } from "./sessions/session-manager.ts";
@@ -306,7 +307,9 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       maxBodyBytes: settings.maxMessageBytes,
       logger,
     });
-    return (req, res) => (isMcpPath(req.url) ? mcp(req, res) : rpc(req, res));
+    // The web UI's static files (server/ui/): it reads through the API above like any client.
+    const ui = createUiHandler();
+    return (req, res) => (isMcpPath(req.url) ? mcp(req, res) : isUiPath(req.url) ? ui(req, res) : rpc(req, res));
   }
   return {
     handler,

@@ -64,6 +64,8 @@ export interface StartServerOptions {
   apiKeys?: string[];
   /** Other overrides of the app (a policy table). */
   overrides?: AppOverrides;
+  /** The port to listen on (a restart on the same address); 0, any free port, by default. */
+  port?: number;
 }
 
 function clientSet(transport: Transport): ClientSet {
@@ -92,7 +94,7 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
   if (options.providers) overrides.providers = options.providers;
   if (options.onLog) overrides.logger = createLogger({ level: "debug", sink: options.onLog });
   const app = await createApp(config, overrides);
-  const server = await listen(app.handler, { host: "127.0.0.1", port: 0 });
+  const server = await listen(app.handler, { host: "127.0.0.1", port: options.port ?? 0 });
   app.egress.listening("127.0.0.1", server.port);
   const baseUrl = server.url;
 
