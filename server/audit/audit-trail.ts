@@ -26,6 +26,7 @@ import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import { ErrorDetailSchema, ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 import { PRINCIPAL, type Principal } from "../auth/principal.ts";
 import { DomainError } from "../../core/errors.ts";
+import { toWorkspacePath } from "../../providers/executor/jail.ts";
 import { toConnectError } from "../interceptors/error-interceptor.ts";
 import type { Logger } from "../logger.ts";
 import type { AuditSettings, OtlpSettings } from "../settings.ts";
@@ -44,9 +45,40 @@ const requireModule = createRequire(import.meta.url);
 export type LivePayload =
   | { case: "toolCallStarted"; value: AuditRecord }
   | { case: "toolCallFinished"; value: AuditRecord }
-  | { case: "fileChanged"; value: { workspaceId: string; sessionId: string; path: string; tool: string; spanId: string } }
+  | { case: "fileChanged"; value: FileChange }
   | { case: "workspaceStatus"; value: WorkspaceStatusChange }
   | { case: "sessionStatus"; value: SessionStatusChange };
+
+/** What happened to a path (FileChangeKind); "" for a tree_changed event. */
+export type FileChangeKind = "created" | "modified" | "deleted" | "";
+
+/** One FileChanged event: a path a tool or a command changed, or (`treeChanged`) "more than listed". */
+export interface FileChange {
+  workspaceId: string;
+  sessionId: string;
+  /** Workspace-relative; "" when treeChanged. */
+  path: string;
+  tool: string;
+  spanId: string;
+  change: FileChangeKind;
+  treeChanged: boolean;
+}
+
+/** The change each file tool reports, from its record. */
+function fileToolChange(r: AuditRecord): FileChangeKind {
+  if (r.tool === "delete") return "deleted";
+  if (r.tool === "write") return r.result.created === "true" ? "created" : "modified";
+  return "modified";
+}
+
+/** The workspace-relative form of a path a tool was given (as the jail normalises it). */
+function relativePath(path: string): string {
+  try {
+    return toWorkspacePath(path);
+  } catch {
+    return path;
+  }
+}
 
 /** Where a workspace's calls belong, looked up by id. */
 export interface WorkspaceFacts {
@@ -584,7 +616,8 @@ class StoreSpanProcessor implements SpanProcessor {
     this.#hub.publish({ time, workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "toolCallFinished", value: r } });
     const path = r.request.path;
     if (r.outcome === "ok" && FILE_CHANGING_TOOLS.has(r.tool) && path !== undefined) {
-      this.#hub.publish({ time, workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "fileChanged", value: { workspaceId: r.workspaceId, sessionId: r.sessionId, path, tool: r.tool, spanId: r.spanId } } });
+      const value: FileChange = { workspaceId: r.workspaceId, sessionId: r.sessionId, path: relativePath(path), tool: r.tool, spanId: r.spanId, change: fileToolChange(r), treeChanged: false };
+      this.#hub.publish({ time, workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "fileChanged", value } });
     }
   }
 
