@@ -21,7 +21,7 @@ import { ExportResultCode, W3CTraceContextPropagator } from "@opentelemetry/core
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { AlwaysOnSampler, BatchSpanProcessor, type ReadableSpan, SimpleSpanProcessor, type SpanExporter, type SpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
-import { Code, ConnectError, createContextKey, type Interceptor, type StreamRequest, type StreamResponse, type UnaryRequest } from "@connectrpc/connect";
+import { Code, ConnectError, type ContextValues, createContextKey, type Interceptor, type StreamRequest, type StreamResponse, type UnaryRequest } from "@connectrpc/connect";
 import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import { ErrorDetailSchema, ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 import { PRINCIPAL, type Principal } from "../auth/principal.ts";
@@ -115,6 +115,25 @@ export interface AuditTrailOptions {
 
 /** The call being audited, for the inner interceptor. */
 const AUDIT_CALL = createContextKey<AuditCall | undefined>(undefined, { description: "the audited call" });
+
+/** What a handler may know of its own audited call. */
+export interface AuditedCall {
+  /** The span's id, 16 hex digits. */
+  spanId: string;
+  /** The session the record names (the caller's, or the workspace's); "" for none. */
+  sessionId: string;
+  /**
+   * Settles once the span has ended: its ToolCallFinished is then published, so events published
+   * after it follow that event on every watch.
+   */
+  ended: Promise<void>;
+}
+
+/** The audited call a handler runs in (from its context values), once it was admitted; undefined when it is not audited. */
+export function auditedCall(values: ContextValues): AuditedCall | undefined {
+  const call = values.get(AUDIT_CALL);
+  return call === undefined ? undefined : { spanId: call.spanId, sessionId: call.sessionId, ended: call.ended };
+}
 
 const HEADERS_GETTER: TextMapGetter<Headers> = {
   get: (h, key) => h.get(key) ?? undefined,
@@ -336,6 +355,7 @@ class AuditCall {
   readonly #result: Summary = {};
   #principal: Principal | undefined;
   #ended = false;
+  readonly #endedSignal = Promise.withResolvers<void>();
 
   constructor(trail: AuditTrail, header: Headers, procedure: string, tool: string, audit: ToolAudit | AdminAudit, message: unknown) {
     this.#trail = trail;
@@ -366,6 +386,21 @@ class AuditCall {
     }
     this.#attrs = attrs;
     this.#span = trail.startSpan(tool !== "" ? `execute_tool ${tool}` : procedure.slice(1), attrs, header);
+  }
+
+  /** The span's id. */
+  get spanId(): string {
+    return this.#span.spanContext().spanId;
+  }
+
+  /** The session the record names so far. */
+  get sessionId(): string {
+    return String(this.#attrs[ATTR.sessionId] ?? "");
+  }
+
+  /** Settles once the span has ended (and its ToolCallFinished was published). */
+  get ended(): Promise<void> {
+    return this.#endedSignal.promise;
   }
 
   /** Who called and where: from the principal, the request (after permissions chose the workspace) and the facts. */
@@ -464,6 +499,7 @@ class AuditCall {
     this.#ended = true;
     this.#identify(principal);
     endSpan(this.#span, this.#attrs, this.#result, error);
+    this.#endedSignal.resolve();
   }
 }
 
