@@ -20,7 +20,7 @@
  * stalled one; (n) `egress` — a 100 MB download and the time to first byte through the egress
  * proxy vs straight (and through docker and gvisor workspaces); (o) `git`; (p) `mounts`; (q) `enforcement` — a no-op Bash under
  * an allowlist (setpriv, program groups) and in a workspace of 20,000 files (the sweep) vs a plain one, on
- * docker and gvisor; (r) `client-ts` — the TypeScript client's per-call overhead over raw connect-es; (s) `mcp` — the MCP bridge's file tools (stdio and /mcp) vs the reference MCP filesystem server. `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p) and (q).
+ * docker and gvisor; (r) `client-ts` — the TypeScript client's per-call overhead over raw connect-es; (s) `mcp` — the MCP bridge's file tools (stdio and /mcp) vs the reference MCP filesystem server; (t) `changes` — a no-op Bash with and without the change scan that follows a watched command, in 10 and in 10,000 files. `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p), (q) and (t).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -33,6 +33,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { type BenchContext, type SectionResult, liveWorkspaces, sleep } from "./context.ts";
 import { benchAudit } from "./audit.ts";
+import { benchChanges } from "./changes.ts";
 import { benchClientTs } from "./client-ts.ts";
 import { benchCreate } from "./create.ts";
 import { liveRawContainers } from "./docker.ts";
@@ -60,7 +61,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "client-ts", s: "mcp" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "client-ts", s: "mcp", t: "changes" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -167,6 +168,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     q: { providers, iterations: quick ? 20 : 100, warmup: quick ? 3 : 10 },
     r: { iterations: quick ? 300 : 2000, warmup: quick ? 50 : 200 },
     s: { iterations: quick ? 100 : 500, warmup: quick ? 20 : 50 },
+    t: { providers, iterations: quick ? 20 : 100, warmup: quick ? 3 : 10 },
   };
 }
 
@@ -250,6 +252,7 @@ async function main(): Promise<void> {
     if (opts.only.has("q")) results.enforcement = await withServer("enforcement", true, (ctx) => benchEnforcement(ctx, settings.q));
     if (opts.only.has("r")) results.clientTs = await withServer("client-ts", false, (ctx) => benchClientTs(ctx, settings.r));
     if (opts.only.has("s")) results.mcp = await withServer("mcp", false, (ctx) => benchMcp(ctx, settings.s));
+    if (opts.only.has("t")) results.changes = await withServer("changes", true, (ctx) => benchChanges(ctx, settings.t));
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];

@@ -17,6 +17,7 @@ import {
   AuditEventSchema,
   AuditOutcome,
   CancelledError,
+  FileChangeKind,
   SessionStatus,
   type WatchEventsResponse,
   WatchEventsResponseSchema,
@@ -48,6 +49,14 @@ function outcomeText(e: AuditEvent): string {
   return e.reason ? `${outcome} ${reasonName(e.reason)}` : outcome;
 }
 
+/** How a watch line marks a change: + created, ~ modified, - deleted. */
+const FILE_CHANGE_MARKS: Record<FileChangeKind, string> = {
+  [FileChangeKind.UNSPECIFIED]: "~",
+  [FileChangeKind.CREATED]: "+",
+  [FileChangeKind.MODIFIED]: "~",
+  [FileChangeKind.DELETED]: "-",
+};
+
 function eventLine(res: WatchEventsResponse): string {
   const at = when(res.time);
   const e = res.event;
@@ -65,7 +74,9 @@ function eventLine(res: WatchEventsResponse): string {
       return `${at}  ${mark} ${c.tool || c.name} ${c.procedure.split("/").pop()}  ${c.workspaceId}  ${outcomeText(c)}${c.exitCode !== undefined ? ` exit ${c.exitCode}` : ""}  ${ms(c.duration)}\n`;
     }
     case "fileChanged":
-      return `${at}  ~ ${e.value.path}  ${e.value.workspaceId}  (${e.value.tool})\n`;
+      return e.value.treeChanged
+        ? `${at}  ~ (the tree changed: more than can be listed)  ${e.value.workspaceId}  (${e.value.tool})\n`
+        : `${at}  ${FILE_CHANGE_MARKS[e.value.change]} ${e.value.path}  ${e.value.workspaceId}  (${e.value.tool})\n`;
     case "workspaceStatus":
       return `${at}  workspace ${e.value.workspaceId} ${e.value.deleted ? "deleted" : enumName(WorkspaceStatus, e.value.status)}${e.value.message ? `: ${e.value.message}` : ""}\n`;
     case "sessionStatus":

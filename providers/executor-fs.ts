@@ -7,7 +7,7 @@
  */
 import type { FileRules } from "./executor/sensitive-files.ts";
 import type { SandboxConnection } from "./sandbox-connection.ts";
-import type { DirEntry, FileStat, FoundFile, ReadOutcome, WorkspaceFs } from "./types.ts";
+import type { DirEntry, FileStat, FoundFile, ReadOutcome, WalkOptions, WorkspaceFs } from "./types.ts";
 
 /** The WorkspaceFs of the workspace at `root` (as the executor sees it), over `connect()`. */
 export class ExecutorFs implements WorkspaceFs {
@@ -67,8 +67,9 @@ export class ExecutorFs implements WorkspaceFs {
     await (await this.#connect()).op({ root: this.#root, ...this.#rules, op: "remove", rel });
   }
 
-  async *walk(base: string): AsyncGenerator<FoundFile> {
-    for await (const batch of (await this.#connect()).opEntries<FoundFile>({ root: this.#root, ...this.#rules, op: "walk", rel: base })) yield* batch;
+  async *walk(base: string, options: WalkOptions = {}): AsyncGenerator<FoundFile> {
+    const extra = { ...(options.all ? { all: true } : {}), ...(options.prune?.length ? { prune: [...options.prune] } : {}) };
+    for await (const batch of (await this.#connect()).opEntries<FoundFile>({ root: this.#root, ...this.#rules, op: "walk", rel: base, ...extra })) yield* batch;
   }
 
   async readRanges(rel: string, ranges: Array<[number, number]>): Promise<Uint8Array[]> {

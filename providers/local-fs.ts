@@ -9,7 +9,7 @@ import { Jail } from "./executor/jail.ts";
 import { JailedFs } from "./executor/jailed-fs.ts";
 import { type FileRules, guardFor } from "./executor/sensitive-files.ts";
 import { domain, toDomainError } from "./faults.ts";
-import type { DirEntry, FileStat, FoundFile, ReadOutcome, WorkspaceFs } from "./types.ts";
+import type { DirEntry, FileStat, FoundFile, ReadOutcome, WalkOptions, WorkspaceFs } from "./types.ts";
 
 /** Files a walk hands over between two turns of the event loop, so a large tree never stalls other calls. */
 const WALK_SLICE = 512;
@@ -55,8 +55,8 @@ export class LocalFs implements WorkspaceFs {
     domain(() => this.#fs.remove(rel));
   }
 
-  async *walk(base: string): AsyncGenerator<FoundFile> {
-    const files = domain(() => this.#fs.walk(base));
+  async *walk(base: string, options?: WalkOptions): AsyncGenerator<FoundFile> {
+    const files = domain(() => this.#fs.walk(base, options));
     let n = 0;
     try {
       for (;;) {

@@ -20,7 +20,7 @@ import type { Fault } from "./executor/fault.ts";
 import { displayPath, notFound } from "./executor/jail.ts";
 import { isDirectory, MAX_RANGES_BYTES, notDirectory, sensitive } from "./executor/jailed-fs.ts";
 import { type FileAccess, type FileGuard, type FileRules, guardFor } from "./executor/sensitive-files.ts";
-import type { DirEntry, FileStat, FoundFile, ReadOutcome, WorkspaceFs } from "./types.ts";
+import type { DirEntry, FileStat, FoundFile, ReadOutcome, WalkOptions, WorkspaceFs } from "./types.ts";
 import { toDomainError } from "./faults.ts";
 
 /** The seed's limits. */
@@ -300,11 +300,11 @@ export class MemoryFs implements WorkspaceFs {
     this.#tree.usedBytes -= entryCost(name, node);
   }
 
-  async *walk(base: string): AsyncGenerator<FoundFile> {
+  async *walk(base: string, options: WalkOptions = {}): AsyncGenerator<FoundFile> {
     const { node } = this.#find(base, "read");
     if (node === undefined) fail(notFound(base));
     if (node.kind !== "dir") fail(notDirectory(base));
-    yield* walkDir(node, base);
+    yield* walkDir(node, base, options.all === true, new Set(options.prune));
   }
 
   async readRanges(rel: string, ranges: Array<[number, number]>): Promise<Uint8Array[]> {
@@ -321,9 +321,10 @@ export class MemoryFs implements WorkspaceFs {
 /**
  * The files below `dir` in the jailed filesystem's order: each directory's files by name
  * descending, then its subdirectories by name ascending. Each directory's entries are taken when
- * it is reached, so a tree changed meanwhile is walked as it then is.
+ * it is reached, so a tree changed meanwhile is walked as it then is. With `all` each directory is
+ * reported just before its contents; `prune` names directories not entered.
  */
-function* walkDir(dir: DirNode, prefix: string): Generator<FoundFile> {
+function* walkDir(dir: DirNode, prefix: string, all: boolean, prune: ReadonlySet<string>): Generator<FoundFile> {
   const join = (name: string) => (prefix === "" ? name : `${prefix}/${name}`);
   const names = [...dir.children.keys()].sort((a, b) => (a < b ? 1 : a > b ? -1 : 0));
   const subdirs: Array<[string, DirNode]> = [];
@@ -332,5 +333,8 @@ function* walkDir(dir: DirNode, prefix: string): Generator<FoundFile> {
     if (node?.kind === "dir") subdirs.push([name, node]);
     else if (node) yield { path: join(name), name, type: "file", size: node.data.length, mtimeMs: node.mtimeMs };
   }
-  for (const [name, node] of subdirs.reverse()) yield* walkDir(node, join(name));
+  for (const [name, node] of subdirs.reverse()) {
+    if (all) yield { path: join(name), name, type: "directory", size: 0, mtimeMs: node.mtimeMs };
+    if (!prune.has(name)) yield* walkDir(node, join(name), all, prune);
+  }
 }

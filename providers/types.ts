@@ -6,8 +6,8 @@
  * implementations must still confine symlinks (see `resolveOnHost`).
  */
 
-export type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome } from "./executor/types.ts";
-import type { DirEntry, FileStat, FoundFile, ReadOutcome } from "./executor/types.ts";
+export type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome, WalkOptions } from "./executor/types.ts";
+import type { DirEntry, FileStat, FoundFile, ReadOutcome, WalkOptions } from "./executor/types.ts";
 import type { Duplex } from "node:stream";
 import type { FileRules } from "./executor/sensitive-files.ts";
 import type { ProgramRules } from "./executor/programs.ts";
@@ -50,9 +50,12 @@ export interface WorkspaceFs {
   /**
    * Every regular file below the directory `base`, with workspace-relative paths, in a fixed
    * order (each directory's files by name descending, then its subdirectories ascending), never
-   * entering symlinks. Streams: a large tree is not collected first.
+   * entering symlinks. Streams: a large tree is not collected first; ending the iteration early
+   * stops the walk. `options.all` reports every entry instead (each directory just before its
+   * contents, symlinks as themselves, never followed); `options.prune` names directories never
+   * entered. Only metadata: nothing is opened but directories.
    */
-  walk(base: string): AsyncIterable<FoundFile>;
+  walk(base: string, options?: WalkOptions): AsyncIterable<FoundFile>;
   /** Bytes of a regular file at [offset, length] ranges (shorter at its end), at most 8 MiB in all. */
   readRanges(rel: string, ranges: Array<[number, number]>): Promise<Uint8Array[]>;
 }

@@ -35,6 +35,7 @@ import { type Allowed, checkPolicy, POLICY } from "./policy.ts";
 import { registerReflection } from "./reflection.ts";
 import { CONFIG_REST_ROUTES } from "./services/config-rest.ts";
 import { AuditTrail } from "./audit/audit-trail.ts";
+import { FileChanges, MAX_LISTED_CHANGES } from "./audit/file-changes.ts";
 import { Redactor } from "./audit/redact.ts";
 import { createAuditService } from "./services/audit-service.ts";
 import { createConfigService } from "./services/config-service.ts";
@@ -150,6 +151,8 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       throw err;
     }
   }
+  // Commands' file changes, found by a scan after each watched command.
+  const fileChanges = new FileChanges(audit.hub, { ...settings.audit.changeScan, maxChanges: MAX_LISTED_CHANGES });
   const egress = new Egress(settings.egress, logger, (refusal) => audit.egressRefused(refusal));
   const workspaces = new WorkspaceManager({
     egress,
@@ -160,7 +163,10 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     store: store.workspaces,
     agentTypes,
     logger,
-    onStatus: (change) => audit.hub.publish({ time: new Date(), workspaceId: change.workspaceId, sessionId: change.sessionId, payload: { case: "workspaceStatus", value: change } }),
+    onStatus: (change) => {
+      if (change.deleted) fileChanges.forget(change.workspaceId);
+      audit.hub.publish({ time: new Date(), workspaceId: change.workspaceId, sessionId: change.sessionId, payload: { case: "workspaceStatus", value: change } });
+    },
   });
   known.workspaces = workspaces;
   await workspaces.init();
@@ -261,7 +267,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     router.service(AuditService, createAuditService(audit, store.audit, sessions));
     router.service(ConfigService, createConfigService(agentTypes));
     router.service(WorkspaceService, createWorkspaceService(workspaces, sessions));
-    router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits, git: gitContext, ...(overrides.commandPolicy ? { commandPolicy: overrides.commandPolicy } : {}) }));
+    router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits, git: gitContext, fileChanges, ...(overrides.commandPolicy ? { commandPolicy: overrides.commandPolicy } : {}) }));
     registerHealth(router, health);
     // Besides the services' own files: the tool option, and the error detail every error carries,
     // so reflection clients (buf curl, grpcurl) decode error details without local protos.

@@ -65,6 +65,11 @@ export interface AuditSettings {
   maxRows: number;
   /** Events a WatchEvents stream may hold for a reader that is behind before it drops them. */
   watchBuffer: number;
+  /**
+   * The bounds of the scan after each watched command (audit/file-changes.ts): entries walked at
+   * most, and milliseconds; past either, the command's changes are one tree_changed event.
+   */
+  changeScan: { maxEntries: number; maxMs: number };
   /** OTLP export, when the standard OTEL_EXPORTER_OTLP_* variables ask for it. */
   otlp: OtlpSettings | undefined;
 }
@@ -709,6 +714,10 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
       maxAgeMs: integer(read(env, "AGENT_WORKSPACE_AUDIT_MAX_AGE_MS"), "AGENT_WORKSPACE_AUDIT_MAX_AGE_MS", 30 * 24 * 3_600_000, 0, 10 * 365 * 24 * 3_600_000),
       maxRows: integer(read(env, "AGENT_WORKSPACE_AUDIT_MAX_ROWS"), "AGENT_WORKSPACE_AUDIT_MAX_ROWS", 1_000_000, 0),
       watchBuffer: integer(read(env, "AGENT_WORKSPACE_WATCH_BUFFER"), "AGENT_WORKSPACE_WATCH_BUFFER", 4096, 1, 1_000_000),
+      changeScan: {
+        maxEntries: integer(read(env, "AGENT_WORKSPACE_CHANGE_SCAN_MAX_ENTRIES"), "AGENT_WORKSPACE_CHANGE_SCAN_MAX_ENTRIES", 50_000, 1, 10_000_000),
+        maxMs: integer(read(env, "AGENT_WORKSPACE_CHANGE_SCAN_MAX_MS"), "AGENT_WORKSPACE_CHANGE_SCAN_MAX_MS", 500, 1, 600_000),
+      },
       otlp: otlpSettings(env),
     },
     egress: {

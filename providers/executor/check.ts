@@ -41,9 +41,14 @@ export function checkOpRequest(v: unknown): OpRequest {
     case "write":
     case "list":
     case "remove":
-    case "walk":
     case "release":
     case "seal":
+      return r;
+    case "walk":
+      if (r.all !== undefined && typeof r.all !== "boolean") throw new Error("all");
+      if (r.prune !== undefined && !(Array.isArray(r.prune) && r.prune.length <= 64 && r.prune.every((n) => isString(n) && n.length > 0 && n.length <= 255 && !n.includes("/") && !n.includes("\0")))) {
+        throw new Error("prune");
+      }
       return r;
     case "read":
     case "readFile":

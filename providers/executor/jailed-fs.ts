@@ -33,7 +33,7 @@ import {
 import { Fault } from "./fault.ts";
 import { at, DIR_OPEN, displayPath, errnoOf, faultOf, Jail, jailFaults, type Location, MAX_NAME_BYTES, notFound, pathChanged } from "./jail.ts";
 import { type FileAccess, type FileGuard, guardFor } from "./sensitive-files.ts";
-import type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome } from "./types.ts";
+import type { DirEntry, EntryType, FileStat, FoundFile, ReadOutcome, WalkOptions } from "./types.ts";
 
 /** Flags for opening a file to read: never through a symlink, never blocking on a FIFO. */
 const FILE_READ = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
@@ -402,13 +402,15 @@ export class JailedFs {
    * name descending, then its subdirectories by name ascending. Symlinks are never entered, and
    * each subdirectory is opened from its parent's descriptor, so a walk cannot leave the
    * workspace, loop, or be redirected mid-way. Unreadable or vanished subdirectories are skipped.
+   * With `options.all` every entry is reported (a directory just before its contents, a symlink as
+   * itself); directories named in `options.prune` are not entered. Only metadata is read.
    */
-  *walk(base: string): Generator<FoundFile> {
+  *walk(base: string, options: WalkOptions = {}): Generator<FoundFile> {
     const { fd, rel } = this.#at(base, { followFinal: true }, false, (loc) => ({ fd: this.#openDir(loc, base), rel: loc.rel }));
-    yield* this.#walkDir(fd, rel);
+    yield* this.#walkDir(fd, rel, options.all === true, new Set(options.prune));
   }
 
-  *#walkDir(fd: number, prefix: string): Generator<FoundFile> {
+  *#walkDir(fd: number, prefix: string, all: boolean, prune: ReadonlySet<string>): Generator<FoundFile> {
     const join = (name: string) => (prefix === "" ? name : `${prefix}/${name}`);
     const subdirs: Array<{ name: string; st: Stats }> = [];
     try {
@@ -428,8 +430,11 @@ export class JailedFs {
         }
         if (st.isDirectory()) subdirs.push({ name, st });
         else if (st.isFile()) yield { path: join(name), name, type: "file", size: st.size, mtimeMs: st.mtimeMs };
+        else if (all) yield { path: join(name), name, ...info(st) };
       }
       for (const { name, st } of subdirs.reverse()) {
+        if (all) yield { path: join(name), name, type: "directory", size: st.size, mtimeMs: st.mtimeMs };
+        if (prune.has(name)) continue;
         let child: number;
         try {
           child = openSync(at(fd, name), DIR_OPEN);
@@ -441,7 +446,7 @@ export class JailedFs {
           closeSync(child);
           continue;
         }
-        yield* this.#walkDir(child, join(name));
+        yield* this.#walkDir(child, join(name), all, prune);
       }
     } finally {
       this.#closeDir(fd);

@@ -435,7 +435,7 @@ async function operate(id: number, req: OpRequest): Promise<void> {
         return await sendEntries(call, id, entries, { rel });
       }
       case "walk":
-        return await sendEntries(call, id, fs.walk(req.rel));
+        return await sendEntries(call, id, fs.walk(req.rel, { all: req.all === true, prune: req.prune ?? [] }));
       case "remove":
         fs.remove(req.rel);
         return finish(id, F.RESULT, json({}));

@@ -139,7 +139,7 @@ export type OpRequest = { root: string; rules?: FileRules } & (
   | { op: "write"; rel: string }
   | { op: "list"; rel: string }
   | { op: "remove"; rel: string }
-  | { op: "walk"; rel: string }
+  | { op: "walk"; rel: string; all?: boolean; prune?: string[] }
   | { op: "readRanges"; rel: string; ranges: Array<[number, number]> }
   | { op: "release"; rel: string }
   /**

@@ -45,9 +45,20 @@ export interface DirEntry extends FileStat {
   name: string;
 }
 
-/** A regular file found by a walk, with its workspace-relative path. */
+/** An entry found by a walk (a regular file, unless the walk asked for every entry), with its workspace-relative path. */
 export interface FoundFile extends DirEntry {
   path: string;
+}
+
+/** What a walk reports besides regular files, and where it does not go. */
+export interface WalkOptions {
+  /**
+   * Every entry, not only regular files: each directory (just before its contents), symlinks
+   * (as themselves, never followed) and other entries (FIFOs, sockets, devices).
+   */
+  all?: boolean;
+  /** Names of directories, at any depth, that are never entered (with `all`, still reported themselves). */
+  prune?: readonly string[];
 }
 
 /** What reading a path found: a file's bytes, or a directory's entry names. */

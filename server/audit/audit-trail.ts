@@ -26,6 +26,7 @@ import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import { ErrorDetailSchema, ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 import { PRINCIPAL, type Principal } from "../auth/principal.ts";
 import { DomainError } from "../../core/errors.ts";
+import { toWorkspacePath } from "../../providers/executor/jail.ts";
 import { toConnectError } from "../interceptors/error-interceptor.ts";
 import type { Logger } from "../logger.ts";
 import type { AuditSettings, OtlpSettings } from "../settings.ts";
@@ -44,9 +45,40 @@ const requireModule = createRequire(import.meta.url);
 export type LivePayload =
   | { case: "toolCallStarted"; value: AuditRecord }
   | { case: "toolCallFinished"; value: AuditRecord }
-  | { case: "fileChanged"; value: { workspaceId: string; sessionId: string; path: string; tool: string; spanId: string } }
+  | { case: "fileChanged"; value: FileChange }
   | { case: "workspaceStatus"; value: WorkspaceStatusChange }
   | { case: "sessionStatus"; value: SessionStatusChange };
+
+/** What happened to a path (FileChangeKind); "" for a tree_changed event. */
+export type FileChangeKind = "created" | "modified" | "deleted" | "";
+
+/** One FileChanged event: a path a tool or a command changed, or (`treeChanged`) "more than listed". */
+export interface FileChange {
+  workspaceId: string;
+  sessionId: string;
+  /** Workspace-relative; "" when treeChanged. */
+  path: string;
+  tool: string;
+  spanId: string;
+  change: FileChangeKind;
+  treeChanged: boolean;
+}
+
+/** The change each file tool reports, from its record. */
+function fileToolChange(r: AuditRecord): FileChangeKind {
+  if (r.tool === "delete") return "deleted";
+  if (r.tool === "write") return r.result.created === "true" ? "created" : "modified";
+  return "modified";
+}
+
+/** The workspace-relative form of a path a tool was given (as the jail normalises it). */
+function relativePath(path: string): string {
+  try {
+    return toWorkspacePath(path);
+  } catch {
+    return path;
+  }
+}
 
 /** Where a workspace's calls belong, looked up by id. */
 export interface WorkspaceFacts {
@@ -84,9 +116,23 @@ export interface AuditTrailOptions {
 /** The call being audited, for the inner interceptor. */
 const AUDIT_CALL = createContextKey<AuditCall | undefined>(undefined, { description: "the audited call" });
 
-/** The span id of the audit record a handler's call becomes ("" for a call that is not audited). */
-export function auditSpanId(values: ContextValues): string {
-  return values.get(AUDIT_CALL)?.spanId ?? "";
+/** What a handler may know of its own audited call. */
+export interface AuditedCall {
+  /** The span's id, 16 hex digits. */
+  spanId: string;
+  /** The session the record names (the caller's, or the workspace's); "" for none. */
+  sessionId: string;
+  /**
+   * Settles once the span has ended: its ToolCallFinished is then published, so events published
+   * after it follow that event on every watch.
+   */
+  ended: Promise<void>;
+}
+
+/** The audited call a handler runs in (from its context values), once it was admitted; undefined when it is not audited. */
+export function auditedCall(values: ContextValues): AuditedCall | undefined {
+  const call = values.get(AUDIT_CALL);
+  return call === undefined ? undefined : { spanId: call.spanId, sessionId: call.sessionId, ended: call.ended };
 }
 
 const HEADERS_GETTER: TextMapGetter<Headers> = {
@@ -309,6 +355,7 @@ class AuditCall {
   readonly #result: Summary = {};
   #principal: Principal | undefined;
   #ended = false;
+  readonly #endedSignal = Promise.withResolvers<void>();
 
   constructor(trail: AuditTrail, header: Headers, procedure: string, tool: string, audit: ToolAudit | AdminAudit, message: unknown) {
     this.#trail = trail;
@@ -341,9 +388,19 @@ class AuditCall {
     this.#span = trail.startSpan(tool !== "" ? `execute_tool ${tool}` : procedure.slice(1), attrs, header);
   }
 
-  /** The span id of this call's record. */
+  /** The span's id. */
   get spanId(): string {
     return this.#span.spanContext().spanId;
+  }
+
+  /** The session the record names so far. */
+  get sessionId(): string {
+    return String(this.#attrs[ATTR.sessionId] ?? "");
+  }
+
+  /** Settles once the span has ended (and its ToolCallFinished was published). */
+  get ended(): Promise<void> {
+    return this.#endedSignal.promise;
   }
 
   /** Who called and where: from the principal, the request (after permissions chose the workspace) and the facts. */
@@ -442,6 +499,7 @@ class AuditCall {
     this.#ended = true;
     this.#identify(principal);
     endSpan(this.#span, this.#attrs, this.#result, error);
+    this.#endedSignal.resolve();
   }
 }
 
@@ -594,7 +652,8 @@ class StoreSpanProcessor implements SpanProcessor {
     this.#hub.publish({ time, workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "toolCallFinished", value: r } });
     const path = r.request.path;
     if (r.outcome === "ok" && FILE_CHANGING_TOOLS.has(r.tool) && path !== undefined) {
-      this.#hub.publish({ time, workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "fileChanged", value: { workspaceId: r.workspaceId, sessionId: r.sessionId, path, tool: r.tool, spanId: r.spanId } } });
+      const value: FileChange = { workspaceId: r.workspaceId, sessionId: r.sessionId, path: relativePath(path), tool: r.tool, spanId: r.spanId, change: fileToolChange(r), treeChanged: false };
+      this.#hub.publish({ time, workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "fileChanged", value } });
     }
   }
 

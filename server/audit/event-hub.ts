@@ -37,9 +37,13 @@ class Watcher<T> {
     this.#capacity = capacity;
   }
 
+  /** Whether an event of this workspace and session passes the watcher's filter. */
+  wants(workspaceId: string, sessionId: string): boolean {
+    return (this.#filter.workspaceId === "" || workspaceId === this.#filter.workspaceId) && (this.#filter.sessionId === "" || sessionId === this.#filter.sessionId);
+  }
+
   offer(event: LiveEvent<T>): void {
-    if (this.#filter.workspaceId !== "" && event.workspaceId !== this.#filter.workspaceId) return;
-    if (this.#filter.sessionId !== "" && event.sessionId !== this.#filter.sessionId) return;
+    if (!this.wants(event.workspaceId, event.sessionId)) return;
     if (this.#held >= this.#capacity) {
       const last = this.#queue.at(-1);
       if (last?.kind === "dropped") last.count++;
@@ -86,6 +90,15 @@ export class EventHub<T> {
   /** Watchers right now. */
   get watchers(): number {
     return this.#watchers.size;
+  }
+
+  /**
+   * Whether a watcher would receive an event of this workspace and session right now: work that
+   * only produces events (a command's change scan) can be skipped when none would.
+   */
+  watching(workspaceId: string, sessionId: string): boolean {
+    for (const w of this.#watchers) if (w.wants(workspaceId, sessionId)) return true;
+    return false;
   }
 
   publish(event: LiveEvent<T>): void {

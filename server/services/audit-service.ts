@@ -6,10 +6,10 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { AgentMessageKind, AuditOutcome, AuditService, type WatchEventsResponse, WatchEventsResponseSchema } from "../../gen/agentworkspace/v1/audit_pb.js";
+import { AgentMessageKind, AuditOutcome, AuditService, FileChangeKind, type WatchEventsResponse, WatchEventsResponseSchema } from "../../gen/agentworkspace/v1/audit_pb.js";
 import { SessionStatus, WorkspaceStatus } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import { DomainError } from "../../core/errors.ts";
-import { type AuditTrail, auditSpanId, type LivePayload } from "../audit/audit-trail.ts";
+import { type AuditTrail, auditedCall, type LivePayload } from "../audit/audit-trail.ts";
 import type { Delivered } from "../audit/event-hub.ts";
 import { type AuditRecord, outcomeName, toAuditEvent } from "../audit/records.ts";
 import { AGENT_MESSAGE_MAX_CHARS, POST_AGENT_MESSAGE } from "../audit/summary.ts";
@@ -20,6 +20,7 @@ const DEFAULT_PAGE = 100;
 const MAX_PAGE = 1000;
 
 const WORKSPACE_STATUS = { creating: WorkspaceStatus.CREATING, ready: WorkspaceStatus.READY, stopped: WorkspaceStatus.STOPPED, failed: WorkspaceStatus.FAILED } as const;
+const FILE_CHANGE_KINDS = { "": FileChangeKind.UNSPECIFIED, created: FileChangeKind.CREATED, modified: FileChangeKind.MODIFIED, deleted: FileChangeKind.DELETED } as const;
 const SESSION_STATUS = { provisioning: SessionStatus.PROVISIONING, active: SessionStatus.ACTIVE, degraded: SessionStatus.DEGRADED, ended: SessionStatus.ENDED } as const;
 
 /** The session a caller may see: a session token its own (naming another is refused), an operator what it asked. */
@@ -72,7 +73,7 @@ function toResponse(d: Delivered<LivePayload>): WatchEventsResponse | undefined 
       }
       return create(WatchEventsResponseSchema, { time, event: { case: "toolCallFinished", value: { call: toAuditEvent(p.value) } } });
     case "fileChanged":
-      return create(WatchEventsResponseSchema, { time, event: { case: "fileChanged", value: p.value } });
+      return create(WatchEventsResponseSchema, { time, event: { case: "fileChanged", value: { ...p.value, change: FILE_CHANGE_KINDS[p.value.change] } } });
     case "workspaceStatus":
       return create(WatchEventsResponseSchema, { time, event: { case: "workspaceStatus", value: { ...p.value, status: WORKSPACE_STATUS[p.value.status] } } });
     case "sessionStatus":
@@ -145,7 +146,7 @@ export function createAuditService(trail: AuditTrail, store: AuditStore, session
       }
       const { workspaceId } = session;
       // The message is this call's own audit record (summary.ts): nothing else to write.
-      return { sessionId, workspaceId, spanId: auditSpanId(ctx.values) };
+      return { sessionId, workspaceId, spanId: auditedCall(ctx.values)?.spanId ?? "" };
     },
   };
 }

@@ -31,6 +31,8 @@ import type { ToolLimits } from "../tools/tool-limits.ts";
 import type { WorkspaceManager } from "../workspace-manager.ts";
 import { taskEnv } from "../sessions/session.ts";
 import { commandPolicyOf } from "../security/command-policy.ts";
+import { auditedCall } from "../audit/audit-trail.ts";
+import type { FileChanges } from "../audit/file-changes.ts";
 
 const FILE_TYPES: Record<EntryType, FileType> = {
   file: FileType.FILE,
@@ -59,6 +61,8 @@ export interface ToolServiceDeps {
   git: (workspaceId: string) => GitContext;
   /** The command policy of a workspace's agent type (default: the parser's, commandPolicyOf). */
   commandPolicy?: CommandPolicyOf;
+  /** Where calls' file changes are tracked for watchers (absent: commands report none). */
+  fileChanges?: FileChanges;
 }
 
 /**
@@ -125,7 +129,7 @@ function grepEvent(ev: GrepEvent) {
 }
 
 /** Creates the ToolService implementation. */
-export function createToolService({ workspaces, limits, git, commandPolicy = commandPolicyOf }: ToolServiceDeps): ServiceImpl<typeof ToolService> {
+export function createToolService({ workspaces, limits, git, commandPolicy = commandPolicyOf, fileChanges }: ToolServiceDeps): ServiceImpl<typeof ToolService> {
   /** The server's tool limits, with the command timeouts of the workspace's agent type. */
   const limitsOf = (workspaceId: string): ToolLimits => {
     const binding = workspaces.find(workspaceId)?.agentType;
@@ -138,6 +142,8 @@ export function createToolService({ workspaces, limits, git, commandPolicy = com
     const left = hctx.timeoutMs();
     const record = workspaces.find(workspaceId);
     const task = record?.session?.task;
+    const call = auditedCall(hctx.values);
+    const source = { workspaceId: workspace.id, sessionId: call?.sessionId ?? record?.session?.id ?? "", spanId: call?.spanId ?? "", ended: call?.ended ?? Promise.resolve() };
     return {
       workspace,
       limits: limitsOf(workspaceId),
@@ -146,6 +152,7 @@ export function createToolService({ workspaces, limits, git, commandPolicy = com
       deadline: left === undefined ? undefined : Date.now() + left,
       ...(task ? { env: taskEnv(task) } : {}),
       git: git(workspaceId),
+      ...(fileChanges ? { changes: fileChanges.forCall(workspace, source) } : {}),
     };
   };
   /** A unary RPC: request → tool input → tool → response. */

@@ -199,12 +199,17 @@ export async function runBash(ctx: ToolContext, input: BashInput): Promise<BashR
   const p = await plan(ctx, input);
   const out = new BoundedBuffer(ctx.limits.maxOutputBytes);
   const err = new BoundedBuffer(ctx.limits.maxOutputBytes);
+  const ended = await ctx.changes?.commandStarting();
   const started = Date.now();
   let exit: ExecExit | undefined;
-  for await (const ev of untilSettled(execIn(ctx, p.spec), p)) {
-    if (ev.type === "stdout") out.push(ev.data);
-    else if (ev.type === "stderr") err.push(ev.data);
-    else if (ev.type === "exited") exit = ev.exit;
+  try {
+    for await (const ev of untilSettled(execIn(ctx, p.spec), p)) {
+      if (ev.type === "stdout") out.push(ev.data);
+      else if (ev.type === "stderr") err.push(ev.data);
+      else if (ev.type === "exited") exit = ev.exit;
+    }
+  } finally {
+    ended?.();
   }
   if (exit?.spawnError) throw bashMissing(exit.spawnError);
   if (ctx.signal.aborted) throw new DomainError("CANCELLED", "The call was cancelled and the command killed");
@@ -234,6 +239,16 @@ export async function* streamBash(ctx: ToolContext, input: StreamBashInput): Asy
   }
   const p = await plan(ctx, input, true);
   const cap = input.maxOutputBytes === 0 ? Number.POSITIVE_INFINITY : input.maxOutputBytes;
+  const ended = await ctx.changes?.commandStarting();
+  try {
+    yield* streamEvents(ctx, p, cap);
+  } finally {
+    ended?.();
+  }
+}
+
+/** StreamBash's events once planned: the command's, each stream forwarded up to `cap` bytes. */
+async function* streamEvents(ctx: ToolContext, p: Plan, cap: number): AsyncGenerator<BashStreamEvent> {
   const totals = { stdout: 0, stderr: 0 };
   const started = Date.now();
   let exit: ExecExit | undefined;

@@ -33,6 +33,23 @@ export interface ToolContext {
   env?: Record<string, string>;
   /** What the git tools need besides the workspace (absent for setup commands, which run bash only). */
   git?: GitContext;
+  /** Where the call's changes to the workspace's files are tracked for watchers (absent: nowhere). */
+  changes?: ChangeTracking;
+}
+
+/**
+ * How a call tells the change tracking (audit/file-changes.ts) what it does to the workspace's
+ * files: a command's changes are found by a scan after it, a file tool's are reported by the tool.
+ */
+export interface ChangeTracking {
+  /**
+   * Called once a command was admitted, just before it runs; resolves when it may run (a scan still
+   * going in the workspace, or its first snapshot, is finished first). Call the function it returns
+   * once the command has ended, however it ended.
+   */
+  commandStarting(): Promise<() => void>;
+  /** Runs a file tool's change of `rel` (workspace-relative), so that no scan reports it again. */
+  fileChange<T>(rel: string, change: () => Promise<T>): Promise<T>;
 }
 
 /** What the bash tool asks of a command policy (security/command-policy.ts). */

@@ -20,7 +20,7 @@ const queues = new WeakMap<WorkspaceHandle, Map<string, Promise<void>>>();
  * Runs `change` once every earlier change of `rel` in the call's workspace has settled, and before
  * any later one; not at all when the call was cancelled by then.
  */
-export function inTurn<T>(ctx: Pick<ToolContext, "workspace" | "signal">, rel: string, change: () => Promise<T>): Promise<T> {
+export function inTurn<T>(ctx: Pick<ToolContext, "workspace" | "signal" | "changes">, rel: string, change: () => Promise<T>): Promise<T> {
   const ws = ctx.workspace;
   let byPath = queues.get(ws);
   if (!byPath) {
@@ -30,7 +30,7 @@ export function inTurn<T>(ctx: Pick<ToolContext, "workspace" | "signal">, rel: s
   const previous = byPath.get(rel) ?? Promise.resolve();
   const result = previous.then(() => {
     if (ctx.signal.aborted) throw new DomainError("CANCELLED", `The call was cancelled before it changed '${rel}'`);
-    return change();
+    return ctx.changes ? ctx.changes.fileChange(rel, change) : change();
   });
   const settled = result.then(
     () => undefined,

@@ -478,7 +478,15 @@ export declare type ToolCallFinished = Message<"agentworkspace.v1.ToolCallFinish
 export declare const ToolCallFinishedSchema: GenMessage<ToolCallFinished>;
 
 /**
- * FileChanged says a tool changed a file.
+ * FileChanged says a tool or a command changed a path in a workspace. WriteFile, EditFile,
+ * PatchFile and DeleteFile report the file they changed. After every Bash and StreamBash command
+ * a bounded scan of the workspace's tree (entries' type, size and modification time; never file
+ * contents, never through a symlink) reports each path the command created, modified or deleted,
+ * one event per path, right after the command's ToolCallFinished. The scan skips the insides of
+ * `.git`, `node_modules`, `.venv` and `__pycache__` directories (the directories themselves are
+ * reported). It runs only while someone watches the workspace; a watcher that arrives later gets
+ * correct changes from the next command on. With commands running at once in one workspace, a
+ * change is reported by the first scan that sees it, so it may carry the other command's span.
  *
  * @generated from message agentworkspace.v1.FileChanged
  */
@@ -491,21 +499,21 @@ export declare type FileChanged = Message<"agentworkspace.v1.FileChanged"> & {
   workspaceId: string;
 
   /**
-   * The session the workspace belongs to, if any.
+   * The session of the call that changed it (the workspace's, or the caller's in a shared one).
    *
    * @generated from field: string session_id = 2;
    */
   sessionId: string;
 
   /**
-   * The path as the tool was given it.
+   * The path, relative to the workspace root; empty when tree_changed.
    *
    * @generated from field: string path = 3;
    */
   path: string;
 
   /**
-   * The tool that changed it: "write", "edit", "patch" or "delete".
+   * What changed it: "write", "edit", "patch", "delete", or "bash" for a command.
    *
    * @generated from field: string tool = 4;
    */
@@ -517,6 +525,21 @@ export declare type FileChanged = Message<"agentworkspace.v1.FileChanged"> & {
    * @generated from field: string span_id = 5;
    */
   spanId: string;
+
+  /**
+   * What happened to the path; UNSPECIFIED when tree_changed.
+   *
+   * @generated from field: agentworkspace.v1.FileChangeKind change = 6;
+   */
+  change: FileChangeKind;
+
+  /**
+   * The scan hit its bound (too many entries to walk in time, or more changes than it lists): more
+   * may have changed than any event says, and a viewer should reload the whole tree. `path` is empty.
+   *
+   * @generated from field: bool tree_changed = 7;
+   */
+  treeChanged: boolean;
 };
 
 /**
@@ -846,6 +869,46 @@ export enum AgentMessageKind {
  * Describes the enum agentworkspace.v1.AgentMessageKind.
  */
 export declare const AgentMessageKindSchema: GenEnum<AgentMessageKind>;
+
+/**
+ * FileChangeKind is what happened to a path.
+ *
+ * @generated from enum agentworkspace.v1.FileChangeKind
+ */
+export enum FileChangeKind {
+  /**
+   * Not said (a tree_changed event).
+   *
+   * @generated from enum value: FILE_CHANGE_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The path did not exist before and does now.
+   *
+   * @generated from enum value: FILE_CHANGE_KIND_CREATED = 1;
+   */
+  CREATED = 1,
+
+  /**
+   * The file's size or modification time changed (a directory is never reported modified).
+   *
+   * @generated from enum value: FILE_CHANGE_KIND_MODIFIED = 2;
+   */
+  MODIFIED = 2,
+
+  /**
+   * The path existed before and does not now.
+   *
+   * @generated from enum value: FILE_CHANGE_KIND_DELETED = 3;
+   */
+  DELETED = 3,
+}
+
+/**
+ * Describes the enum agentworkspace.v1.FileChangeKind.
+ */
+export declare const FileChangeKindSchema: GenEnum<FileChangeKind>;
 
 /**
  * AuditService reads the audit trail. Every tool operation (and every administrative change:

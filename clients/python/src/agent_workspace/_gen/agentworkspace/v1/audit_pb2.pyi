@@ -17,6 +17,10 @@ AUDIT_OUTCOME_ERROR: AuditOutcome
 AUDIT_OUTCOME_OK: AuditOutcome
 AUDIT_OUTCOME_UNSPECIFIED: AuditOutcome
 DESCRIPTOR: _descriptor.FileDescriptor
+FILE_CHANGE_KIND_CREATED: FileChangeKind
+FILE_CHANGE_KIND_DELETED: FileChangeKind
+FILE_CHANGE_KIND_MODIFIED: FileChangeKind
+FILE_CHANGE_KIND_UNSPECIFIED: FileChangeKind
 
 class AgentMessage(_message.Message):
     __slots__ = ["kind", "text"]
@@ -105,18 +109,22 @@ class EventsDropped(_message.Message):
     def __init__(self, count: _Optional[int] = ...) -> None: ...
 
 class FileChanged(_message.Message):
-    __slots__ = ["path", "session_id", "span_id", "tool", "workspace_id"]
+    __slots__ = ["change", "path", "session_id", "span_id", "tool", "tree_changed", "workspace_id"]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SPAN_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
+    TREE_CHANGED_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    change: FileChangeKind
     path: str
     session_id: str
     span_id: str
     tool: str
+    tree_changed: bool
     workspace_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., path: _Optional[str] = ..., tool: _Optional[str] = ..., span_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., path: _Optional[str] = ..., tool: _Optional[str] = ..., span_id: _Optional[str] = ..., change: _Optional[_Union[FileChangeKind, str]] = ..., tree_changed: bool = ...) -> None: ...
 
 class ListAuditEventsRequest(_message.Message):
     __slots__ = ["agent_type", "end_time", "outcome", "page_size", "page_token", "session_id", "start_time", "tool", "workspace_id"]
@@ -250,4 +258,7 @@ class AuditOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class AgentMessageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class FileChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
