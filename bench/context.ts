@@ -174,6 +174,63 @@ export function run(command: string, args: string[], options: { cwd?: string } =
   });
 }
 
+/**
+ * A spawn baseline taken where a user's own `spawn` would run: a minimal Node process (this Node,
+ * nothing loaded but `child_process`) that times `spawn(command, args)` to its exit itself, on
+ * request. A big process forks slowly (its page tables are copied), so the same spawn timed inside
+ * the bench process costs several times more and flatters whatever it is compared with.
+ */
+export interface MinimalSpawner {
+  /** Times one spawn to its exit, in the minimal process; rejects if the command failed. */
+  measure: Measure;
+  close(): void;
+}
+
+/** Starts a minimal process that spawns `command args` each time it is asked (see MinimalSpawner). */
+export function minimalSpawner(command: string, args: string[]): MinimalSpawner {
+  const script = `
+    const { spawn } = require("node:child_process");
+    const [command, ...args] = JSON.parse(process.argv[1]);
+    let buf = "";
+    process.stdin.on("data", (d) => {
+      buf += d;
+      while (buf.includes("\\n")) {
+        buf = buf.slice(buf.indexOf("\\n") + 1);
+        const t0 = process.hrtime.bigint();
+        const child = spawn(command, args, { stdio: "ignore" });
+        child.on("exit", (code) => process.stdout.write(Number(process.hrtime.bigint() - t0) / 1e6 + " " + code + "\\n"));
+      }
+    });`;
+  const child = spawn(process.execPath, ["-e", script, JSON.stringify([command, ...args])], { stdio: ["pipe", "pipe", "inherit"] });
+  const waiting: Array<{ resolve: (ms: number) => void; reject: (err: Error) => void }> = [];
+  let out = "";
+  child.stdout.setEncoding("utf8").on("data", (d: string) => {
+    out += d;
+    let at: number;
+    while ((at = out.indexOf("\n")) >= 0) {
+      const [ms, code] = out.slice(0, at).split(" ");
+      out = out.slice(at + 1);
+      const w = waiting.shift();
+      if (code !== "0") w?.reject(new Error(`${command} exited ${code} in the minimal process`));
+      else w?.resolve(Number(ms));
+    }
+  });
+  let exited = false;
+  child.once("exit", () => {
+    exited = true;
+    for (const w of waiting.splice(0)) w.reject(new Error("the minimal spawner exited"));
+  });
+  return {
+    measure: () =>
+      new Promise<number>((resolve, reject) => {
+        if (exited) return reject(new Error("the minimal spawner exited"));
+        waiting.push({ resolve, reject });
+        child.stdin.write("\n");
+      }),
+    close: () => child.kill(),
+  };
+}
+
 /** One call of a closed-loop load: by worker (0 … concurrency−1) and that worker's call number. */
 export type LoadCall = (worker: number, n: number) => Promise<unknown>;
 
