@@ -27,7 +27,7 @@ import { createKeyRing } from "./auth/api-keys.ts";
 import { DomainError } from "../core/errors.ts";
 import { HealthStatus, registerHealth } from "./health.ts";
 import { authenticate, createAuthenticationInterceptor } from "./interceptors/authentication-interceptor.ts";
-import { createErrorInterceptor } from "./interceptors/error-interceptor.ts";
+import { createErrorInterceptor, describeCause } from "./interceptors/error-interceptor.ts";
 import { checkCaller, createPermissionInterceptor } from "./interceptors/permission-interceptor.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { createNodeHandler, type NodeHandler } from "./node-adapter.ts";
@@ -152,7 +152,9 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     }
   }
   // Commands' file changes, found by a scan after each watched command.
-  const fileChanges = new FileChanges(audit.hub, { ...settings.audit.changeScan, maxChanges: MAX_LISTED_CHANGES });
+  const fileChanges = new FileChanges(audit.hub, { ...settings.audit.changeScan, maxChanges: MAX_LISTED_CHANGES }, (err) =>
+    logger.error("a command's change scan failed; the workspace's next scan reports tree_changed", { error: describeCause(err) }),
+  );
   const egress = new Egress(settings.egress, logger, (refusal) => audit.egressRefused(refusal));
   const workspaces = new WorkspaceManager({
     egress,

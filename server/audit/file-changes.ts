@@ -82,11 +82,17 @@ const nameOf = (rel: string) => rel.slice(rel.lastIndexOf("/") + 1);
 export class FileChanges {
   readonly #hub: EventHub<LivePayload>;
   readonly #settings: ChangeScanSettings;
+  readonly #onError: (err: unknown) => void;
   readonly #tracks = new Map<string, Track>();
 
-  constructor(hub: EventHub<LivePayload>, settings: ChangeScanSettings) {
+  /**
+   * `onError` hears of a scan that failed for a reason other than the tree itself (a bug, a lost
+   * sandbox connection), for the log; the workspace's next scan then says tree_changed.
+   */
+  constructor(hub: EventHub<LivePayload>, settings: ChangeScanSettings, onError: (err: unknown) => void = noop) {
     this.#hub = hub;
     this.#settings = settings;
+    this.#onError = onError;
   }
 
   /** The change tracking of one call in `ws`, its events attributed to `source`. */
@@ -133,7 +139,13 @@ export class FileChanges {
       if (done) return;
       done = true;
       track.running--;
-      void source.ended.then(() => track.serial(() => this.#afterCommand(ws, track, source))).catch(noop);
+      void source.ended
+        .then(() => track.serial(() => this.#afterCommand(ws, track, source)))
+        .catch((err: unknown) => {
+          // Never silent, and never a change lost: the next scan reports the whole tree as changed.
+          track.baseline = "unknown";
+          this.#onError(err);
+        });
     };
   }
 
