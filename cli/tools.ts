@@ -12,6 +12,9 @@ import { CancelledError, EditFileResponseSchema, FileKind, ReadFileResponseSchem
 import { type Command, type Context, duration, int, pairs, str, type Values } from "./command.ts";
 import { jsonLine, UsageError, write } from "./output.ts";
 
+/** The most a WriteFile request may carry (the server's message limit, less room for the path). */
+const MAX_WRITE_BYTES = 32 * 1024 * 1024 - 64 * 1024;
+
 /** Exit status after Ctrl-C, as shells report SIGINT. */
 const EXIT_INTERRUPTED = 130;
 /** Exit status of a command that timed out (timeout(1)'s). */
@@ -106,7 +109,14 @@ export const TOOL_COMMANDS: Record<string, Command> = {
     positionals: [2, 2],
     async run(ctx, { positionals: [ws, path] }) {
       const chunks: Buffer[] = [];
-      for await (const chunk of ctx.io.stdin) chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string));
+      let size = 0;
+      for await (const chunk of ctx.io.stdin) {
+        const b = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk as string);
+        size += b.length;
+        // The server takes at most 32 MiB per message: say so before reading (or sending) more.
+        if (size > MAX_WRITE_BYTES) throw new UsageError(`write: standard input is larger than the ${MAX_WRITE_BYTES} bytes one WriteFile may carry; nothing was written`);
+        chunks.push(b);
+      }
       const content = Buffer.concat(chunks).toString("utf8");
       const res = await ctx.aw().workspace(workspaceId(ws)).write({ path, content }, { signal: ctx.signal });
       await write(ctx.io.stdout, ctx.json ? jsonLine(WriteFileResponseSchema, res) : `${res.created ? "created" : "wrote"} ${path} (${res.bytesWritten} bytes)\n`);

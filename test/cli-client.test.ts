@@ -56,6 +56,8 @@ function collect(child: ChildProcess, stdin = ""): Promise<Run> {
   let stderr = "";
   child.stdout?.on("data", (d: Buffer) => (stdout += d.toString("utf8")));
   child.stderr?.on("data", (d: Buffer) => (stderr += d.toString("utf8")));
+  // A command may stop reading its input early (write refusing too much): not the test's failure.
+  child.stdin?.on("error", () => undefined);
   child.stdin?.end(stdin);
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, stdout, stderr })));
 }
@@ -172,6 +174,12 @@ test("write from stdin, read, edit and grep; a failed edit is one line naming th
   const nothing = await cli(t, ["grep", ws, "nowhere-to-be-found"]);
   t.is(nothing.code, 1);
   t.is(nothing.stdout, "");
+
+  // More than one WriteFile may carry: refused before anything is sent, and nothing is written.
+  const huge = await cli(t, ["write", ws, "huge.txt"], { stdin: "x".repeat(33 * 1024 * 1024) });
+  t.is(huge.code, 2);
+  t.regex(huge.stderr, /standard input is larger than the \d+ bytes one WriteFile may carry; nothing was written/);
+  t.is((await cli(t, ["read", ws, "huge.txt"])).code, 1);
 
   const missing = await cli(t, ["read", ws, "nope.txt"]);
   t.is(missing.code, 1);
