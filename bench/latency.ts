@@ -7,12 +7,19 @@
  * several times slower, which flattered the ratio); a raw Docker exec in the same container for
  * container providers. Calls are sequential and interleaved round-robin with the baselines, so
  * background load affects every series alike.
+ *
+ * Local only, for information: the same call on a second server whose local commands are spawned
+ * by the executor per command (AGENT_WORKSPACE_LOCAL_LAUNCHER=spawn, the way before workspace
+ * launchers), interleaved with the others, so the launcher's gain is measured in the same run.
  */
 import type Docker from "dockerode";
 import type { Client } from "@connectrpc/connect";
 import type { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { type BenchContext, type Measure, type MinimalSpawner, type SectionResult, createWorkspace, interleave, minimalSpawner, run, serverCpuMs, timed } from "./context.ts";
 import { WORKSPACE_LABEL, dockerClient, dockerExec, findContainer } from "./docker.ts";
+import { mkdir } from "node:fs/promises";
+import path from "node:path";
+import { createClients, startServerProcess, type Clients, type ServerProcess } from "./server-process.ts";
 import { type Row, signed } from "./report.ts";
 import { round, roundSummary, summarize, type Summary } from "./stats.ts";
 
@@ -41,6 +48,8 @@ const CPU_CALLS = 500;
 const IN_BENCH_SPAWN = "spawn in the bench process";
 /** The goal's baseline: the spawn timed inside a minimal Node process. */
 const MINIMAL_SPAWN = "spawn";
+/** The series of the second server, whose local executor spawns every command. */
+const SPAWN_MODE = "grpc, spawn per command";
 
 const spawnTrue: Measure = timed(
   () => run("bash", ["-c", "true"]),
@@ -141,6 +150,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
     const ws = created.workspace;
     const docker = provider === "local" ? undefined : dockerClient();
     let spawner: MinimalSpawner | undefined;
+    let spawnServer: { server: ServerProcess; clients: Clients } | undefined;
     try {
       const series: Record<string, Measure> = {
         grpc: serverTrue(ctx.clients.grpc.tools, ws.id),
@@ -153,6 +163,12 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
         baselineName = MINIMAL_SPAWN;
         series[MINIMAL_SPAWN] = spawner.measure;
         series[IN_BENCH_SPAWN] = spawnTrue;
+        const dataDir = path.join(ctx.dataDir, "spawn-mode");
+        await mkdir(dataDir, { recursive: true });
+        const server = await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_LOCAL_LAUNCHER: "spawn" } });
+        spawnServer = { server, clients: createClients(server.url) };
+        const other = await spawnServer.clients.grpc.workspaces.createWorkspace({ provider: "local" });
+        series[SPAWN_MODE] = serverTrue(spawnServer.clients.grpc.tools, other.workspace?.id ?? "");
       } else {
         iterations = options.containerIterations;
         const container = await findContainer(docker as Docker, ws.id);
@@ -186,6 +202,18 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
       if (baselineName) {
         rows.push(...rowsFor(provider, baselineName, stats, cpuPerCallMs));
         if (stats[IN_BENCH_SPAWN]) rows.push(...inBenchRows(provider, stats));
+        if (stats[SPAWN_MODE]) {
+          rows.push({
+            section: "a latency",
+            metric: `Bash no-op p50, grpc/h2 (${provider}), launcher vs a spawn per command`,
+            server: stats.grpc.p50,
+            baseline: stats[SPAWN_MODE].p50,
+            unit: "ms",
+            ratio: stats.grpc.p50 / stats[SPAWN_MODE].p50,
+            goal: "",
+            note: `the same call on a second server with AGENT_WORKSPACE_LOCAL_LAUNCHER=spawn, interleaved (${stats[SPAWN_MODE].p50.toFixed(2)} ms; ${(stats[SPAWN_MODE].p50 / stats[baselineName].p50).toFixed(2)}× ${baselineName})`,
+          });
+        }
       } else {
         for (const transport of ["grpc", "connect"]) {
           rows.push({ section: "a latency", metric: `Bash no-op p50, ${transport} (${provider})`, server: stats[transport].p50, baseline: Number.NaN, unit: "ms", ratio: Number.NaN, goal: "no baseline" });
@@ -193,6 +221,8 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
       }
     } finally {
       spawner?.close();
+      spawnServer?.clients.close();
+      await spawnServer?.server.stop();
       await ws.delete();
       // Should the server have failed to delete it, do not leave the container behind.
       const left = docker ? await findContainer(docker, ws.id) : undefined;

@@ -9,7 +9,7 @@
  * - replace one unique line: EditFile vs `edit_file`, alternating between two contents so that
  *   every edit, whoever makes it, succeeds;
  * - list a 200-entry directory: ListFiles (which returns sizes and mtimes) vs
- *   `list_directory_with_sizes`, the fair comparison, and `list_directory` (names only).
+ *   `list_directory_with_sizes`, and ListFiles with `names_only` vs `list_directory`.
  * Goal: ours at most 1.0× the peer at p50.
  */
 import { readFileSync } from "node:fs";
@@ -155,7 +155,15 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
           },
         ),
         list_directory_with_sizes: timed(() => p.call("list_directory_with_sizes", { path: at("list") })),
-        "list_directory (names only)": timed(() => p.call("list_directory", { path: at("list") })),
+      },
+      [`list ${LIST_ENTRIES} names`]: {
+        ours: timed(
+          () => tools.listFiles({ workspaceId, path: "list", namesOnly: true }),
+          (r) => {
+            if (r.files.length !== LIST_ENTRIES) throw new Error(`ListFiles names_only: ${r.files.length} entries, expected ${LIST_ENTRIES}`);
+          },
+        ),
+        list_directory: timed(() => p.call("list_directory", { path: at("list") })),
       },
     };
 

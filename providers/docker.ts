@@ -18,6 +18,7 @@
  * is a filesystem of that size (disk-image.ts) holding /workspace, /tmp and /var/tmp, with the
  * root filesystem read-only, where the host can mount one.
  */
+import { randomBytes } from "node:crypto";
 import { realpath } from "node:fs/promises";
 import path from "node:path";
 import type { Duplex } from "node:stream";
@@ -31,6 +32,7 @@ import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import { DiskImages, type DiskMount, type DiskOptions } from "./disk-image.ts";
 import { PreparedImages } from "./prepared-images.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
+import { type EgressSockets, SANDBOX_EGRESS_DIR, SANDBOX_EGRESS_SOCKET } from "./egress-socket.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
@@ -83,6 +85,11 @@ export interface DockerProviderOptions {
    * limit is recorded but not enforced (logged once).
    */
   diskDir?: string;
+  /**
+   * Directories of egress sockets (egress-socket.ts), for an engine on this host: a workspace's
+   * proxy connections then bypass the attach stream. Without it they go over the stream.
+   */
+  egressSockets?: EgressSockets;
 }
 
 /**
@@ -204,6 +211,11 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       const volume = volumeName(opts.id);
       const nanoCpus = limits.cpus ? Math.round((await cpusOf(limits.cpus)) * 1e9) : undefined;
       const disk = limits.diskBytes > 0 ? await makeDisk(opts.id, limits.diskBytes, { noexec: programs !== undefined }) : undefined;
+      // Made for every workspace: an agent type may allow egress after its workspaces were created.
+      const egressDir = !options.egressSockets?.offered ? undefined : await options.egressSockets.make().catch((err: unknown) => {
+        options.log.warn("egress socket directory not made; proxy connections go over the attach stream", { workspace_id: opts.id, error: String(err) });
+        return undefined;
+      });
       // What the executor enforces, fixed for the sandbox's life (executor/main.ts `--enforce`).
       const fileRules = opts.enforcement?.fileRules;
       const enforce = programs !== undefined || (fileRules && (fileRules.deny.length > 0 || fileRules.writeProtected.length > 0))
@@ -224,6 +236,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
                 ...(programs !== undefined ? [{ Type: "bind" as const, Source: disk.shm, Target: "/dev/shm" }] : []),
               ]
             : []),
+          ...(egressDir ? [{ Type: "bind" as const, Source: egressDir.hostDir, Target: SANDBOX_EGRESS_DIR, ReadOnly: true }] : []),
         ],
         ReadonlyRootfs: disk !== undefined,
         Binds: [`${nodeBinary}:${MOUNT}/node:ro`, `${options.executor.dir}:${MOUNT}/executor:ro`, `${rg}:${MOUNT}/bin/rg:ro`],
@@ -289,6 +302,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       } catch (err) {
         await docker.getVolume(volume).remove().catch(() => undefined);
         if (disk) await disks?.remove(opts.id).catch(() => undefined);
+        if (egressDir) await options.egressSockets?.remove(egressDir.name).catch(() => undefined);
         throw engineError(err, "create the workspace container");
       }
       return {
@@ -299,7 +313,13 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         limits,
         // The image asked for; a prepared one is derived from it (see the container for which).
         image: baseImage,
-        state: { containerId: container.id, volume, ...(disk ? { disk: disk.dir } : {}), ...(programs !== undefined ? { noexec: "1" } : {}) },
+        state: {
+          containerId: container.id,
+          volume,
+          ...(disk ? { disk: disk.dir } : {}),
+          ...(programs !== undefined ? { noexec: "1" } : {}),
+          ...(egressDir ? { egress: egressDir.name } : {}),
+        },
       };
     },
 
@@ -307,6 +327,24 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       const container = docker.getContainer(record.state.containerId);
       let connecting: Promise<SandboxConnection> | undefined;
       let conn: SandboxConnection | undefined;
+      /** The workspace's egress socket, listened on once per handle (egress-socket.ts). */
+      let egressSocket: Promise<{ close(): void } | undefined> | undefined;
+      /**
+       * What a request on that socket must present (egress-socket.ts): made anew per handle, given to
+       * commands in their proxy URL only.
+       */
+      const egressCredential =
+        openOptions?.egress && record.state.egress !== undefined && options.egressSockets?.offered ? { username: "aw", password: randomBytes(24).toString("base64url") } : undefined;
+      const egressSocketPath = async (): Promise<string | undefined> => {
+        const name = record.state.egress;
+        const hook = openOptions?.egress;
+        if (name === undefined || !hook || !options.egressSockets?.offered) return undefined;
+        egressSocket ??= options.egressSockets.listen(name, (socket) => hook.accept(socket, egressCredential)).catch((err: unknown) => {
+          options.log.warn("egress socket not listened on; proxy connections go over the attach stream", { workspace_id: record.id, error: String(err) });
+          return undefined;
+        });
+        return (await egressSocket) ? SANDBOX_EGRESS_SOCKET : undefined;
+      };
       const connect = async (): Promise<SandboxConnection> => {
         if (conn?.alive) return conn;
         connecting ??= (async () => {
@@ -336,7 +374,12 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               await c.ping(30_000);
             }
             // Egress by allowlist: the executor's listener on the sandbox's loopback feeds the proxy.
-            if (openOptions?.egress) await c.listen(EGRESS_PROXY_PORT, (stream) => openOptions.egress?.accept(stream));
+            // Its connections take the workspace's egress socket when the sandbox can reach it.
+            if (openOptions?.egress) {
+              const offered = await egressSocketPath();
+              const via = await c.listen(EGRESS_PROXY_PORT, (stream) => openOptions.egress?.accept(stream), offered);
+              options.log.info("workspace egress path", { workspace_id: record.id, via, socket_offered: offered !== undefined });
+            }
             conn = c;
             return c;
           } catch (err) {
@@ -351,7 +394,11 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         return connecting;
       };
       await connect();
-      const proxyUrl = openOptions?.egress ? `http://127.0.0.1:${EGRESS_PROXY_PORT}` : undefined;
+      const proxyUrl = !openOptions?.egress
+        ? undefined
+        : egressCredential
+          ? `http://${egressCredential.username}:${egressCredential.password}@127.0.0.1:${EGRESS_PROXY_PORT}`
+          : `http://127.0.0.1:${EGRESS_PROXY_PORT}`;
       const fs = new ExecutorFs(connect, WORKSPACE_ROOT, openOptions?.fileRules);
       return {
         id: record.id,
@@ -384,7 +431,9 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               // under a memory limit while nobody stopped it is the same event.
               const oom = Boolean(state?.OOMKilled) || (state?.ExitCode === 137 && record.limits.memoryBytes > 0);
               if (!oom || !(finished >= started - 1000)) {
-                options.log.warn("sandbox connection lost during a command", {
+                // Not an OOM kill: something nobody asked for ended the sandbox or its executor.
+                options.log.error("sandbox connection lost during a command", {
+                  cause: String((err as Error).cause ?? err),
                   workspace_id: record.id,
                   running: state?.Running,
                   oom_killed: state?.OOMKilled,
@@ -411,6 +460,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         },
         async close() {
           conn?.close();
+          void egressSocket?.then((s) => s?.close());
         },
       };
     },
@@ -429,6 +479,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       }
       // Last, once nothing uses it: unmounted, its loop device released, its image deleted.
       if (record.state.disk) await disks?.remove(record.id);
+      if (record.state.egress) await options.egressSockets?.remove(record.state.egress);
     },
 
     async dispose(): Promise<void> {},
@@ -450,7 +501,12 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
     },
 
     async removeContainer(containerId: string, workspaceId: string) {
-      if (containerId !== "") await docker.getContainer(containerId).remove({ force: true, v: true });
+      if (containerId !== "") {
+        const c = docker.getContainer(containerId);
+        const egress = (await c.inspect().catch(() => undefined))?.Mounts?.find((m) => m.Destination === SANDBOX_EGRESS_DIR)?.Source;
+        await c.remove({ force: true, v: true });
+        if (egress !== undefined) await options.egressSockets?.remove(path.basename(egress)).catch(() => undefined);
+      }
       await docker.getVolume(volumeName(workspaceId)).remove().catch(() => undefined);
       await disks?.remove(workspaceId);
     },

@@ -58,8 +58,8 @@ export class ExecutorFs implements WorkspaceFs {
     return { created: r.created === true };
   }
 
-  async list(rel: string): Promise<{ rel: string; entries: DirEntry[] }> {
-    const { entries, result } = await (await this.#connect()).opCollect<{ rel: string }>({ root: this.#root, ...this.#rules, op: "list", rel });
+  async list(rel: string, options?: { namesOnly?: boolean }): Promise<{ rel: string; entries: DirEntry[] }> {
+    const { entries, result } = await (await this.#connect()).opCollect<{ rel: string }>({ root: this.#root, ...this.#rules, op: "list", rel, ...(options?.namesOnly ? { namesOnly: true } : {}) });
     return { rel: String(result.rel), entries: entries as DirEntry[] };
   }
 

@@ -9,6 +9,7 @@ import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import Docker from "dockerode";
 import { errnoCode } from "../core/errors.ts";
+import { EgressSockets } from "./egress-socket.ts";
 import { createDockerProvider, engineAvailable, runtimeAvailable } from "./docker.ts";
 import { buildExecutor } from "./executor-build.ts";
 import { createLocalProvider } from "./local.ts";
@@ -22,6 +23,8 @@ export type DockerConnection = { socketPath: string } | { host: string; port: nu
 export interface ProviderSettings {
   /** Holds the instance id, local workspaces and container workspace storage. */
   dataDir: string;
+  /** How local commands start: a resident launcher per workspace (executor/launcher.ts), or a spawn each. */
+  localLauncher: "launcher" | "spawn";
   docker: {
     /** "auto" enables container providers when the engine answers at start. */
     mode: "auto" | "on" | "off";
@@ -34,6 +37,12 @@ export interface ProviderSettings {
     egressNetwork: string;
     /** Remove containers labelled as this instance's that no workspace record knows. */
     cleanupOrphans: boolean;
+    /**
+     * "socket": container workspaces' proxy connections take a Unix socket of their own bind-mounted
+     * from the data directory (egress-socket.ts) when the engine is on this host; "channel": the
+     * executor's channel (the attach stream) carries them.
+     */
+    egressPath: "socket" | "channel";
     /** uid/gid commands run as in containers. */
     user: { uid: number; gid: number };
   };
@@ -68,7 +77,7 @@ function describe(connection: DockerConnection): string {
  */
 export async function createProviders(settings: ProviderSettings, log: ProviderLog, onRecord: Set<string>): Promise<ProviderSet> {
   const executor = await buildExecutor(settings.dataDir);
-  const providers: Provider[] = [createLocalProvider({ baseDir: path.join(settings.dataDir, "workspaces"), log, executor }), createMemoryProvider()];
+  const providers: Provider[] = [createLocalProvider({ baseDir: path.join(settings.dataDir, "workspaces"), log, executor, launcher: settings.localLauncher }), createMemoryProvider()];
   const containers: ContainerProvider[] = [];
   const set: ProviderSet = { providers, reconcileOrphans: (known) => reconcileOrphans(containers, known, settings.docker.cleanupOrphans, log) };
   const { docker: cfg } = settings;
@@ -92,6 +101,8 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
     log,
     executor,
     diskDir: path.join(settings.dataDir, "disks"),
+    // Bind mounts of the server's directories need the engine on this host, as the executor's does.
+    ...("socketPath" in cfg.connection ? { egressSockets: new EgressSockets(path.join(settings.dataDir, "egress"), cfg.egressPath === "socket") } : {}),
   };
   containers.push(createDockerProvider({ ...common, name: "docker" }));
   if (!up || (await runtimeAvailable(docker, "runsc"))) {

@@ -47,8 +47,8 @@ export class LocalFs implements WorkspaceFs {
     return domain(() => this.#fs.read(rel, maxBytes));
   }
 
-  async list(rel: string): Promise<{ rel: string; entries: DirEntry[] }> {
-    return domain(() => this.#fs.list(rel));
+  async list(rel: string, options?: { namesOnly?: boolean }): Promise<{ rel: string; entries: DirEntry[] }> {
+    return domain(() => this.#fs.list(rel, options?.namesOnly === true));
   }
 
   async remove(rel: string): Promise<void> {

@@ -12,16 +12,17 @@
  *   (the write fails with EFBIG and SIGXFSZ). The total a workspace writes is not bounded here.
  * - Without a memory cgroup: RLIMIT_DATA at the memory limit, per process.
  *
- * Commands join their cgroups and take their rlimits before they run: the executor starts each
- * one through `/bin/sh -c '<join>; ulimit …; exec "$@"'`, so nothing the command forks is born
- * outside. That costs one more exec (under a millisecond) and, on cgroup v1, about 0.7 ms per
- * hierarchy joined. A cgroup or limit that cannot be applied stops the command (exit 125) rather
- * than running it unbounded.
+ * Commands run in their cgroups under their rlimits from their first instruction: the executor
+ * starts the workspace's launcher (executor/launcher.ts) once through `/bin/sh -c '<join>; ulimit
+ * …; exec "$@"'` (`prefix`), and every command is a fork of the launcher, born there. Without a
+ * launcher each command goes through that shell itself (one more exec, under a millisecond, and on
+ * cgroup v1 about 0.7 ms per hierarchy joined). A cgroup or limit that cannot be applied stops the
+ * launcher or the command (exit 125) rather than running it unbounded.
  *
  * Not isolated here, and documented as such: a command runs as the server's user, so it could
  * move itself to another cgroup the user may write, and raise nothing but lower its rlimits.
  */
-import { accessSync, constants as fsConstants, readFileSync } from "node:fs";
+import { accessSync, closeSync, constants as fsConstants, openSync, readFileSync, readSync } from "node:fs";
 import { mkdir, readFile, rmdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { errnoCode } from "../core/errors.ts";
@@ -50,11 +51,11 @@ export interface LocalEnforcement {
 /** One workspace's limits as commands get them. */
 export interface WorkspaceLimits {
   /**
-   * The argv that runs `argv` under the workspace's limits (unchanged when there are none). A
-   * program that cannot be found on `searchPath` is left unwrapped, so its spawn fails as before
-   * and nothing runs.
+   * The command that runs its arguments under the workspace's limits ([] when there are none): the
+   * executor starts the workspace's launcher through it (or, without one, each command; see
+   * `wrapCommand` in executor/launcher.ts).
    */
-  wrap(argv: string[], searchPath: string | undefined): string[];
+  prefix(): string[];
   /** The workspace's cumulative OOM-kill count (0 without a memory cgroup). */
   oomKills(): number;
 }
@@ -69,6 +70,14 @@ export class LocalLimits {
   readonly #layout: Layout | undefined;
   #parents: Promise<void> | undefined;
   readonly enforcement: LocalEnforcement;
+  /** Open descriptors of workspaces' OOM counters, by workspace. */
+  readonly #oomFds = new Map<string, number>();
+
+  #closeOom(id: string): void {
+    const fd = this.#oomFds.get(id);
+    this.#oomFds.delete(id);
+    if (fd !== undefined) closeSync(fd);
+  }
 
   /** `tag` names this server's cgroups (one data directory's workspaces). */
   constructor(tag: string, cgroupRoot = "/sys/fs/cgroup", proc = "/proc/self") {
@@ -136,15 +145,22 @@ export class LocalLimits {
     const script = steps.length === 0 ? "" : `${steps.join(" && ")} && exec "$@"; echo "agent-workspace: the workspace's resource limits could not be applied" >&2; exit 125`;
     const oomFile = memoryDir === undefined ? undefined : path.join(memoryDir, layout?.version === 1 ? "memory.oom_control" : "memory.events");
     return {
-      wrap(argv, searchPath) {
-        if (script === "" || !findable(argv[0], searchPath)) return argv;
-        return ["/bin/sh", "-c", script, "agent-workspace-limits", ...argv];
+      prefix() {
+        return script === "" ? [] : ["/bin/sh", "-c", script, "agent-workspace-limits"];
       },
-      oomKills() {
+      oomKills: () => {
         if (oomFile === undefined) return 0;
+        // Read before every command: kept open and read again from its start (one system call).
         try {
-          return Number(/^oom_kill (\d+)$/m.exec(readFileSync(oomFile, "utf8"))?.[1] ?? 0);
+          let fd = this.#oomFds.get(id);
+          if (fd === undefined) {
+            fd = openSync(oomFile, "r");
+            this.#oomFds.set(id, fd);
+          }
+          const n = readSync(fd, oomBuffer, 0, oomBuffer.length, 0);
+          return Number(/^oom_kill (\d+)$/m.exec(oomBuffer.toString("latin1", 0, n))?.[1] ?? 0);
         } catch {
+          this.#closeOom(id);
           return 0;
         }
       },
@@ -157,6 +173,7 @@ export class LocalLimits {
    */
   async remove(id: string): Promise<void> {
     checkId(id);
+    this.#closeOom(id);
     for (const dir of this.#dirs(id)) {
       for (let round = 0; ; round++) {
         const pids = await readFile(path.join(dir, "cgroup.procs"), "utf8").then(
@@ -187,6 +204,7 @@ export class LocalLimits {
 
   /** Removes this server's parent cgroups when no workspace cgroup is left in them. */
   async dispose(): Promise<void> {
+    for (const id of [...this.#oomFds.keys()]) this.#closeOom(id);
     const layout = this.#layout;
     if (layout === undefined || this.#parents === undefined) return;
     this.#parents = undefined;
@@ -227,24 +245,10 @@ async function writeOptional(file: string, value: string): Promise<void> {
   });
 }
 
-const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+/** Where OOM counters are read into (a few short lines). */
+const oomBuffer = Buffer.alloc(4096);
 
-/** True when `program` is a path or a name found as an executable on `searchPath`. */
-function findable(program: string | undefined, searchPath: string | undefined): boolean {
-  if (program === undefined || program === "") return false;
-  const candidates = program.includes("/") ? [program] : (searchPath ?? "").split(":").filter((d) => d !== "").map((d) => path.join(d, program));
-  // A relative path is resolved against the command's directory, which only the executor knows:
-  // wrap it, and let the shell report it if it is missing.
-  if (program.includes("/") && !path.isAbsolute(program)) return true;
-  return candidates.some((file) => {
-    try {
-      accessSync(file, fsConstants.X_OK);
-      return true;
-    } catch {
-      return false;
-    }
-  });
-}
+const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
 /**
  * Finds where this process may make workspace cgroups below a parent named `name`: the v1

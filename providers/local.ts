@@ -4,9 +4,11 @@
  * embedded default for development; it isolates paths (the jail) but not processes, so use a
  * container provider for untrusted agents.
  *
- * Commands are started by resident executor child processes (the same executor/ the container
- * providers run; one per CPU, each workspace always on the same one), not by the server itself: forking a small process is cheap and keeps
- * the fork and the process supervision off the server's event loop.
+ * Commands are supervised by resident executor child processes (the same executor/ the container
+ * providers run; one per CPU, each workspace always on the same one), not by the server itself, and
+ * started by the workspace's launcher (executor/launcher.ts), a small process the executor keeps in
+ * the workspace's cgroups: forking it is cheaper than forking Node, and keeps the fork and the process
+ * supervision off the server's event loop.
  *
  * File operations run in the server process through the executor's jail (local-fs.ts), beneath a
  * descriptor of the workspace directory opened when the workspace is opened; commands start in a
@@ -45,6 +47,12 @@ export interface LocalProviderOptions {
   log?: ProviderLog;
   /** The executor to run (default: its sources; the server passes the built JavaScript copy). */
   executor?: ExecutorBuild;
+  /**
+   * How commands start: "launcher" (default), through a resident launcher per workspace that lives
+   * in its cgroups (executor/launcher.ts; a spawn each where the host has no Perl), or "spawn", a
+   * spawn of the executor per command.
+   */
+  launcher?: "launcher" | "spawn";
 }
 
 
@@ -60,16 +68,21 @@ class LocalExecutor {
   /** Calls waiting for a command's stdout pipe from the executor, by token (see `stdout`). */
   readonly #stdouts = new Map<string, (pipe: Readable | undefined) => void>();
 
-  constructor(log: ProviderLog, executor: ExecutorBuild) {
+  readonly #launcher: "launcher" | "spawn";
+
+  constructor(log: ProviderLog, executor: ExecutorBuild, launcher: "launcher" | "spawn") {
     this.#log = log;
     this.#main = path.join(executor.dir, executor.main);
+    this.#launcher = launcher;
   }
 
   connection(): SandboxConnection {
     if (this.#conn?.alive) return this.#conn;
     // Frames go over stdin/stdout; the IPC channel carries only commands' stdout pipes (Node passes
     // descriptors over it), which the server then reads itself.
-    const child = spawn(process.execPath, [...EXECUTOR_NODE_FLAGS, this.#main], {
+    // A server profiled with --cpu-prof (bench --profile) profiles its executors too.
+    const profiling = process.execArgv.filter((a) => a.startsWith("--cpu-prof"));
+    const child = spawn(process.execPath, [...EXECUTOR_NODE_FLAGS, ...profiling, this.#main, `--launcher=${this.#launcher}`], {
       stdio: ["pipe", "pipe", "pipe", "ipc"],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     });
@@ -136,12 +149,12 @@ class LocalExecutor {
 export function createLocalProvider(options: LocalProviderOptions): Provider {
   const baseDir = path.resolve(options.baseDir);
   const rg = options.ripgrepPath ?? rgPath;
-  const log = options.log ?? { info: () => undefined, warn: () => undefined };
+  const log = options.log ?? { info: () => undefined, warn: () => undefined, error: () => undefined };
   const build = options.executor ?? SOURCE_EXECUTOR;
   // One executor per CPU: a command's start (a fork) and its supervision take an executor's one
   // thread, so concurrent workspaces spread over all of them. Each workspace stays on one (by a
   // hash of its directory), which keeps its commands and its release on the same process.
-  const pool = Array.from({ length: Math.max(1, Math.min(availableParallelism(), 8)) }, () => new LocalExecutor(log, build));
+  const pool = Array.from({ length: Math.max(1, Math.min(availableParallelism(), 8)) }, () => new LocalExecutor(log, build, options.launcher ?? "launcher"));
   const executorFor = (root: string) => pool[createHash("sha1").update(root).digest().readUInt32BE(0) % pool.length];
   // Per-workspace cgroups and rlimits: what this host allows (local-limits.ts), said once.
   const limiter = new LocalLimits(createHash("sha1").update(baseDir).digest("hex").slice(0, 12));
@@ -242,16 +255,23 @@ function openLocalWorkspace(
     fs,
     ripgrepPath: rg,
     exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
-      const plain = execRequest(spec, root, proxy?.url);
-      // The command joins the workspace's cgroups and takes its rlimits before it runs.
-      const request = { ...plain, argv: limits.wrap(plain.argv, plain.env.PATH) };
+      // The command runs in the workspace's cgroups under its rlimits: started by the workspace's
+      // launcher, which lives there (executor/launcher.ts), or joining them itself.
+      const prefix = limits.prefix();
+      const request = { ...execRequest(spec, root, proxy?.url), ...(prefix.length > 0 ? { limits: prefix } : {}) };
       return (async function* () {
+        // One controller, aborted by the call's signal or the handle's close (AbortSignal.any costs
+        // more than this whole function, per call).
         const closing = new AbortController();
+        const onAbort = () => closing.abort(spec.signal?.reason);
+        if (spec.signal?.aborted) onAbort();
+        spec.signal?.addEventListener("abort", onAbort, { once: true });
         running.add(closing);
         try {
-          const signal = spec.signal ? AbortSignal.any([spec.signal, closing.signal]) : closing.signal;
+          const signal = closing.signal;
           yield* withOomFlag(spec.directStdout ? executor.execDirect(request, signal) : executor.connection().exec(request, signal), limits);
         } finally {
+          spec.signal?.removeEventListener("abort", onAbort);
           running.delete(closing);
         }
       })();

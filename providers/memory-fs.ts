@@ -279,12 +279,13 @@ export class MemoryFs implements WorkspaceFs {
     return { created: old === undefined };
   }
 
-  async list(rel: string): Promise<{ rel: string; entries: DirEntry[] }> {
+  async list(rel: string, options?: { namesOnly?: boolean }): Promise<{ rel: string; entries: DirEntry[] }> {
     const { node } = this.#find(rel, "read");
     if (node === undefined) fail(notFound(rel));
     if (node.kind !== "dir") fail(notDirectory(rel));
+    const namesOnly = options?.namesOnly === true;
     const entries = [...node.children].map(
-      ([name, child]): DirEntry => ({ name, type: child.kind === "dir" ? "directory" : "file", size: child.kind === "file" ? child.data.length : 0, mtimeMs: child.mtimeMs }),
+      ([name, child]): DirEntry => ({ name, type: child.kind === "dir" ? "directory" : "file", size: child.kind === "file" && !namesOnly ? child.data.length : 0, mtimeMs: namesOnly ? 0 : child.mtimeMs }),
     );
     return { rel, entries };
   }

@@ -52,6 +52,7 @@ export function execRequest(spec: ExecSpec, root: string, proxyUrl?: string): Ex
     killGraceMs: spec.killGraceMs ?? 5000,
     ...(spec.programs?.length ? { programs: spec.programs } : {}),
     ...(spec.sweep === false ? { sweep: false as const } : {}),
+    ...(spec.started === false && !spec.directStdout ? { started: false as const } : {}),
   };
 }
 
@@ -297,12 +298,14 @@ export class SandboxConnection {
 
   /**
    * Has the executor accept proxy clients on the sandbox's loopback `port`; each connection is
-   * handed to `onTunnel` as a stream. Replaces the tunnels of an earlier connection.
+   * handed to `onTunnel` as a stream. Replaces the tunnels of an earlier connection. With
+   * `socket` (a path in the sandbox to a Unix socket the server listens on), connections go there
+   * instead when the executor can reach it; the answer says which way they take.
    */
-  async listen(port: number, onTunnel: (stream: Duplex) => void): Promise<void> {
+  async listen(port: number, onTunnel: (stream: Duplex) => void, socket?: string): Promise<"socket" | "channel"> {
     this.#onTunnel = onTunnel;
-    for await (const f of this.#call(F.LISTEN, { port })) {
-      if (f.type === F.RESULT) return;
+    for await (const f of this.#call(F.LISTEN, { port, ...(socket === undefined ? {} : { socket }) })) {
+      if (f.type === F.RESULT) return this.#json<{ via?: string }>(f).via === "socket" ? "socket" : "channel";
       this.#raise(f);
     }
     throw new Error("executor call ended without a result");

@@ -44,7 +44,8 @@ export interface WorkspaceFs {
    */
   read(rel: string, maxBytes: number): Promise<ReadOutcome>;
   /** Lists a directory's entries (unsorted) with its canonical path. NOT_A_DIRECTORY for files. */
-  list(rel: string): Promise<{ rel: string; entries: DirEntry[] }>;
+  /** A directory's entries; `namesOnly`: name and type alone (size and mtime 0), nothing read per entry. */
+  list(rel: string, options?: { namesOnly?: boolean }): Promise<{ rel: string; entries: DirEntry[] }>;
   /** Removes a file or symlink (never its target, never a directory: IS_DIRECTORY). */
   remove(rel: string): Promise<void>;
   /**
@@ -86,6 +87,11 @@ export interface ExecSpec {
    * after the run (executor/seal.ts), which every other command gets.
    */
   sweep?: false;
+  /**
+   * false: the caller has no use for the `started` event (a unary Bash): it is not sent, one message
+   * fewer from the sandbox per command. The stream then begins with output or `exited`.
+   */
+  started?: false;
   /**
    * A hint that the output is streamed and may be large: a provider may then read stdout
    * straight from the command's pipe (local: the executor hands the pipe over), which costs a
@@ -252,6 +258,7 @@ export interface CreateOptions {
 export interface ProviderLog {
   info(msg: string, fields?: Record<string, unknown>): void;
   warn(msg: string, fields?: Record<string, unknown>): void;
+  error(msg: string, fields?: Record<string, unknown>): void;
 }
 
 /**

@@ -730,6 +730,7 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
     agentTypesFile: pick("agent-types")[0] === undefined ? "" : path.resolve(pick("agent-types")[0] as string),
     providers: {
       dataDir: path.resolve(pick("data-dir")[0] ?? ".data"),
+      localLauncher: oneOf(read(env, "AGENT_WORKSPACE_LOCAL_LAUNCHER"), "AGENT_WORKSPACE_LOCAL_LAUNCHER", ["launcher", "spawn"], "launcher"),
       docker: {
         mode: oneOf(read(env, "AGENT_WORKSPACE_DOCKER"), "AGENT_WORKSPACE_DOCKER", ["auto", "on", "off"], "auto"),
         connection: dockerConnection(env),
@@ -737,6 +738,7 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
         network: read(env, "AGENT_WORKSPACE_DOCKER_NETWORK") ?? "none",
         egressNetwork: read(env, "AGENT_WORKSPACE_EGRESS_NETWORK") ?? "",
         cleanupOrphans: bool(read(env, "AGENT_WORKSPACE_CLEANUP_ORPHANS"), "AGENT_WORKSPACE_CLEANUP_ORPHANS"),
+        egressPath: oneOf(read(env, "AGENT_WORKSPACE_EGRESS_PATH"), "AGENT_WORKSPACE_EGRESS_PATH", ["socket", "channel"], "socket"),
         user: {
           uid: integer(read(env, "AGENT_WORKSPACE_CONTAINER_UID"), "AGENT_WORKSPACE_CONTAINER_UID", 1000, 0, 2 ** 31 - 1),
           gid: integer(read(env, "AGENT_WORKSPACE_CONTAINER_GID"), "AGENT_WORKSPACE_CONTAINER_GID", 1000, 0, 2 ** 31 - 1),

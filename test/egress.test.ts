@@ -2,7 +2,8 @@
  * Egress by allowlist through the real server and real sandboxes (issue 16): a docker or gvisor
  * workspace keeps no network interface, and its commands reach the destinations of their agent
  * type's allowlist through the server's proxy (the executor's listener on the sandbox's loopback,
- * tunnelled over its channel) and nothing else.
+ * joined to the workspace's own Unix socket on docker, tunnelled over its channel on gVisor) and
+ * nothing else.
  *
  * Destinations run on this machine and are never on the internet: an HTTP server and an HTTPS
  * server (a test CA the sandbox's clients are given) on 127.0.0.2, the one special address the
@@ -12,7 +13,7 @@
  */
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { createServer as createHttpServer, type IncomingMessage, request as httpRequest, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import { type AddressInfo, connect } from "node:net";
@@ -48,6 +49,14 @@ const test = anyTest as TestFn<Ctx>;
 const DEST = "127.0.0.2";
 const engines = await probeEngines();
 const CONTAINERS = (["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "egress by allowlist"));
+
+/**
+ * Which way a sandbox's proxy connections take under each runtime (see providers/egress-socket.ts):
+ * gVisor's sandbox reaches a host socket only when runsc runs with --host-uds=open (or all), which
+ * scripts/setup-engines.sh leaves off (it slowed gVisor's file operations).
+ */
+const runscArgs = engines.gvisor ? execFileSync("docker", ["info", "--format", "{{json .Runtimes.runsc}}"], { encoding: "utf8" }) : "";
+const SOCKET_PATH: Record<(typeof CONTAINERS)[number], "socket" | "channel"> = { docker: "socket", gvisor: /--host-uds=(open|all)/.test(runscArgs) ? "socket" : "channel" };
 
 const listen = (server: Server, host: string) => new Promise<number>((resolve) => server.listen(0, host, () => resolve((server.address() as AddressInfo).port)));
 
@@ -150,7 +159,8 @@ for (const provider of CONTAINERS) {
 
     // The sandbox has no interface but loopback, and its commands are pointed at the proxy.
     t.is((await bash(op, ws.id, "ls /sys/class/net | tr '\\n' ' '")).out.trim(), "lo");
-    t.is((await bash(op, ws.id, "echo $HTTPS_PROXY $http_proxy $NO_PROXY")).out.trim(), "http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1");
+    // With an egress socket, with the credential that socket asks for (providers/egress-socket.ts).
+    t.regex((await bash(op, ws.id, "echo $HTTPS_PROXY $http_proxy $NO_PROXY")).out.trim(), /^(http:\/\/aw:[\w-]{32}@127\.0\.0\.1:3128) \1 localhost,127\.0\.0\.1,::1$/);
 
     const plain = await bash(op, ws.id, `curl -sS http://pkg.test:${c.httpPort}/x`);
     t.is(plain.out, `hello from pkg.test:${c.httpPort} /x\n`, plain.err);
@@ -223,6 +233,73 @@ for (const provider of CONTAINERS) {
     await op.workspaces.deleteWorkspace({ id: ws.id });
   });
 
+  test(`${provider}: proxy connections take the workspace's own Unix socket where the runtime lets the sandbox reach it; the socket is no way around the allowlist, the agent cannot list or replace it, and it goes with the workspace`, async (t) => {
+    const c = t.context;
+    const op = c.server.clients.grpc;
+    const id = `egress-socket-${provider}`;
+    await op.config.createAgentType({ agentType: { id, workspace: { enabled: true, provider, tools: ["bash"], network: { mode: "allowlist", allow: allowOf(c) } } } });
+    const ws = (await op.workspaces.createWorkspace({ agentType: id })).workspace!;
+    const big = await bash(op, ws.id, `curl -sS http://pkg.test:${c.httpPort}/big | sha256sum`);
+    t.is(big.out.split(" ")[0], c.bigSha, big.err);
+    const path_ = c.logs.find((l) => l.msg === "workspace egress path" && l.workspace_id === ws.id);
+    t.like(path_, { socket_offered: true, via: SOCKET_PATH[provider] });
+
+    const inspect = JSON.parse(execFileSync("docker", ["inspect", `aw-${ws.id}`], { encoding: "utf8" })) as Array<{ Mounts: Array<{ Source: string; Destination: string; RW: boolean }> }>;
+    const mount = inspect[0].Mounts.find((m) => m.Destination === "/opt/agent-workspace/egress");
+    t.truthy(mount, "the socket's directory is mounted");
+    t.false(mount!.RW, "read-only in the sandbox");
+    t.true(mount!.Source.startsWith(path.join(c.server.dataDir, "egress") + path.sep));
+    t.is((await stat(path.dirname(mount!.Source))).mode & 0o777, 0o711, "nobody lists the host's socket directories");
+    // The agent reaches the socket (so it can reach the proxy, as through the loopback port) but cannot list, add or remove anything.
+    const listing = await bash(op, ws.id, "ls /opt/agent-workspace/egress; touch /opt/agent-workspace/egress/x; rm -f /opt/agent-workspace/egress/proxy.sock");
+    t.regex(listing.err, /ls: .*(Permission denied|Operation not permitted)/);
+    t.regex(listing.err, /touch: .*(Read-only file system|Permission denied)/);
+    const hostSocket = path.join(mount!.Source, "proxy.sock");
+    t.true((await stat(hostSocket)).isSocket(), "the socket is still there");
+    t.deepEqual(await readdir(mount!.Source), ["proxy.sock"]);
+
+    // Any user of the host can find the socket's path (/proc/net/unix) and connect: without the
+    // workspace's credential, or with another, a request gets 407 and reaches nothing.
+    const token = new URL((await bash(op, ws.id, "echo $HTTPS_PROXY")).out.trim()).password;
+    const basic = (userpass: string) => `Proxy-Authorization: Basic ${Buffer.from(userpass).toString("base64")}\r\n`;
+    for (const [i, header] of ["", basic("aw:wrong-token-wrong-token-wrong-tok"), basic(`root:${token}`)].entries()) {
+      const plain = await proxyRequest(hostSocket, `GET http://pkg.test:${c.httpPort}/socket-stranger-${i} HTTP/1.1\r\nHost: pkg.test:${c.httpPort}\r\n${header}\r\n`);
+      t.regex(plain, /^HTTP\/1\.1 407 Proxy Authentication Required\r\n/, `attempt ${i}`);
+      const tunnel = await proxyRequest(hostSocket, `CONNECT pkg.test:${c.httpsPort} HTTP/1.1\r\nHost: pkg.test:${c.httpsPort}\r\n${header}\r\n`);
+      t.regex(tunnel, /^HTTP\/1\.1 407 Proxy Authentication Required\r\n/, `CONNECT, attempt ${i}`);
+    }
+    t.deepEqual(c.seen.filter((r) => r.url.startsWith("/socket-stranger-")), [], "a request without the credential reached a destination");
+    const owned = await proxyRequest(hostSocket, `GET http://pkg.test:${c.httpPort}/socket-owner HTTP/1.1\r\nHost: pkg.test:${c.httpPort}\r\n${basic(`aw:${token}`)}Connection: close\r\n\r\n`);
+    t.regex(owned, /^HTTP\/1\.1 200 /, "with the credential the socket serves");
+    t.false(JSON.stringify(c.logs).includes(token), "the credential is in a log line");
+    // Host sockets the sandbox was not given stay out of reach, by name or through a link (under
+    // gVisor, --host-uds=open reaches only sockets mounted into the sandbox): the engine's socket,
+    // and this workspace's own socket by its host path.
+    const hostSockets = ["/var/run/docker.sock", "/run/docker.sock", path.join(mount!.Source, "proxy.sock")];
+    const reach = await bash(
+      op,
+      ws.id,
+      hostSockets.map((p, i) => `ln -sf ${p} /tmp/link${i}; for s in ${p} /tmp/link${i}; do curl -sS -m 5 --unix-socket $s http://engine/version && echo "REACHED $s"; done`).join("; "),
+    );
+    t.notRegex(reach.out, /REACHED|ApiVersion/, reach.err);
+    if (SOCKET_PATH[provider] === "socket") {
+      // Straight to the socket, past the executor, with the credential the agent has: the proxy
+      // still checks every destination.
+      const through = (host: string) =>
+        bash(
+          op,
+          ws.id,
+          `curl -sS -w ' %{http_code}' --unix-socket /opt/agent-workspace/egress/proxy.sock -H "Proxy-Authorization: Basic $(printf aw:%s "${token}" | base64 -w0)" --request-target http://${host}:${c.httpPort}/ http://${host}:${c.httpPort}/`,
+        );
+      const denied = await through("denied.test");
+      t.regex(denied.out, /403/);
+      t.notRegex(denied.out, /hello from/);
+      t.regex((await through("pkg.test")).out, /hello from pkg.test/);
+    }
+    await op.workspaces.deleteWorkspace({ id: ws.id });
+    await t.throwsAsync(stat(mount!.Source), { code: "ENOENT" }, "the directory goes with the workspace");
+  });
+
   test(`${provider}: with network = none the same commands get no connection at all`, async (t) => {
     const c = t.context;
     const op = c.server.clients.grpc;
@@ -259,6 +336,54 @@ for (const provider of CONTAINERS) {
   });
 }
 
+if (CONTAINERS.includes("docker")) {
+  test("docker: a restart takes the socket up again; a server with AGENT_WORKSPACE_EGRESS_PATH=channel carries the same workspace's egress over the attach stream and still removes its socket's directory", async (t) => {
+    const c = t.context;
+    const dataDir = await mkdtemp(path.join(tmpdir(), "aw-egress-path-"));
+    const env = { AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: `${DEST}/32`, AGENT_WORKSPACE_EGRESS_HOSTS: `pkg.test=${DEST}` };
+    const logs: Array<Record<string, unknown>> = [];
+    const onLog = (line: string) => logs.push(JSON.parse(line) as Record<string, unknown>);
+    const via = (id: string) => logs.filter((l) => l.msg === "workspace egress path" && l.workspace_id === id).map((l) => `${String(l.via)}/${String(l.socket_offered)}`);
+    const fetch = async (server: TestServer, id: string) => (await bash(server.clients.grpc, id, `curl -sS http://pkg.test:${c.httpPort}/path`)).out;
+    const servers: TestServer[] = [];
+    const start = async (extra: Record<string, string> = {}) => {
+      const server = await startServer({ dataDir, env: { ...env, ...extra }, onLog });
+      servers.push(server);
+      return server;
+    };
+    let workspaceId = "";
+    try {
+      const first = await start();
+      const op = first.clients.grpc;
+      await op.config.createAgentType({ agentType: { id: "egress-path", workspace: { enabled: true, provider: "docker", tools: ["bash"], network: { mode: "allowlist", allow: allowOf(c) } } } });
+      const ws = (await op.workspaces.createWorkspace({ agentType: "egress-path" })).workspace!;
+      workspaceId = ws.id;
+      t.is(await fetch(first, ws.id), `hello from pkg.test:${c.httpPort} /path\n`);
+      await first.close();
+      const dirs = await readdir(path.join(dataDir, "egress"));
+      t.is(dirs.length, 1);
+
+      // The same settings: the socket is listened on again (its old file replaced) and taken.
+      const second = await start();
+      t.is(await fetch(second, ws.id), `hello from pkg.test:${c.httpPort} /path\n`);
+      await second.close();
+
+      const third = await start({ AGENT_WORKSPACE_EGRESS_PATH: "channel" });
+      t.is(await fetch(third, ws.id), `hello from pkg.test:${c.httpPort} /path\n`);
+      t.deepEqual(via(ws.id), ["socket/true", "socket/true", "channel/false"]);
+      t.is((await bash(third.clients.grpc, ws.id, "echo $HTTPS_PROXY")).out.trim(), "http://127.0.0.1:3128", "no credential where no socket is offered");
+      await third.clients.grpc.workspaces.deleteWorkspace({ id: ws.id });
+      t.deepEqual(await readdir(path.join(dataDir, "egress")), [], "the socket's directory went with the workspace");
+      await third.close();
+    } finally {
+      const last = servers.at(-1);
+      if (workspaceId !== "" && last) await last.clients.grpc.workspaces.deleteWorkspace({ id: workspaceId }).catch(() => undefined);
+      for (const server of servers) await server.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+}
+
 test("local: commands get the proxy variables and an allowlisted host answers through the proxy, but nothing is enforced (a command may go around it)", async (t) => {
   const c = t.context;
   const op = c.server.clients.grpc;
@@ -281,9 +406,9 @@ test("local: commands get the proxy variables and an allowlisted host answers th
 });
 
 /** One raw request to a proxy port; resolves to the status line, the headers and the body as text. */
-function proxyRequest(port: number, request: string): Promise<string> {
+function proxyRequest(to: number | string, request: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    const s = connect(port, "127.0.0.1");
+    const s = typeof to === "number" ? connect(to, "127.0.0.1") : connect({ path: to });
     let answer = "";
     s.on("data", (d: Buffer) => (answer += d.toString("latin1")));
     s.on("error", reject);

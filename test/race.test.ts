@@ -26,9 +26,11 @@ import { flipperScript } from "./helpers/flipper.ts";
 const engines = await probeEngines();
 /**
  * The test may take up to 15 minutes on a loaded host (three providers at once beside other test
- * files), and its flipper runs as one command throughout: the server must allow it that long.
+ * files; gVisor's took 14.5 minutes in a passing CI run and past 15 in a busier one), and its
+ * flipper runs as one command throughout: the server must allow it that long. The limit is a hang
+ * guard, not a measurement.
  */
-const TEST_TIMEOUT_MS = 15 * 60_000;
+const TEST_TIMEOUT_MS = 25 * 60_000;
 const test = serverTest({ env: { AGENT_WORKSPACE_MAX_TIMEOUT_MS: String(TEST_TIMEOUT_MS + 60_000) } });
 /** Operations per provider (the figure); RACE_OPERATIONS overrides it for a quick local run. */
 const OPERATIONS = Number(process.env.RACE_OPERATIONS ?? 10_000);

@@ -56,6 +56,12 @@ const engines = await probeEngines();
 const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "red-team suite"))];
 
 const lane = lanes();
+/**
+ * A test's limit, counted from its turn: a hang guard, not a measurement. Under a loaded CI run
+ * (load 15–25 on 2 cores) tests of this file took 1m45–2m15 of the 3 minutes they used to have,
+ * and went past them when the machine was busier still.
+ */
+const RED_TEAM_BUDGET_MS = 300_000;
 const arenas = new Map<string, Promise<Arena>>();
 /** Host paths to remove at the end (local's outside directories live on the host). */
 const hostLeftovers = new Set<string>();
@@ -139,7 +145,7 @@ for (const provider of PROVIDERS) {
   /** Registers one attack family for this provider, run in the provider's lane. */
   const family = (title: string, fn: (t: ExecutionContext<Ctx>, a: Arena, c: ClientSet) => Promise<void>) =>
     test(`${provider}: ${title}`, async (t) => {
-      await lane(t, provider, async () => fn(t, await arenaOf(t, provider), t.context.server.clients.grpc));
+      await lane(t, provider, async () => fn(t, await arenaOf(t, provider), t.context.server.clients.grpc), RED_TEAM_BUDGET_MS);
     });
 
   // ── Paths ──────────────────────────────────────────────────────────────────────────────────
@@ -989,7 +995,7 @@ for (const provider of PROVIDERS) {
 // ── Properties ─────────────────────────────────────────────────────────────────────────────
 
 test("host mounts on every provider: prefix siblings, '..', links out of the roots (at the top and inside a tree), mount paths out of the workspace and byte caps are refused or skipped, nothing secret is echoed, and a refused mount leaves no workspace", async (t) => {
-  t.timeout(180_000);
+  t.timeout(RED_TEAM_BUDGET_MS);
   const dir = await mkdtemp(path.join(tmpdir(), "aw-redteam-mounts-"));
   const allowed = path.join(dir, "allowed");
   const sibling = path.join(dir, "allowed-secrets");
@@ -1272,7 +1278,7 @@ async function deniedAlwaysRefused(t: ExecutionContext<Ctx>, spellings: string[]
 }
 
 test("parser property: a script built around a denied command (separators, substitutions, subshells, groups, bash -c, eval, timeout, env, xargs, find -exec…, its name quoted) is always refused for that command; one of allowed commands only is always allowed", async (t) => {
-  t.timeout(180_000);
+  t.timeout(RED_TEAM_BUDGET_MS);
   await deniedAlwaysRefused(t, ["plain", "quotes", "double", "ansiC"], 800);
   await fc.assert(
     fc.asyncProperty(scriptAround(fc.constantFrom(...ALLOWED_SIMPLE)), async (script) => {
@@ -1290,7 +1296,7 @@ test("parser property: a script built around a denied command (separators, subst
 /** A known bypass, run on local (the policy decides in the server, before any provider is involved). */
 const bypass = (title: string, fn: (t: ExecutionContext<Ctx>, a: Arena, c: ClientSet) => Promise<void>) =>
   test(`closed bypass: ${title}`, async (t) => {
-    await lane(t, "local", async () => fn(t, await arenaOf(t, "local"), t.context.server.clients.grpc));
+    await lane(t, "local", async () => fn(t, await arenaOf(t, "local"), t.context.server.clients.grpc), RED_TEAM_BUDGET_MS);
   });
 
 /**
@@ -1351,7 +1357,7 @@ bypass("a line break inside a shell string: bash -c \"ls⏎rm -rf /\", and ls | 
 // The parser property over bare line breaks and backslash-spelled names, with a fixed seed so it
 // fails the same way every run until both misreadings above are fixed.
 test("closed bypass (found by the parser property): generated scripts with bare line breaks, or a denied command spelled \\name, are always refused", async (t) => {
-  t.timeout(180_000);
+  t.timeout(RED_TEAM_BUDGET_MS);
   await deniedAlwaysRefused(t, ["plain", "quotes", "double", "ansiC", "backslash"], 2000, [...SEPARATORS, ...BARE_LINE_BREAKS], 1212);
   // And unseeded, so each run tries new scripts.
   await deniedAlwaysRefused(t, ["plain", "quotes", "double", "ansiC", "backslash"], 500, [...SEPARATORS, ...BARE_LINE_BREAKS]);

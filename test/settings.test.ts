@@ -110,6 +110,7 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_MAX_TIMEOUT_MS: "10" }, [], /^AGENT_WORKSPACE_MAX_TIMEOUT_MS must be a whole number from 1000/],
     [{ AGENT_WORKSPACE_CONTAINER_UID: "root" }, [], /^AGENT_WORKSPACE_CONTAINER_UID must be a whole number/],
     [{ AGENT_WORKSPACE_CLEANUP_ORPHANS: "maybe" }, [], /^AGENT_WORKSPACE_CLEANUP_ORPHANS must be 1 or 0/],
+    [{ AGENT_WORKSPACE_EGRESS_PATH: "tcp" }, [], /^AGENT_WORKSPACE_EGRESS_PATH must be one of socket, channel; got 'tcp'$/],
     [{ WORKSPACE_DEFAULT_CPU: "two" }, [], /^WORKSPACE_DEFAULT_CPU 'two' is not a positive number of cores$/],
     [{ WORKSPACE_DEFAULT_DISK: "10 parsecs" }, [], /^WORKSPACE_DEFAULT_DISK '10 parsecs' is not a size/],
     [{ WORKSPACE_DEFAULT_MEMORY: "8M" }, [], /^WORKSPACE_DEFAULT_MEMORY '8M' is below the minimum of 64M/],

@@ -25,7 +25,9 @@ export function checkExecRequest(v: unknown): ExecRequest {
   if (!isCount(r.timeoutMs) || !isCount(r.killGraceMs)) throw new Error("timeouts");
   if (r.programs !== undefined && !(Array.isArray(r.programs) && r.programs.length <= 16 && r.programs.every((p) => isString(p) && p.length > 0 && p.length <= 256))) throw new Error("programs");
   if (r.sweep !== undefined && r.sweep !== false) throw new Error("sweep");
+  if (r.started !== undefined && r.started !== false) throw new Error("started");
   if (r.stdoutToken !== undefined && !(isString(r.stdoutToken) && /^[A-Za-z0-9-]{1,64}$/.test(r.stdoutToken))) throw new Error("stdoutToken");
+  if (r.limits !== undefined && !(Array.isArray(r.limits) && r.limits.length <= 8 && r.limits.every(isString))) throw new Error("limits");
   return r;
 }
 
@@ -36,10 +38,12 @@ export function checkOpRequest(v: unknown): OpRequest {
   if (!isString(r.root) || !r.root.startsWith("/")) throw new Error("root");
   checkRel(r.rel, "rel");
   switch (r.op) {
+    case "list":
+      if (r.namesOnly !== undefined && typeof r.namesOnly !== "boolean") throw new Error("namesOnly");
+      return r;
     case "resolve":
     case "stat":
     case "write":
-    case "list":
     case "remove":
     case "release":
     case "seal":

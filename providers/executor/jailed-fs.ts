@@ -365,11 +365,18 @@ export class JailedFs {
    * A directory's entries (unsorted), symlinks not followed, with the directory's canonical path.
    * NOT_A_DIRECTORY for files; faults name the canonical path.
    */
-  list(rel: string): { rel: string; entries: DirEntry[] } {
+  list(rel: string, namesOnly = false): { rel: string; entries: DirEntry[] } {
     return this.#at(rel, { followFinal: true }, false, (loc) => {
       const fd = this.#openDir(loc, loc.rel);
       try {
         const entries: DirEntry[] = [];
+        if (namesOnly) {
+          // The directory's own record of each entry's type: no lstat per entry.
+          for (const d of readdirSync(at(fd), { withFileTypes: true })) {
+            entries.push({ name: d.name, type: d.isFile() ? "file" : d.isDirectory() ? "directory" : d.isSymbolicLink() ? "symlink" : "other", size: 0, mtimeMs: 0 });
+          }
+          return { rel: loc.rel, entries };
+        }
         for (const name of readdirSync(at(fd))) {
           try {
             entries.push({ name, ...info(lstatSync(at(fd, name))) });

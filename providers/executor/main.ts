@@ -28,6 +28,7 @@ import { Fault } from "./fault.ts";
 import { Jail, WORKSPACE_ROOT } from "./jail.ts";
 import { JailedFs, type PendingWrite } from "./jailed-fs.ts";
 import { type FileRules, guardFor } from "./sensitive-files.ts";
+import { findPerl, Launcher, wrapCommand } from "./launcher.ts";
 import { type LaunchSpec, runProcess } from "./process-runner.ts";
 import { Sealer } from "./seal.ts";
 import { loadManifest, loadPolicyLayer, type ProgramRules, ProgramSet } from "./programs.ts";
@@ -49,6 +50,8 @@ const { values: args } = parseArgs({
      * base64url JSON `{ programs?: ProgramRules, files?: FileRules }` (programs.ts, seal.ts).
      */
     enforce: { type: "string" },
+    /** How commands start outside a sandbox: "launcher" (a resident one per workspace, launcher.ts) or "spawn". */
+    launcher: { type: "string" },
   },
   strict: true,
 });
@@ -160,6 +163,33 @@ function sweepAfter(root: string): void {
   }
 }
 
+/**
+ * The Perl that workspace launchers run on (launcher.ts): outside a sandbox, where commands run as
+ * this process's user, unless told to spawn; undefined where commands are spawned.
+ */
+const perl = !SANDBOX && identity.user === undefined && args.launcher !== "spawn" ? findPerl() : undefined;
+
+/** Launchers by workspace root and limits command (a workspace's limits fix its launcher). */
+const launchers = new Map<string, Launcher>();
+function launcherFor(root: string, limits: string[], path: string): Launcher | undefined {
+  if (perl === undefined) return undefined;
+  const key = JSON.stringify([root, limits]);
+  let l = launchers.get(key);
+  if (l?.alive) return l;
+  l = new Launcher(perl, limits, path, (line) => process.stderr.write(`executor: launcher of ${root}: ${line}\n`));
+  launchers.set(key, l);
+  return l;
+}
+
+/** Ends the launchers of `root` (its workspace closes). */
+function releaseLaunchers(root: string): void {
+  for (const [key, l] of launchers) {
+    if ((JSON.parse(key) as string[])[0] !== root) continue;
+    launchers.delete(key);
+    l.close();
+  }
+}
+
 /** Marker descriptors (a deleted empty file per command) live in a private directory. */
 const markerDir = (() => {
   try {
@@ -205,9 +235,10 @@ const tunnels = new Tunnels(send);
 async function listen(id: number, payload: Buffer): Promise<void> {
   calls.set(id, { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: false });
   try {
-    const port = (JSON.parse(payload.toString("utf8")) as { port?: unknown }).port;
+    const { port, socket } = JSON.parse(payload.toString("utf8")) as { port?: unknown; socket?: unknown };
     if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error("LISTEN wants { port } from 1 to 65535");
-    finish(id, F.RESULT, json({ port: await tunnels.listen(port) }));
+    if (socket !== undefined && (typeof socket !== "string" || !socket.startsWith("/"))) throw new Error("LISTEN's socket is an absolute path");
+    finish(id, F.RESULT, json(await tunnels.listen(port, socket)));
   } catch (err) {
     fail(id, err);
   }
@@ -322,11 +353,15 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
     const token = req.stdoutToken;
     if (token !== undefined && process.send === undefined) throw new Fault("INVALID_ARGUMENT", "this executor has no channel to pass a command's stdout on");
     const spec = launchSpec(req.root, req.cwd, req.env, req.programs);
+    const limits = req.limits ?? [];
     let events: AsyncGenerator<ExecEvent>;
     try {
+      const launcher = launcherFor(req.root, limits, req.env.PATH ?? "/usr/bin:/bin");
       events = runProcess({
         ...spec,
-        argv: req.argv,
+        launcher,
+        argv: launcher ? req.argv : wrapCommand(limits, req.argv, req.env.PATH),
+        spawnArgv: () => wrapCommand(limits, req.argv, req.env.PATH),
         timeoutMs: req.timeoutMs,
         killGraceMs: req.killGraceMs,
         signal: call.abort.signal,
@@ -342,7 +377,7 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
     for await (const ev of events) {
       switch (ev.type) {
         case "started":
-          await send(F.STARTED, id, json({ startedAt: ev.startedAt.toISOString() }));
+          if (req.started !== false) await send(F.STARTED, id, json({ startedAt: ev.startedAt.toISOString() }));
           break;
         case "stdout":
         case "stderr":
@@ -431,7 +466,7 @@ async function operate(id: number, req: OpRequest): Promise<void> {
         return await sendBytes(call, id, Buffer.concat(parts), { lengths: parts.map((p) => p.length) });
       }
       case "list": {
-        const { rel, entries } = fs.list(req.rel);
+        const { rel, entries } = fs.list(req.rel, req.namesOnly === true);
         return await sendEntries(call, id, entries, { rel });
       }
       case "walk":
@@ -444,6 +479,7 @@ async function operate(id: number, req: OpRequest): Promise<void> {
         roots.get(req.root)?.jail.close();
         roots.delete(req.root);
         sealers.delete(req.root);
+        releaseLaunchers(req.root);
         return finish(id, F.RESULT, json({}));
       case "seal": {
         const sealer = sealerFor(req.root, fs);

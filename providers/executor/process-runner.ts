@@ -17,12 +17,14 @@
  * Imports only node: modules and types, because it also runs inside sandboxes.
  */
 import { type ChildProcess, spawn } from "node:child_process";
+import { PassThrough } from "node:stream";
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
 import { giveUpWhenQuiet, OutputQueue, pumpOutput } from "./output-queue.ts";
+import { LaunchedChild, type Launcher } from "./launcher.ts";
 import type { ExecRequest } from "./protocol.ts";
 import type { ExecEvent, ExecExit } from "./types.ts";
 
@@ -69,6 +71,20 @@ export interface LaunchSpec {
    * it: it marks them even after they clear their environment or leave their session.
    */
   marker?: { fd: number; link: string };
+  /**
+   * Starts the process through this workspace launcher (launcher.ts) instead of a fork of this
+   * process. Not with `user` (the launcher runs commands as its own user).
+   */
+  launcher?: Launcher;
+  /**
+   * What to spawn instead when the launcher cannot start the command for a reason of its own:
+   * it cannot fork (EAGAIN: the workspace's cgroup is at its process limit, say just after a fork
+   * bomb, while its processes are still being killed; a spawned process may still join a cgroup at
+   * its limit, and a command that then forks nothing runs), or it exited (say, its limits could not
+   * be applied: the spawned command then fails the same way, exit 125 with the reason on its
+   * stderr, instead of an error that says nothing).
+   */
+  spawnArgv?: () => string[];
 }
 
 /** How a running process is supervised. */
@@ -147,9 +163,35 @@ function launch(argv: string[], spec: LaunchSpec): Launched {
 
 type Item = { type: "stdout" | "stderr"; data: Uint8Array };
 
+/**
+ * Starts `argv` through the workspace's launcher, as `launch` does with a spawn: the same
+ * environment and marks, the descriptors reached through this process's /proc entry. A launch that
+ * fails gives a child that reports the error, as a failed spawn's does.
+ */
+async function launchVia(launcher: Launcher, argv: string[], spec: LaunchSpec): Promise<Launched> {
+  const marker = randomUUID();
+  const self = `/proc/${process.pid}/fd/`;
+  const cwd = spec.cwd.startsWith("/proc/self/fd/") ? self + spec.cwd.slice("/proc/self/fd/".length) : spec.cwd;
+  try {
+    const child = await launcher.launch({ argv, env: { ...spec.env, [EXEC_MARKER_VAR]: marker }, cwd, marker: spec.marker ? self + spec.marker.fd : "" });
+    return { child: child as unknown as Child, marker, markerLink: spec.marker?.link };
+  } catch (err) {
+    if (err instanceof TypeError) throw err;
+    const code = (err as { code?: unknown }).code;
+    if ((code === "EAGAIN" || code === "EWOULDBLOCK" || code === "LAUNCHER_EXITED") && spec.spawnArgv) return launch(spec.spawnArgv(), spec);
+    const child = new LaunchedChild();
+    child.stdout = new PassThrough().end();
+    child.stderr = new PassThrough().end();
+    process.nextTick(() => child.emit("error", err));
+    return { child: child as unknown as Child, marker, markerLink: undefined };
+  } finally {
+    spec.onSpawn?.();
+  }
+}
+
 /** Runs `spec` and yields its events; returning early from the iterator kills the process tree. */
 export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void, undefined> {
-  yield* supervise(launch(spec.argv, spec), spec);
+  yield* supervise(spec.launcher && !spec.user ? await launchVia(spec.launcher, spec.argv, spec) : launch(spec.argv, spec), spec);
 }
 
 /** Supervises a launched process from now on: its event stream, its timeout, its kills. */

@@ -118,6 +118,8 @@ export interface ExecRequest {
   programs?: string[];
   /** false: no sweep of never-read files after the run (see ExecSpec.sweep). */
   sweep?: false;
+  /** false: no STARTED frame (see ExecSpec.started). */
+  started?: false;
   /**
    * Hand the command's stdout to the server instead of streaming it in STDOUT frames (local
    * executor only, which has an IPC channel to the server): right after the spawn the executor
@@ -125,6 +127,12 @@ export interface ExecRequest {
    * none), and no STDOUT frame follows.
    */
   stdoutToken?: string;
+  /**
+   * The command that puts what it runs under the workspace's limits (local-limits.ts): it joins the
+   * workspace's cgroups, sets the rlimits and execs its arguments (local provider; absent for none).
+   * The executor starts the workspace's launcher through it, or (without a launcher) the command.
+   */
+  limits?: string[];
 }
 
 /**
@@ -137,7 +145,7 @@ export type OpRequest = { root: string; rules?: FileRules } & (
   | { op: "read"; rel: string; maxBytes: number }
   | { op: "readFile"; rel: string; maxBytes: number }
   | { op: "write"; rel: string }
-  | { op: "list"; rel: string }
+  | { op: "list"; rel: string; namesOnly?: boolean }
   | { op: "remove"; rel: string }
   | { op: "walk"; rel: string; all?: boolean; prune?: string[] }
   | { op: "readRanges"; rel: string; ranges: Array<[number, number]> }

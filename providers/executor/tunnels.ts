@@ -8,9 +8,15 @@
  * that stops reading pauses its tunnel's sender, never the channel. A tunnel closes on either
  * side's TCLOSE; TEND is a half-close, as TCP has.
  *
+ * Where the server hands the sandbox a Unix socket of its own (a bind mount from the host, see
+ * providers/docker.ts), each accepted connection is joined to a connection on that socket
+ * instead: the bytes go kernel to kernel and never through the channel's frames. The socket is
+ * tried once when the listener starts; a socket that does not answer (a runtime that keeps host
+ * sockets out of the sandbox) leaves the channel in use.
+ *
  * Imports only node: modules: it runs inside sandboxes.
  */
-import { createServer, type Server, type Socket } from "node:net";
+import { connect, createServer, type Server, type Socket } from "node:net";
 import { Fault } from "./fault.ts";
 import { F, MAX_CHUNK, MAX_TUNNELS, TUNNEL_CREDIT_BATCH, TUNNEL_ID_BASE, TUNNEL_WINDOW } from "./protocol.ts";
 
@@ -31,6 +37,9 @@ interface Tunnel {
 export class Tunnels {
   readonly #send: Send;
   readonly #open = new Map<number, Tunnel>();
+  /** Connections joined to the server's socket, while that is the way out. */
+  readonly #joined = new Set<Socket>();
+  #socketPath: string | undefined;
   #server: Server | undefined;
   #port = 0;
   #nextId = TUNNEL_ID_BASE;
@@ -43,13 +52,15 @@ export class Tunnels {
    * Listens on 127.0.0.1:`port` (again: a listener already there is kept). Tunnels of an earlier
    * server connection are dropped: the server that asks now knows none of them.
    */
-  async listen(port: number): Promise<number> {
+  async listen(port: number, socketPath?: string): Promise<{ port: number; via: "socket" | "channel" }> {
     for (const t of this.#open.values()) {
       t.closedByPeer = true;
       t.socket.destroy();
     }
     this.#open.clear();
-    if (this.#server && this.#port === port) return port;
+    this.#socketPath = socketPath !== undefined && (await answers(socketPath)) ? socketPath : undefined;
+    const via = this.#socketPath === undefined ? "channel" : "socket";
+    if (this.#server && this.#port === port) return { port, via };
     this.#server?.close();
     const server = createServer({ allowHalfOpen: true, noDelay: true }, (socket) => this.#accept(socket));
     await new Promise<void>((resolve, reject) => {
@@ -61,11 +72,12 @@ export class Tunnels {
     server.on("error", () => undefined);
     this.#server = server;
     this.#port = port;
-    return port;
+    return { port, via };
   }
 
   #accept(socket: Socket): void {
     socket.on("error", () => undefined);
+    if (this.#socketPath !== undefined) return this.#join(socket, this.#socketPath);
     if (this.#open.size >= MAX_TUNNELS || this.#nextId >= 0xffff_ffff) return void socket.destroy();
     const id = ++this.#nextId;
     const t: Tunnel = { socket, inFlight: 0, unacked: 0, closedByPeer: false, endedByPeer: false };
@@ -84,6 +96,26 @@ export class Tunnels {
       this.#open.delete(id);
       if (!t.closedByPeer) this.#send(F.TCLOSE, id);
     });
+  }
+
+  /**
+   * Joins `client` to a new connection on the server's socket, both ways, half-closes passed on.
+   * The server bounds connections per workspace; this bounds them per sandbox as the channel does.
+   */
+  #join(client: Socket, socketPath: string): void {
+    if (this.#joined.size >= MAX_TUNNELS) return void client.destroy();
+    const server = connect({ path: socketPath, allowHalfOpen: true });
+    server.on("error", () => undefined);
+    this.#joined.add(client);
+    const close = () => {
+      this.#joined.delete(client);
+      client.destroy();
+      server.destroy();
+    };
+    client.once("close", close);
+    server.once("close", close);
+    client.pipe(server);
+    server.pipe(client);
   }
 
   /** A tunnel frame from the server; one for a tunnel that is gone is dropped. */
@@ -132,5 +164,21 @@ export class Tunnels {
   close(): void {
     this.#server?.close();
     for (const t of this.#open.values()) t.socket.destroy();
+    for (const c of this.#joined) c.destroy();
   }
+}
+
+/** Whether a connection to the Unix socket at `socketPath` is accepted (within 2 s). */
+function answers(socketPath: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = connect({ path: socketPath });
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      probe.destroy();
+      resolve(ok);
+    };
+    const timer = setTimeout(() => done(false), 2000);
+    probe.once("connect", () => done(true));
+    probe.once("error", () => done(false));
+  });
 }

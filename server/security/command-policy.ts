@@ -140,6 +140,16 @@ function subcommandAt(base: string, args: Array<string | undefined>): number | u
   return -1;
 }
 
+/**
+ * Decisions of every policy by policy, script, env and workdir, the least recently used first (see
+ * `CommandPolicy.check`), bounded by their keys' total length; the longest script kept.
+ */
+const decisions = new Map<string, Refusal | undefined>();
+let decisionChars = 0;
+const DECISION_CACHE_CHARS = 1 << 20;
+const DECISION_CACHE_SCRIPT_MAX = 4096;
+let policies = 0;
+
 /** A compiled policy: the server's deny list, an agent type's rules, the sensitive-file rules. */
 export class CommandPolicy {
   readonly #serverDeny: Rule[];
@@ -159,6 +169,8 @@ export class CommandPolicy {
    * so that `*` names `.env` too. State of one check only.
    */
   #dotglob = false;
+  /** This policy's part of the decision cache's keys (the checks' copies share it). */
+  readonly #id: number;
   /** Parses and parsed characters of this check so far, bounded: see MAX_PARSES. */
   #parses = 0;
   #parsed = 0;
@@ -169,6 +181,7 @@ export class CommandPolicy {
     this.#allow = from ? from.#allow : config.allow.map(compileRule);
     this.#allowlist = from ? from.#allowlist : config.defaultAction === "deny" || (config.defaultAction === "" && config.allow.length > 0);
     this.#files = from ? from.#files : new PathRules(files);
+    this.#id = from ? from.#id : ++policies;
   }
 
   /** True when commands no rule names are refused. */
@@ -181,6 +194,32 @@ export class CommandPolicy {
    * undefined when everything in it may run.
    */
   async check(script: string, env: Record<string, string> = {}, workdir = ""): Promise<Refusal | undefined> {
+    // The decision is a function of the policy and these three alone (nothing else is read), so
+    // it is kept by their text: an agent repeats its commands, and a parse costs more than the rest
+    // of a no-op call. A parse that ran out of time is not kept (it depends on the machine's load).
+    const cacheable = script.length <= DECISION_CACHE_SCRIPT_MAX;
+    const key = cacheable ? `${this.#id}\0${JSON.stringify([script, env, workdir])}` : "";
+    if (cacheable && decisions.has(key)) {
+      const hit = decisions.get(key);
+      // Most recently used last, so the oldest goes first when the cache is full.
+      decisions.delete(key);
+      decisions.set(key, hit);
+      return hit === undefined ? undefined : { ...hit };
+    }
+    const decision = await this.#decide(script, env, workdir);
+    if (cacheable && decision?.why !== "too_complex") {
+      decisions.set(key, decision === undefined ? undefined : { ...decision });
+      decisionChars += key.length;
+      for (const old of decisions.keys()) {
+        if (decisionChars <= DECISION_CACHE_CHARS) break;
+        decisions.delete(old);
+        decisionChars -= old.length;
+      }
+    }
+    return decision;
+  }
+
+  async #decide(script: string, env: Record<string, string>, workdir: string): Promise<Refusal | undefined> {
     const run = new CommandPolicy(undefined, undefined, this);
     for (const [name, value] of Object.entries(env)) {
       const r = await run.#setsVariable(`env ${name}=…`, name, value, 0);

@@ -181,8 +181,8 @@ export function createToolService({ workspaces, limits, git, commandPolicy = com
     editFile: unary(tools.edit.editFile, (r) => ({ path: r.path, oldString: r.oldString, newString: r.newString, replaceAll: r.replaceAll }), same),
     patchFile: unary(tools.patch.patchFile, (r) => ({ path: r.path, patches: r.patches.map((p) => ({ find: p.find, replace: p.replace })) }), same),
     deleteFile: unary(tools.delete.deleteFile, (r) => ({ path: r.path }), same),
-    listFiles: unary(tools.list.listFiles, (r) => ({ path: r.path, pattern: r.pattern }), (r) => ({
-      files: r.files.map((f) => ({ path: f.path, size: BigInt(f.size), modified: timestampFromMs(Math.floor(f.mtimeMs)), type: FILE_TYPES[f.type] })),
+    listFiles: unary(tools.list.listFiles, (r) => ({ path: r.path, pattern: r.pattern, namesOnly: r.namesOnly }), (r) => ({
+      files: r.files.map((f) => ({ path: f.path, size: BigInt(f.size), ...(r.namesOnly ? {} : { modified: timestampFromMs(Math.floor(f.mtimeMs)) }), type: FILE_TYPES[f.type] })),
       truncated: r.truncated,
     })),
     glob: unary(tools.glob.glob, (r) => ({ pattern: r.pattern, path: r.path, limit: r.limit }), same),

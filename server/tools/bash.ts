@@ -49,7 +49,9 @@ export const MAX_ARG_BYTES = 128 * 1024;
 const DEADLINE_SETTLE_MS = 250;
 
 function bashMissing(spawnError: string): DomainError {
-  return new DomainError("WORKSPACE_NOT_READY", `bash could not be started in the workspace (${spawnError}); its image needs bash`, {
+  // Only a missing program means the image lacks bash; anything else is said as it is.
+  const why = spawnError === "ENOENT" ? "; its image needs bash" : "";
+  return new DomainError("WORKSPACE_NOT_READY", `bash could not be started in the workspace (${spawnError})${why}`, {
     metadata: { error: spawnError },
   });
 }
@@ -113,6 +115,8 @@ async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promi
       killGraceMs: limits.killGraceMs,
       signal: ctx.signal,
       directStdout: streamed,
+      // A unary call answers once, at the end: the sandbox need not say when the command started.
+      ...(streamed ? {} : { started: false as const }),
     },
     requestedTimeoutMs,
     deadlineBound,

@@ -11,11 +11,15 @@ export interface ListInput {
   path: string;
   /** A glob relative to `path`; empty lists `path`'s own entries. */
   pattern: string;
+  /** Path and type only (no pattern): nothing is read per entry. */
+  namesOnly?: boolean;
 }
 
 export interface ListResult {
   files: FoundEntry[];
   truncated: boolean;
+  /** The entries carry no size and no mtime. */
+  namesOnly: boolean;
 }
 
 /** Lists entries sorted by path, at most MAX_LIST_ENTRIES. */
@@ -23,9 +27,13 @@ export async function listFiles(ctx: ToolContext, input: ListInput): Promise<Lis
   const ws = ctx.workspace;
   const files: FoundEntry[] = [];
   let truncated = false;
+  const namesOnly = input.namesOnly === true;
+  if (namesOnly && input.pattern.trim() !== "") {
+    throw new DomainError("INVALID_ARGUMENT", "names_only lists a directory's own entries; it cannot be combined with a pattern", { metadata: { field: "names_only" } });
+  }
   if (input.pattern.trim() === "") {
     // One resolution: the listing reports the directory's canonical path itself.
-    const listed = await ws.fs.list(jailPath(input.path, "path", false)).catch((err: unknown) => {
+    const listed = await ws.fs.list(jailPath(input.path, "path", false), { namesOnly: input.namesOnly === true }).catch((err: unknown) => {
       throw hasReason(err, "NOT_A_DIRECTORY") ? new DomainError("NOT_A_DIRECTORY", err.message, { metadata: { ...err.metadata, field: "path" } }) : err;
     });
     for (const e of listed.entries) files.push({ ...e, path: joinPath(listed.rel, e.name) });
@@ -44,5 +52,5 @@ export async function listFiles(ctx: ToolContext, input: ListInput): Promise<Lis
     files.length = MAX_LIST_ENTRIES;
     truncated = true;
   }
-  return { files, truncated };
+  return { files, truncated, namesOnly };
 }

@@ -42,8 +42,15 @@ export type ToolName = keyof typeof TOOL_REGISTRY;
 
 /** The tool an RPC belongs to, from its `(agentworkspace.v1.tool)` option; "" when it has none. */
 export function toolNameOf(method: DescMethod): string {
-  return getOption(method, toolOption);
+  // Read from the descriptor once per method: every call asks, and reading an option decodes it.
+  let name = toolNames.get(method);
+  if (name === undefined) {
+    name = getOption(method, toolOption);
+    toolNames.set(method, name);
+  }
+  return name;
 }
+const toolNames = new WeakMap<DescMethod, string>();
 
 /**
  * Proves that `service` and `registry` agree: every method carries the tool option and the

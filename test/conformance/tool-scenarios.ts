@@ -612,6 +612,7 @@ export function registerToolScenarios<C>(
   });
 
   scenario("WriteFile › writes are atomic: readers never see partial content, failures keep the old file", async (t, ws) => {
+    t.timeout(300_000); // a hang guard above the reader's own (below)
     const size = 4 * 1024 * 1024;
     const a = "A".repeat(size);
     const b = "B".repeat(size);
@@ -619,8 +620,10 @@ export function registerToolScenarios<C>(
     await ws.write("b.txt", b);
     const sums = new Set((await ws.sh("cksum < a.txt; cksum < b.txt")).trim().split("\n"));
     await ws.write("big.txt", a);
-    // A reader loops over the file while it is replaced again and again.
-    const reader = ws.bash("n=0; while [ ! -e stop ]; do cksum < big.txt; n=$((n+1)); done | sort -u", { timeoutMs: 60_000n });
+    // A reader loops over the file while it is replaced again and again. It stops at the `stop`
+    // file or after 2,000 reads, whichever comes first, so the test never waits on a loaded
+    // machine's speed; the timeout is only a hang guard (gVisor under CI load took over 60 s).
+    const reader = ws.bash("n=0; while [ ! -e stop ] && [ $n -lt 2000 ]; do cksum < big.txt; n=$((n+1)); done | sort -u", { timeoutMs: 240_000n });
     await sleep(100);
     for (let i = 0; i < 6; i++) await ws.write("big.txt", i % 2 === 0 ? b : a);
     await ws.write("stop", "");
@@ -819,6 +822,23 @@ export function registerToolScenarios<C>(
     const modifiedMs = Number(r.files[0].modified?.seconds ?? 0n) * 1000;
     t.true(Math.abs(before - modifiedMs) < 10 * 60_000, "modified is a recent timestamp");
     t.false(r.truncated);
+  }, PROCESSES);
+
+  scenario("ListFiles › names_only: the same entries with their types, no size or time; not with a pattern", async (t, ws) => {
+    await ws.write("a.txt", "hello");
+    await ws.write("src/x.ts", "export {};\n");
+    await ws.sh("ln -s a.txt link && ln -s missing dangling");
+    const full = await ws.tools.listFiles({ workspaceId: ws.id });
+    const names = await ws.tools.listFiles({ workspaceId: ws.id, namesOnly: true });
+    t.deepEqual(
+      names.files.map((f) => [f.path, f.type]),
+      full.files.map((f) => [f.path, f.type]),
+    );
+    t.deepEqual(names.files.map((f) => f.path), ["a.txt", "dangling", "link", "src"]);
+    t.true(names.files.every((f) => f.size === 0n && f.modified === undefined));
+    t.deepEqual((await ws.tools.listFiles({ workspaceId: ws.id, path: "/workspace/src", namesOnly: true })).files.map((f) => [f.path, f.type]), [["src/x.ts", FileType.FILE]]);
+    await expectError(t, ws.tools.listFiles({ workspaceId: ws.id, pattern: "*.txt", namesOnly: true }), Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
+    await expectError(t, ws.tools.listFiles({ workspaceId: ws.id, path: "a.txt", namesOnly: true }), Code.FailedPrecondition, ErrorReason.NOT_A_DIRECTORY);
   }, PROCESSES);
 
   scenario("ListFiles › glob patterns **/*.ts and *.py", async (t, ws) => {

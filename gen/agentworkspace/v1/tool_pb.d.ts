@@ -722,14 +722,14 @@ export declare type FileInfo = Message<"agentworkspace.v1.FileInfo"> & {
   path: string;
 
   /**
-   * Size in bytes.
+   * Size in bytes (0 in a names-only listing).
    *
    * @generated from field: int64 size = 2;
    */
   size: bigint;
 
   /**
-   * Last modification time.
+   * Last modification time (unset in a names-only listing).
    *
    * @generated from field: google.protobuf.Timestamp modified = 3;
    */
@@ -775,6 +775,15 @@ export declare type ListFilesRequest = Message<"agentworkspace.v1.ListFilesReque
    * @generated from field: string pattern = 3;
    */
   pattern: string;
+
+  /**
+   * Only each entry's path and type: no size and no modification time, so nothing is read per
+   * entry beyond the directory itself (the cheap listing, several times faster for large
+   * directories). Without a pattern only.
+   *
+   * @generated from field: bool names_only = 4;
+   */
+  namesOnly: boolean;
 };
 
 /**

@@ -250,8 +250,8 @@ class AsyncWorkspace:
     async def delete(self, path: str, *, timeout: Optional[float] = None) -> None:
         await self._unary(self._conn.tools.DeleteFile, tool_pb2.DeleteFileRequest(workspace_id=self.id, path=path), timeout)
 
-    async def list(self, path: str = "", *, pattern: str = "", timeout: Optional[float] = None) -> tool_pb2.ListFilesResponse:
-        return await self._unary(self._conn.tools.ListFiles, tool_pb2.ListFilesRequest(workspace_id=self.id, path=path, pattern=pattern), timeout)
+    async def list(self, path: str = "", *, pattern: str = "", names_only: bool = False, timeout: Optional[float] = None) -> tool_pb2.ListFilesResponse:
+        return await self._unary(self._conn.tools.ListFiles, tool_pb2.ListFilesRequest(workspace_id=self.id, path=path, pattern=pattern, names_only=names_only), timeout)
 
     async def glob(self, pattern: str, *, path: str = "", limit: int = 0, timeout: Optional[float] = None) -> tool_pb2.GlobResponse:
         return await self._unary(self._conn.tools.Glob, tool_pb2.GlobRequest(workspace_id=self.id, pattern=pattern, path=path, limit=limit), timeout)

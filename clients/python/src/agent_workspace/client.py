@@ -180,9 +180,10 @@ class Workspace:
         """Deletes a file or symlink (never a directory, never a link's target)."""
         self._unary(self._conn.tools.DeleteFile, tool_pb2.DeleteFileRequest(workspace_id=self.id, path=path), timeout)
 
-    def list(self, path: str = "", *, pattern: str = "", timeout: Optional[float] = None) -> tool_pb2.ListFilesResponse:
-        """A directory's entries, or with ``pattern`` (``**/*.py``) every matching file below it."""
-        return self._unary(self._conn.tools.ListFiles, tool_pb2.ListFilesRequest(workspace_id=self.id, path=path, pattern=pattern), timeout)
+    def list(self, path: str = "", *, pattern: str = "", names_only: bool = False, timeout: Optional[float] = None) -> tool_pb2.ListFilesResponse:
+        """A directory's entries, or with ``pattern`` (``**/*.py``) every matching file below it.
+        ``names_only``: each entry's path and type alone, the cheap listing."""
+        return self._unary(self._conn.tools.ListFiles, tool_pb2.ListFilesRequest(workspace_id=self.id, path=path, pattern=pattern, names_only=names_only), timeout)
 
     def glob(self, pattern: str, *, path: str = "", limit: int = 0, timeout: Optional[float] = None) -> tool_pb2.GlobResponse:
         """Files matching ``pattern``, newest modification first."""

@@ -202,14 +202,16 @@ class GrepResponse(_message.Message):
     def __init__(self, matches: _Optional[_Iterable[_Union[GrepMatch, _Mapping]]] = ..., truncated: bool = ...) -> None: ...
 
 class ListFilesRequest(_message.Message):
-    __slots__ = ["path", "pattern", "workspace_id"]
+    __slots__ = ["names_only", "path", "pattern", "workspace_id"]
+    NAMES_ONLY_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    names_only: bool
     path: str
     pattern: str
     workspace_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., path: _Optional[str] = ..., pattern: _Optional[str] = ...) -> None: ...
+    def __init__(self, workspace_id: _Optional[str] = ..., path: _Optional[str] = ..., pattern: _Optional[str] = ..., names_only: bool = ...) -> None: ...
 
 class ListFilesResponse(_message.Message):
     __slots__ = ["files", "truncated"]

@@ -1,0 +1,66 @@
+/**
+ * `node bench/profile-call.ts [--calls=N] [--transport=grpc|connect] [--tool=bash|read|list]`:
+ * profiles one kind of call end to end. It starts the server (and so its local executors) with
+ * `--cpu-prof`, makes N sequential calls in a local workspace, stops the server, and prints the
+ * profiles' self time by function and by package or file, each process on its own
+ * (bench/results/profiles keeps the .cpuprofile files for a closer look in Chrome's DevTools).
+ */
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { fileURLToPath } from "node:url";
+import { createClients, startServerProcess } from "./server-process.ts";
+
+const { values } = parseArgs({ options: { calls: { type: "string", default: "3000" }, transport: { type: "string", default: "grpc" }, tool: { type: "string", default: "bash" }, top: { type: "string", default: "30" } } });
+const calls = Number(values.calls);
+const dir = path.join(path.dirname(fileURLToPath(import.meta.url)), "results", "profiles", `call-${values.tool}-${values.transport}-${Date.now()}`);
+await mkdir(dir, { recursive: true });
+const data = await mkdtemp(path.join(os.tmpdir(), "aw-prof-"));
+const server = await startServerProcess({ dataDir: data, env: { AGENT_WORKSPACE_DOCKER: "off" }, nodeArgs: ["--cpu-prof", `--cpu-prof-dir=${dir}`] });
+console.error("server up");
+const clients = createClients(server.url);
+const c = values.transport === "connect" ? clients.connect : clients.grpc;
+const ws = await clients.grpc.workspaces.createWorkspace({ provider: "local" });
+const workspaceId = ws.workspace!.id;
+for (let i = 0; i < 200; i++) await c.tools.writeFile({ workspaceId, path: `d/f${i}.txt`, content: "x".repeat(4096) });
+const call = () =>
+  values.tool === "read" ? c.tools.readFile({ workspaceId, path: "d/f1.txt" }) : values.tool === "list" ? c.tools.listFiles({ workspaceId, path: "d" }) : c.tools.bash({ workspaceId, command: "true" });
+console.error("files written");
+for (let i = 0; i < 100; i++) await call();
+console.error("warm");
+const before = await server.stats();
+const t0 = performance.now();
+for (let i = 0; i < calls; i++) await call();
+const ms = performance.now() - t0;
+const after = await server.stats();
+console.log(`${calls} ${values.tool} calls over ${values.transport}: ${(ms / calls).toFixed(3)} ms each, server CPU ${(((after.cpuUserUs - before.cpuUserUs) + (after.cpuSystemUs - before.cpuSystemUs)) / 1000 / calls).toFixed(3)} ms per call`);
+await clients.grpc.workspaces.deleteWorkspace({ id: workspaceId });
+clients.close();
+await server.stop();
+await rm(data, { recursive: true, force: true });
+
+interface Node { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }
+interface Profile { nodes: Node[]; samples: number[]; timeDeltas: number[] }
+const top = Number(values.top);
+for (const file of (await readdir(dir)).filter((f) => f.endsWith(".cpuprofile")).sort()) {
+  const p = JSON.parse(await readFile(path.join(dir, file), "utf8")) as Profile;
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const self = new Map<number, number>();
+  p.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (p.timeDeltas[i] ?? 0)));
+  const total = [...self.values()].reduce((a, b) => a + b, 0);
+  const fn = new Map<string, number>();
+  const where = new Map<string, number>();
+  for (const [id, us] of self) {
+    const { functionName, url, lineNumber } = byId.get(id)!.callFrame;
+    const short = url.replace(/^file:\/\//, "").replace(/.*node_modules\/(@[^/]+\/[^/]+|[^/]+)\/.*/, "$1").replace(/.*\/work\/[^/]+\//, "");
+    fn.set(`${functionName || "(anon)"} ${short}:${lineNumber + 1}`, (fn.get(`${functionName || "(anon)"} ${short}:${lineNumber + 1}`) ?? 0) + us);
+    where.set(short || functionName, (where.get(short || functionName) ?? 0) + us);
+  }
+  const idle = [...fn].filter(([k]) => k.startsWith("(idle)")).reduce((a, [, v]) => a + v, 0);
+  console.log(`\n== ${file}: ${(total / 1000).toFixed(0)} ms sampled, ${((total - idle) / 1000).toFixed(0)} ms busy`);
+  const show = (m: Map<string, number>) => [...m].filter(([k]) => !k.startsWith("(idle)")).sort((a, b) => b[1] - a[1]).slice(0, top).forEach(([k, v]) => console.log(`${((100 * v) / (total - idle)).toFixed(1).padStart(5)}%  ${(v / calls).toFixed(1).padStart(6)} µs/call  ${k}`));
+  console.log("-- by function"); show(fn);
+  console.log("-- by file"); show(where);
+}
+await writeFile(path.join(dir, "README.txt"), `${calls} ${values.tool} calls over ${values.transport}\n`);

@@ -1,0 +1,187 @@
+/**
+ * The local provider's workspace launcher (providers/executor/launcher.ts): commands started by a
+ * resident Perl process in the workspace's cgroups instead of a fork of the executor. Through the
+ * real server: nothing a command changes reaches the next one, the limits still apply, a killed
+ * launcher ends its command and the next call gets a new one, and the spawn mode still works.
+ * Directly: a failed exec reports its errno as spawn does, and output and exits are never lost or
+ * crossed when commands end as fast as they start.
+ */
+import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import anyTest, { type TestFn } from "ava";
+import { findPerl, Launcher } from "../providers/executor/launcher.ts";
+import { runProcess } from "../providers/executor/process-runner.ts";
+import { LOCAL_ONLY, newWorkspace, startServer, type TestServer } from "./helpers/server.ts";
+
+const test = anyTest as TestFn<{ server: TestServer; spawnServer: TestServer }>;
+const perl = findPerl();
+
+test.before(async (t) => {
+  t.context.server = await startServer({ env: LOCAL_ONLY });
+  t.context.spawnServer = await startServer({ env: { ...LOCAL_ONLY, AGENT_WORKSPACE_LOCAL_LAUNCHER: "spawn" } });
+});
+test.after.always(async (t) => {
+  await t.context.server?.close();
+  await t.context.spawnServer?.close();
+});
+
+/** Descriptors this test process has (inherited from whatever started it), as `n -> target`. */
+function ownDescriptors(): Set<string> {
+  const out = new Set<string>();
+  for (const fd of readdirSync("/proc/self/fd")) {
+    try {
+      out.add(`${fd} -> ${readlinkSync(`/proc/self/fd/${fd}`)}`);
+    } catch {
+      // Closed meanwhile (the listing's own).
+    }
+  }
+  return out;
+}
+
+const PROBE = [
+  'echo "leak=${LEAK-unset}"',
+  "echo \"cwd=$(pwd -P | sed 's|.*/||')\"",
+  'echo "umask=$(umask)"',
+  'echo "nofile=$(ulimit -S -n)"',
+  "echo \"traps=$(trap -p | wc -l)\"",
+  // The command's own signal state, as its child sees it: nothing ignored, nothing blocked.
+  "grep -E '^Sig(Ign|Blk):' /proc/self/status | tr -s '\\t ' ' '",
+  // A session and a process group of its own: fields 1, 5 and 6 of /proc/<pid>/stat are pid, pgrp, session.
+  "read -r pid _ _ _ pgrp sid _ < /proc/$$/stat; echo \"own_session=$([ \"$pid\" = \"$pgrp\" ] && [ \"$pid\" = \"$sid\" ] && echo yes || echo no)\"",
+  // Every descriptor but the standard three and the marker (fd 3), with where it points.
+  // Listed into a file first: in a pipeline the shell holds the pipe it is making while ls runs.
+  "ls -l /proc/$$/fd > .fds; awk 'NR > 1 && $9 > 3 { print \"fd\", $9, \"->\", $11 }' .fds",
+].join("; ");
+
+test("local: nothing a command changes reaches the next one (environment, directory, umask, limits, traps, signals, descriptors)", async (t) => {
+  const { tools } = t.context.server.clients.grpc;
+  const workspaceId = await newWorkspace(t.context.server.clients.grpc);
+  await tools.bash({ workspaceId, command: "mkdir -p sub" });
+  const first = await tools.bash({ workspaceId, command: PROBE });
+  t.is(first.exitCode, 0, first.stderr);
+  // Everything a command can change about itself and what it starts.
+  const messy = await tools.bash({
+    workspaceId,
+    command: "export LEAK=1; cd sub; umask 077; ulimit -S -n 64; trap 'echo x' USR1; trap '' INT TERM HUP; exec 7>/dev/null 8</dev/null; set -m; sleep 0.1 & disown; echo done",
+  });
+  t.is(messy.exitCode, 0, messy.stderr);
+  const second = await tools.bash({ workspaceId, command: PROBE });
+  t.is(second.exitCode, 0, second.stderr);
+  t.is(second.stdout, first.stdout);
+  const lines = second.stdout.split("\n");
+  t.true(lines.includes("leak=unset"));
+  t.true(lines.includes(`cwd=${workspaceId}`), second.stdout);
+  t.true(lines.includes("traps=0"));
+  t.true(lines.includes("SigIgn: 0000000000000000"), second.stdout);
+  t.true(lines.includes("SigBlk: 0000000000000000"), second.stdout);
+  t.true(lines.includes("own_session=yes"));
+  // Any other descriptor came from outside the server (the test runner's own, inherited by all).
+  const own = ownDescriptors();
+  for (const line of lines.filter((l) => l.startsWith("fd "))) {
+    const [n, target] = line.slice(3).split(" -> ");
+    t.true(own.has(`${n} -> ${target}`), `the command holds descriptor ${line.slice(3)}`);
+  }
+});
+
+test("local: a command's parent is the workspace's launcher, which runs under the workspace's limits", async (t) => {
+  const { tools, workspaces } = t.context.server.clients.grpc;
+  const { workspace } = await workspaces.createWorkspace({ limits: { disk: "64Mi" } });
+  const workspaceId = workspace!.id;
+  const res = await tools.bash({ workspaceId, command: 'echo "parent=$(cat /proc/$PPID/comm)"; echo "fsize=$(ulimit -f)"; cat /proc/self/cgroup' });
+  t.is(res.exitCode, 0, res.stderr);
+  if (perl !== undefined) t.regex(res.stdout, /^parent=perl$/m);
+  // RLIMIT_FSIZE at the disk limit, in bash's 1024-byte blocks.
+  t.regex(res.stdout, new RegExp(`^fsize=${(64 * 2 ** 20) / 1024}$`, "m"));
+  // Where the server may make cgroups (as root here), the command is in the workspace's.
+  if (process.getuid?.() === 0) t.true(res.stdout.includes(workspaceId), res.stdout);
+});
+
+test("local: a launcher killed under its command ends that command, and the next call gets a new launcher", async (t) => {
+  t.not(perl, undefined, "this host has no Perl: commands are spawned, and there is no launcher to kill");
+  const { tools } = t.context.server.clients.grpc;
+  const workspaceId = await newWorkspace(t.context.server.clients.grpc);
+  const killed = await tools.bash({ workspaceId, command: "kill -9 $PPID; sleep 30; echo survived" });
+  t.is(killed.exitCode, 137);
+  t.false(killed.stdout.includes("survived"));
+  const next = await tools.bash({ workspaceId, command: "echo again; cat /proc/$PPID/comm" });
+  t.is(next.exitCode, 0, next.stderr);
+  t.is(next.stdout, "again\nperl\n");
+});
+
+test("local: AGENT_WORKSPACE_LOCAL_LAUNCHER=spawn starts each command from the executor, with the same results", async (t) => {
+  const { tools } = t.context.spawnServer.clients.grpc;
+  const workspaceId = await newWorkspace(t.context.spawnServer.clients.grpc);
+  const res = await tools.bash({ workspaceId, command: 'echo "parent=$(cat /proc/$PPID/comm)"; echo err >&2; exit 3' });
+  t.is(res.exitCode, 3);
+  t.is(res.stderr, "err\n");
+  t.notRegex(res.stdout, /parent=perl/);
+});
+
+test("launcher: a failed exec reports its errno as spawn does, and a NUL is refused before anything runs", async (t) => {
+  t.not(perl, undefined);
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  const env = { PATH: "/usr/bin:/bin" };
+  await t.throwsAsync(l.launch({ argv: ["no-such-program-anywhere"], env, cwd: "/", marker: "" }), { code: "ENOENT" } as never);
+  await t.throwsAsync(l.launch({ argv: ["true"], env, cwd: "/no/such/directory", marker: "" }), { code: "ENOENT" } as never);
+  const dir = mkdtempSync(path.join(tmpdir(), "aw-launcher-"));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(path.join(dir, "not-executable"), "#!/bin/sh\necho ran\n", { mode: 0o644 });
+  await t.throwsAsync(l.launch({ argv: [path.join(dir, "not-executable")], env, cwd: "/", marker: "" }), { code: "EACCES" } as never);
+  t.throws(() => l.launch({ argv: ["echo", "a\0b"], env, cwd: "/", marker: "" }), { code: "ERR_INVALID_ARG_VALUE" } as never);
+  // The launcher is still there for the next one.
+  const c = await l.launch({ argv: ["sh", "-c", "echo ok"], env, cwd: "/", marker: "" });
+  const out: Buffer[] = [];
+  c.stdout.on("data", (d: Buffer) => out.push(d));
+  const code = await new Promise<number | null>((r) => c.once("exit", (n: number | null) => r(n)));
+  await new Promise((r) => c.stdout.once("close", r));
+  t.is(code, 0);
+  t.is(Buffer.concat(out).toString(), "ok\n");
+});
+
+test("launcher: commands that end as fast as they start, many at once, keep their own output and exit status", async (t) => {
+  t.not(perl, undefined);
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  const run = async (i: number) => {
+    const c = await l.launch({ argv: ["sh", "-c", `printf 'out%s' ${i}; printf 'err%s' ${i} >&2; exit ${i % 7}`], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "" });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    c.stdout.on("data", (d: Buffer) => out.push(d));
+    c.stderr.on("data", (d: Buffer) => err.push(d));
+    const exited = new Promise<[number | null, string | null]>((r) => c.once("exit", (code, sig) => r([code, sig])));
+    await Promise.all([new Promise((r) => c.stdout.once("close", r)), new Promise((r) => c.stderr.once("close", r))]);
+    return { i, exit: await exited, out: Buffer.concat(out).toString(), err: Buffer.concat(err).toString() };
+  };
+  const results = await Promise.all(Array.from({ length: 60 }, (_, i) => run(i)));
+  for (const r of results) {
+    t.deepEqual(r.exit, [r.i % 7, null]);
+    t.is(r.out, `out${r.i}`);
+    t.is(r.err, `err${r.i}`);
+  }
+  // A megabyte through the pipe, whole.
+  const big = await l.launch({ argv: ["head", "-c", "1048576", "/dev/zero"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "" });
+  let bytes = 0;
+  big.stdout.on("data", (d: Buffer) => (bytes += d.length));
+  await new Promise((r) => big.stdout.once("close", r));
+  t.is(bytes, 1048576);
+});
+
+test("launcher: one whose limits cannot be applied hands its commands to a spawn, which fails saying why (exit 125), not with an error that says nothing", async (t) => {
+  t.not(perl, undefined);
+  // The limits command as local-limits.ts writes it, with a step that fails.
+  const prefix = ["/bin/sh", "-c", `false && exec "$@"; echo "agent-workspace: the workspace's resource limits could not be applied" >&2; exit 125`, "agent-workspace-limits"];
+  const l = new Launcher(perl!, prefix, "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  const events = [];
+  for await (const ev of runProcess({ argv: ["sh", "-c", "echo ran"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", launcher: l, spawnArgv: () => [...prefix, "sh", "-c", "echo ran"], timeoutMs: 10_000, killGraceMs: 1000 })) {
+    events.push(ev);
+  }
+  const exit = events.find((e) => e.type === "exited");
+  t.is(exit?.type === "exited" ? exit.exit.exitCode : undefined, 125);
+  t.is(exit?.type === "exited" ? exit.exit.spawnError : "none", undefined);
+  const stderr = Buffer.concat(events.flatMap((e) => (e.type === "stderr" ? [Buffer.from(e.data)] : []))).toString();
+  t.regex(stderr, /resource limits could not be applied/);
+  t.false(events.some((e) => e.type === "stdout"));
+});
