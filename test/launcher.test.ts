@@ -101,7 +101,10 @@ test("local: a launcher killed under its command ends that command, and the next
   t.not(perl, undefined, "this host has no Perl: commands are spawned, and there is no launcher to kill");
   const { tools } = t.context.server.clients.grpc;
   const workspaceId = await newWorkspace(t.context.server.clients.grpc);
-  const killed = await tools.bash({ workspaceId, command: "kill -9 $PPID; sleep 30; echo survived" });
+  // Only a launcher is killed: were the command spawned by the executor (the fallback), killing its
+  // parent would take down every other test's workspace too.
+  const killed = await tools.bash({ workspaceId, command: '[ "$(cat /proc/$PPID/comm)" = perl ] || { echo "parent is $(cat /proc/$PPID/comm)"; exit 3; }; kill -9 $PPID; sleep 30; echo survived' });
+  t.not(killed.exitCode, 3, killed.stdout);
   t.is(killed.exitCode, 137);
   t.false(killed.stdout.includes("survived"));
   const next = await tools.bash({ workspaceId, command: "echo again; cat /proc/$PPID/comm" });

@@ -178,7 +178,11 @@ async function launchVia(launcher: Launcher, argv: string[], spec: LaunchSpec): 
   } catch (err) {
     if (err instanceof TypeError) throw err;
     const code = (err as { code?: unknown }).code;
-    if ((code === "EAGAIN" || code === "EWOULDBLOCK" || code === "LAUNCHER_EXITED") && spec.spawnArgv) return launch(spec.spawnArgv(), spec);
+    if ((code === "EAGAIN" || code === "EWOULDBLOCK" || code === "LAUNCHER_EXITED") && spec.spawnArgv) {
+      // Said on stderr (the server logs it): the command's parent is then the executor, not a launcher.
+      process.stderr.write(`executor: the workspace's launcher could not start a command (${String(code)}); it is spawned instead\n`);
+      return launch(spec.spawnArgv(), spec);
+    }
     const child = new LaunchedChild();
     child.stdout = new PassThrough().end();
     child.stderr = new PassThrough().end();
