@@ -156,7 +156,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     e: { iterations: quick ? 100 : 500, warmup: quick ? 20 : 50 },
     f: { iterations: quick ? 200 : 1000, warmup: quick ? 20 : 100, concurrency: 16, rateMs: quick ? 1000 : 3000 },
     g: { providers, workspaces: 16, rounds: quick ? 2 : 5, sliceMs: quick ? 1500 : 2000 },
-    h: { providers, workspaces: quick ? 10 : 50, settleMs: quick ? 1000 : 3000 },
+    h: { providers, workspaces: quick ? 10 : 50, settleMs: quick ? 1000 : 3000, executorIdleMs: 0 },
     i: { providers, runs: quick ? 3 : 10 },
     j: { providers, iterations: quick ? 3 : 8 },
     k: { providers, iterations: quick ? { local: 5, docker: 3, gvisor: 2 } : { local: 20, docker: 10, gvisor: 6 }, poolSize: 3 },
@@ -232,7 +232,12 @@ async function main(): Promise<void> {
     const containers = opts.providers.some((p) => p !== "local");
     if (opts.only.has("f")) results.reads = await withServer("reads", false, (ctx) => benchReads(ctx, settings.f));
     if (opts.only.has("g")) results.mixed = await withServer("mixed", containers, (ctx) => benchMixed(ctx, settings.g));
-    if (opts.only.has("h")) results.memory = await withServer("memory", containers, (ctx) => benchMemory(ctx, settings.h));
+    if (opts.only.has("h")) {
+      results.memory = await withServer("memory", containers, (ctx) => benchMemory(ctx, settings.h), { AGENT_WORKSPACE_EXECUTOR_IDLE_MS: "0" });
+      // The same with executors that exit when idle: settled past their idle time.
+      const idle = { ...settings.h, executorIdleMs: 1000, settleMs: settings.h.settleMs + 3000 };
+      results.memoryIdleExit = await withServer("memory", containers, (ctx) => benchMemory(ctx, idle), { AGENT_WORKSPACE_EXECUTOR_IDLE_MS: String(idle.executorIdleMs) });
+    }
     if (opts.only.has("i")) results.kill = await withServer("kill", containers, (ctx) => benchKill(ctx, settings.i));
     if (opts.only.has("j")) results.create = await withServer("create", containers, (ctx) => benchCreate(ctx, settings.j));
     // Pools refill every tick: 50 ms (the minimum) rather than 1 s, so a new pool fills at once.

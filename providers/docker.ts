@@ -26,7 +26,7 @@ import Docker from "dockerode";
 import { rgPath } from "@vscode/ripgrep";
 import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
-import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
+import { EGRESS_PROXY_PORT, EXECUTOR_WRAPPER } from "./executor/protocol.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import { DiskImages, type DiskMount, type DiskOptions } from "./disk-image.ts";
@@ -45,6 +45,11 @@ export const LABELS = {
   instance: "agent-workspace.instance",
   /** How the container is laid out; containers of an older layout cannot be reopened. */
   layout: "agent-workspace.layout",
+  /**
+   * "1": the executor runs under the wrapper and may exit when idle (protocol.ts EXECUTOR_WRAPPER);
+   * the server starts every connection with WAKE. Absent on containers made before.
+   */
+  sleeps: "agent-workspace.sleeps",
 } as const;
 
 /** The current container layout: the workspace in a volume, the executor started as root with --sandbox. */
@@ -90,6 +95,11 @@ export interface DockerProviderOptions {
    * proxy connections then bypass the attach stream. Without it they go over the stream.
    */
   egressSockets?: EgressSockets;
+  /**
+   * The executor exits after this many ms with nothing to do and its wrapper starts it again on
+   * the next call (protocol.ts EXECUTOR_WRAPPER); 0 or absent: it never exits.
+   */
+  executorIdleMs?: number;
 }
 
 /**
@@ -240,7 +250,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         ],
         ReadonlyRootfs: disk !== undefined,
         Binds: [`${nodeBinary}:${MOUNT}/node:ro`, `${options.executor.dir}:${MOUNT}/executor:ro`, `${rg}:${MOUNT}/bin/rg:ro`],
-        Init: true,
+        Init: false,
         // No engine-side logging: the executor's stdout is the protocol stream (file contents and
         // command output), which must not land in a log file on the host, and the json-file
         // driver's per-line processing caps it at about 1 MiB/s. Its stderr reaches the server
@@ -273,7 +283,14 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         container = await docker.createContainer({
           name: `aw-${opts.id}`,
           Image: image,
+          // PID 1 is the wrapper shell, which runs the executor and, after it exited when idle, waits
+          // for WAKE to run it again; being PID 1 it reaps orphans, and the executor's sweep
+          // (kill -1) reaches everything but it and itself.
           Cmd: [
+            "/bin/sh",
+            "-c",
+            EXECUTOR_WRAPPER,
+            "aw-executor",
             `${MOUNT}/node`,
             ...EXECUTOR_NODE_FLAGS,
             `${MOUNT}/executor/${options.executor.main}`,
@@ -283,6 +300,8 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             String(options.user.uid),
             "--gid",
             String(options.user.gid),
+            "--idle-exit-ms",
+            String(options.executorIdleMs ?? 0),
             ...enforce,
           ],
           Entrypoint: [],
@@ -296,7 +315,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           AttachStderr: true,
           Tty: false,
           NetworkDisabled: network === "none",
-          Labels: { ...labels, [LABELS.layout]: LAYOUT },
+          Labels: { ...labels, [LABELS.layout]: LAYOUT, [LABELS.sleeps]: "1" },
           HostConfig: hostConfig,
         });
       } catch (err) {
@@ -346,6 +365,9 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         return (await egressSocket) ? SANDBOX_EGRESS_SOCKET : undefined;
       };
       const connect = async (): Promise<SandboxConnection> => {
+        // An executor that exited when idle is woken here, so a failed start (a server upgraded
+        // meanwhile removed the files it ran from) takes the restart below rather than the call.
+        if (conn?.alive && conn.asleep) await conn.wake().catch(() => undefined);
         if (conn?.alive) return conn;
         connecting ??= (async () => {
           try {
@@ -359,17 +381,29 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               options.log.warn("restarting workspace container after an executor protocol violation", { workspace_id: record.id, violation: conn.violation });
               await container.restart({ t: 1 });
             }
-            const attach = () => attachExecutor(container, (line) => options.log.warn("sandbox executor", { workspace_id: record.id, line }));
+            const sleeps = info.Config.Labels?.[LABELS.sleeps] === "1";
+            const attach = () => attachExecutor(container, (line) => options.log.warn("sandbox executor", { workspace_id: record.id, line }), sleeps);
             const first = await attach();
+            first.onExecutorExit = (status) => options.log.warn("sandbox executor exited outside a call's end; the next call starts it again", { workspace_id: record.id, status });
             if (!info.State.Running) await container.start();
             let c = first;
-            const running = await c.ping(30_000);
+            const running = await c.ping(30_000).catch(async (err: unknown) => {
+              // The executor exited as it started (see SandboxConnection): start the sandbox afresh.
+              if (c.violation === undefined) throw err;
+              options.log.warn("restarting workspace container: its executor did not start", { workspace_id: record.id, violation: c.violation });
+              c.close();
+              await container.restart({ t: 1 });
+              c = await attach();
+              c.onExecutorExit = first.onExecutorExit;
+              return c.ping(30_000);
+            });
             if (running !== options.executor.version) {
               // An executor started by an older server: restart the container so it runs this code.
               options.log.warn("restarting workspace container to update its executor", { workspace_id: record.id, running, current: options.executor.version });
               c.close();
               await container.stop({ t: 1 });
               c = await attach();
+              c.onExecutorExit = first.onExecutorExit;
               await container.start();
               await c.ping(30_000);
             }
@@ -420,6 +454,11 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               // takes the sandbox down mid-command. Report that as the command's OOM kill (the
               // next call restarts the sandbox), not as a broken connection.
               if (exited || !hasReason(err, "WORKSPACE_NOT_READY")) throw err;
+              if (c.alive) {
+                // The sandbox is up and only its executor died (its wrapper said so): not the sandbox's OOM kill.
+                options.log.error("sandbox executor died during a command", { workspace_id: record.id, cause: String((err as Error).cause ?? err) });
+                throw err;
+              }
               // The attach stream ends as the sandbox dies; the engine may record the exit a moment later.
               let state = await container.inspect().then((i) => i.State, () => undefined);
               for (let i = 0; i < 100 && state?.Running; i++) {
@@ -529,13 +568,13 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
  * Attaches to the container's executor: its stdout comes demultiplexed from Docker's framing
  * (stderr lines go to `onStderr`), its stdin is the raw hijacked socket.
  */
-async function attachExecutor(container: Docker.Container, onStderr: (line: string) => void): Promise<SandboxConnection> {
+async function attachExecutor(container: Docker.Container, onStderr: (line: string) => void, sleeps: boolean): Promise<SandboxConnection> {
   const stream = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
   const stdout = new DockerAttachDemux((chunk) => onStderr(chunk.toString("utf8").trimEnd().slice(0, 2000)));
   stream.pipe(stdout);
   stream.on("error", (err) => stdout.destroy(err));
   stream.on("close", () => stdout.destroy());
-  return new SandboxConnection(stdout, stream);
+  return new SandboxConnection(stdout, stream, { sleeps });
 }
 
 /** True when the engine answers a ping within a short time. */

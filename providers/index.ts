@@ -43,6 +43,11 @@ export interface ProviderSettings {
      * executor's channel (the attach stream) carries them.
      */
     egressPath: "socket" | "channel";
+    /**
+     * A container's executor exits after this long with nothing to do, and starts again on the next
+     * call (0: it never exits); fixed when the container is made.
+     */
+    executorIdleMs: number;
     /** uid/gid commands run as in containers. */
     user: { uid: number; gid: number };
   };
@@ -101,6 +106,7 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
     log,
     executor,
     diskDir: path.join(settings.dataDir, "disks"),
+    executorIdleMs: cfg.executorIdleMs,
     // Bind mounts of the server's directories need the engine on this host, as the executor's does.
     ...("socketPath" in cfg.connection ? { egressSockets: new EgressSockets(path.join(settings.dataDir, "egress"), cfg.egressPath === "socket") } : {}),
   };

@@ -19,16 +19,19 @@ import type { FaultInfo } from "./executor/fault.ts";
 import {
   CREDIT_BATCH,
   type ExecRequest,
+  encodeFrame,
   F,
   FINAL,
   type Frame,
   FrameReader,
   FROM_EXECUTOR,
+  LIFETIME_FRAMES,
   MAX_CHUNK,
   MAX_TUNNELS,
   type OpRequest,
   TUNNEL_FRAMES,
   TUNNEL_ID_BASE,
+  WAKE,
   writeFrame,
 } from "./executor/protocol.ts";
 import { faultFromWire } from "./faults.ts";
@@ -71,6 +74,17 @@ function unavailable(cause: Error): DomainError {
   return new DomainError("WORKSPACE_NOT_READY", "The workspace sandbox stopped responding; retry the call", { cause });
 }
 
+/**
+ * Where an executor that may exit when idle (`sleeps`) stands: running; told BYE and not yet
+ * answered (nothing is written meanwhile); exited (the next call wakes it); being woken.
+ */
+type Lifetime = "awake" | "leaving" | "asleep" | "waking";
+
+/** How long a woken executor has to answer its first PING. */
+const WAKE_TIMEOUT_MS = 30_000;
+/** How long an executor told BYE has to exit (the wrapper's GONE) or STAY. */
+const BYE_TIMEOUT_MS = 15_000;
+
 /** One attached connection to an executor. */
 export class SandboxConnection {
   readonly #input: Readable;
@@ -84,11 +98,33 @@ export class SandboxConnection {
   readonly #tunnels = new Map<number, TunnelStream>();
   #tunnelHigh = TUNNEL_ID_BASE;
   #onTunnel: ((stream: Duplex) => void) | undefined;
+  /** What the last LISTEN asked for, asked again of a woken executor. */
+  #listening: { port: number; socket?: string } | undefined;
+  readonly #sleeps: boolean;
+  #lifetime: Lifetime = "awake";
+  /** Resolved at every change of `#lifetime` (and when the connection ends). */
+  #changed = Promise.withResolvers<void>();
+  /** Frames written while the executor may not be reading, sent once it is again. */
+  #held: Buffer[] = [];
+  /** Times the executor exited when idle, and was woken. */
+  idleExits = 0;
+  wakes = 0;
+  /** Told when the executor died outside BYE, with its exit status. */
+  onExecutorExit: ((status: string) => void) | undefined;
+  /** A PONG came: the executor this connection started with did start. */
+  #answered = false;
 
-  /** `input` carries the executor's stdout, `output` its stdin. */
-  constructor(input: Readable, output: Writable) {
+  /**
+   * `input` carries the executor's stdout, `output` its stdin. With `sleeps`, the executor runs
+   * under the sandbox's wrapper (protocol.ts EXECUTOR_WRAPPER) and may exit when idle: the
+   * connection starts with WAKE (the wrapper may be waiting), answers IDLE with BYE when nothing
+   * is in flight, and wakes the executor again for the next call.
+   */
+  constructor(input: Readable, output: Writable, options: { sleeps?: boolean } = {}) {
     this.#input = input;
     this.#output = output;
+    this.#sleeps = options.sleeps === true;
+    if (this.#sleeps) output.write(Buffer.of(WAKE));
     input.on("data", (chunk: Buffer) => {
       try {
         for (const f of this.#frames.push(chunk)) this.#onFrame(f);
@@ -109,6 +145,16 @@ export class SandboxConnection {
     return this.#closed === undefined;
   }
 
+  /** True while the executor has exited when idle (or is doing so): the next call wakes it. */
+  get asleep(): boolean {
+    return this.#lifetime === "asleep" || this.#lifetime === "leaving";
+  }
+
+  /** Wakes the executor if it sleeps; rejects as a call would when that fails. */
+  wake(): Promise<void> {
+    return this.#ready();
+  }
+
   /** What the executor did wrong, when the connection ended over a protocol violation. */
   get violation(): string | undefined {
     return this.#violation;
@@ -124,6 +170,7 @@ export class SandboxConnection {
 
   #onFrame(f: Frame): void {
     if (!FROM_EXECUTOR.has(f.type)) throw new Error(`frame type ${f.type} from the executor`);
+    if (LIFETIME_FRAMES.has(f.type)) return this.#onLifetimeFrame(f);
     if (TUNNEL_FRAMES.has(f.type) || f.id >= TUNNEL_ID_BASE) return this.#onTunnelFrame(f);
     if (f.id === 0 || f.id >= this.#nextId) throw new Error(`frame for id ${f.id}, which no call has`);
     if (STREAMED.has(f.type) && f.type !== F.ENTRIES && f.payload.length > MAX_CHUNK) throw new Error(`bulk frame of ${f.payload.length} bytes`);
@@ -181,9 +228,117 @@ export class SandboxConnection {
     }
   }
 
+  /** IDLE, GONE, STAY: see `Lifetime`. */
+  #onLifetimeFrame(f: Frame): void {
+    if (f.id !== 0 || f.payload.length !== (f.type === F.GONE ? 3 : 0)) throw new Error(`frame type ${f.type} with id ${f.id} and ${f.payload.length} payload bytes`);
+    if (!this.#sleeps) throw new Error(`frame type ${f.type} from an executor that does not sleep`);
+    if (f.type === F.GONE && (this.#lifetime === "waking" || !this.#answered)) {
+      // It exited as it started (its files are gone, the sandbox cannot start a process): waking it
+      // again would only fail again, so the provider restarts the sandbox (see `violation`).
+      return this.#violate(`the executor exited as it started (status ${f.payload.toString("latin1")})`);
+    }
+    if (f.type === F.GONE && this.#lifetime !== "leaving") {
+      // The executor died on its own (killed, crashed): what it was doing is lost; the next call
+      // starts a new one. The connection stays: the sandbox is still there.
+      const status = f.payload.toString("latin1");
+      const err = new Error(`the sandbox's executor exited (status ${status})`);
+      this.onExecutorExit?.(status);
+      for (const t of this.#tunnels.values()) t.peerClosed();
+      for (const p of this.#pending.values()) {
+        p.error ??= err;
+        p.done = true;
+        const w = p.wake;
+        p.wake = undefined;
+        w?.();
+      }
+      this.#held = [];
+      this.#setLifetime("asleep");
+      return;
+    }
+    if (f.type === F.IDLE) {
+      // Ignored when anything is in flight: the executor asks again after its next idle time.
+      if (this.#lifetime !== "awake" || this.#pending.size > 0 || this.#tunnels.size > 0) return;
+      this.#setLifetime("leaving");
+      writeFrame(this.#output, F.BYE, 0);
+      // An executor that neither exits nor stays holds every call: treat it as broken (the
+      // provider then restarts the sandbox).
+      const leaving = this.#changed.promise;
+      const timer = setTimeout(() => {
+        if (this.#lifetime === "leaving") this.#violate(`no answer to BYE within ${BYE_TIMEOUT_MS} ms`);
+      }, BYE_TIMEOUT_MS);
+      timer.unref();
+      void leaving.then(() => clearTimeout(timer));
+      return;
+    }
+    if (this.#lifetime !== "leaving") throw new Error(`frame type ${f.type} without BYE`);
+    if (f.type === F.STAY) {
+      this.#setLifetime("awake");
+      this.#flushHeld();
+      return;
+    }
+    // GONE: the executor reads no more; whatever comes next starts a new one. Frames held meanwhile
+    // were for it (late credit, a tunnel's close) and go with it; calls wait in `#ready`, which wakes.
+    this.idleExits++;
+    this.#held = [];
+    this.#setLifetime("asleep");
+  }
+
+  #setLifetime(to: Lifetime): void {
+    this.#lifetime = to;
+    const changed = this.#changed;
+    this.#changed = Promise.withResolvers<void>();
+    changed.resolve();
+  }
+
+  #flushHeld(): void {
+    const held = this.#held;
+    this.#held = [];
+    for (const b of held) this.#output.write(b);
+  }
+
+  /** Resolves once the executor reads what is written: at once while awake, else after waking it. */
+  async #ready(): Promise<void> {
+    while (this.#lifetime !== "awake" && this.#lifetime !== "waking" && !this.#closed) {
+      const changed = this.#changed.promise;
+      if (this.#lifetime === "asleep") void this.#wake();
+      await changed;
+    }
+    if (this.#lifetime === "waking") await this.#waking;
+    if (this.#closed) throw unavailable(this.#closed);
+  }
+
+  #waking: Promise<void> | undefined;
+
+  /**
+   * Starts the executor again: WAKE for the wrapper, then PING (the first answer) and the LISTEN
+   * of the executor before it; calls wait meanwhile. A failure ends the connection (the provider
+   * then reconnects as after any loss).
+   */
+  #wake(): Promise<void> {
+    this.#waking ??= (async () => {
+      this.#setLifetime("waking");
+      this.#output.write(Buffer.of(WAKE));
+      try {
+        await this.#ping(WAKE_TIMEOUT_MS, true);
+        const listening = this.#listening;
+        if (listening && this.#onTunnel) await this.#listen(listening.port, listening.socket, true);
+        this.wakes++;
+        this.#setLifetime("awake");
+        this.#flushHeld();
+      } catch (err) {
+        this.#fail(err instanceof Error ? err : new Error(String(err)));
+      } finally {
+        this.#waking = undefined;
+      }
+    })();
+    return this.#waking;
+  }
+
   #fail(err: Error): void {
     if (this.#closed) return;
     this.#closed = err;
+    this.#held = [];
+    this.#changed.resolve();
     for (const t of this.#tunnels.values()) t.peerClosed();
     for (const p of this.#pending.values()) {
       p.error ??= err;
@@ -195,7 +350,15 @@ export class SandboxConnection {
   }
 
   #write(type: number, id: number, payload?: Uint8Array): boolean {
-    return this.#closed ? true : writeFrame(this.#output, type, id, payload);
+    if (this.#closed) return true;
+    // Between BYE and the executor's answer nothing may reach the pipe (see Lifetime); after GONE
+    // it waits for the next executor. Only tunnel frames and late credit or kills come here then:
+    // calls wait in `#ready`.
+    if (this.#lifetime === "leaving" || this.#lifetime === "asleep") {
+      this.#held.push(encodeFrame(type, id, payload));
+      return true;
+    }
+    return writeFrame(this.#output, type, id, payload);
   }
 
   /** Writes a frame, waiting while the stream is full (bulk uploads). */
@@ -209,7 +372,9 @@ export class SandboxConnection {
    * final one, returning credit for streamed bytes as they are consumed. `upload` bytes follow as
    * DATA frames and an END. Ending the iteration early (or `signal` aborting) sends KILL.
    */
-  async *#call(type: number, request: unknown, options: { signal?: AbortSignal; upload?: Uint8Array } = {}): AsyncGenerator<Frame> {
+  async *#call(type: number, request: unknown, options: { signal?: AbortSignal; upload?: Uint8Array; waking?: boolean } = {}): AsyncGenerator<Frame> {
+    // The wake's own PING and LISTEN go out while it is waking; every other call waits for it.
+    if (!options.waking) await this.#ready();
     if (this.#closed) throw unavailable(this.#closed);
     const id = this.#nextId++;
     const p: Pending = { frames: [], wake: undefined, done: false, error: undefined, unacked: 0 };
@@ -273,12 +438,19 @@ export class SandboxConnection {
   }
 
   /** Resolves with the executor's version once it answers a PING, or rejects after `timeoutMs`. */
-  async ping(timeoutMs: number): Promise<string> {
+  ping(timeoutMs: number): Promise<string> {
+    return this.#ping(timeoutMs, false);
+  }
+
+  async #ping(timeoutMs: number, waking: boolean): Promise<string> {
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
     const answer = (async () => {
-      for await (const f of this.#call(F.PING, undefined, { signal: abort.signal })) {
-        if (f.type === F.PONG) return f.payload.toString("utf8");
+      for await (const f of this.#call(F.PING, undefined, { signal: abort.signal, waking })) {
+        if (f.type === F.PONG) {
+          this.#answered = true;
+          return f.payload.toString("utf8");
+        }
         this.#raise(f);
       }
       throw new Error("no PONG");
@@ -304,7 +476,12 @@ export class SandboxConnection {
    */
   async listen(port: number, onTunnel: (stream: Duplex) => void, socket?: string): Promise<"socket" | "channel"> {
     this.#onTunnel = onTunnel;
-    for await (const f of this.#call(F.LISTEN, { port, ...(socket === undefined ? {} : { socket }) })) {
+    this.#listening = { port, ...(socket === undefined ? {} : { socket }) };
+    return this.#listen(port, socket, false);
+  }
+
+  async #listen(port: number, socket: string | undefined, waking: boolean): Promise<"socket" | "channel"> {
+    for await (const f of this.#call(F.LISTEN, { port, ...(socket === undefined ? {} : { socket }) }, { waking })) {
       if (f.type === F.RESULT) return this.#json<{ via?: string }>(f).via === "socket" ? "socket" : "channel";
       this.#raise(f);
     }

@@ -739,6 +739,7 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
         egressNetwork: read(env, "AGENT_WORKSPACE_EGRESS_NETWORK") ?? "",
         cleanupOrphans: bool(read(env, "AGENT_WORKSPACE_CLEANUP_ORPHANS"), "AGENT_WORKSPACE_CLEANUP_ORPHANS"),
         egressPath: oneOf(read(env, "AGENT_WORKSPACE_EGRESS_PATH"), "AGENT_WORKSPACE_EGRESS_PATH", ["socket", "channel"], "socket"),
+        executorIdleMs: integer(read(env, "AGENT_WORKSPACE_EXECUTOR_IDLE_MS"), "AGENT_WORKSPACE_EXECUTOR_IDLE_MS", 60_000, 0, 24 * 3_600_000),
         user: {
           uid: integer(read(env, "AGENT_WORKSPACE_CONTAINER_UID"), "AGENT_WORKSPACE_CONTAINER_UID", 1000, 0, 2 ** 31 - 1),
           gid: integer(read(env, "AGENT_WORKSPACE_CONTAINER_GID"), "AGENT_WORKSPACE_CONTAINER_GID", 1000, 0, 2 ** 31 - 1),

@@ -21,6 +21,7 @@ test("defaults start the embedded server: local provider, port 8080, ./.data, in
   t.deepEqual(s.providers.docker.connection, { socketPath: "/var/run/docker.sock" });
   t.is(s.providers.docker.mode, "auto");
   t.deepEqual(s.providers.docker.user, { uid: 1000, gid: 1000 });
+  t.is(s.providers.docker.executorIdleMs, 60_000);
   t.deepEqual(s.workspaceDefaults, { cpu: "2", memory: "2G", disk: "10G", pids: 1024 });
   t.is(s.toolLimits.maxTimeoutMs, 600_000);
 });
@@ -111,6 +112,7 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_CONTAINER_UID: "root" }, [], /^AGENT_WORKSPACE_CONTAINER_UID must be a whole number/],
     [{ AGENT_WORKSPACE_CLEANUP_ORPHANS: "maybe" }, [], /^AGENT_WORKSPACE_CLEANUP_ORPHANS must be 1 or 0/],
     [{ AGENT_WORKSPACE_EGRESS_PATH: "tcp" }, [], /^AGENT_WORKSPACE_EGRESS_PATH must be one of socket, channel; got 'tcp'$/],
+    [{ AGENT_WORKSPACE_EXECUTOR_IDLE_MS: "soon" }, [], /^AGENT_WORKSPACE_EXECUTOR_IDLE_MS must be a whole number from 0/],
     [{ WORKSPACE_DEFAULT_CPU: "two" }, [], /^WORKSPACE_DEFAULT_CPU 'two' is not a positive number of cores$/],
     [{ WORKSPACE_DEFAULT_DISK: "10 parsecs" }, [], /^WORKSPACE_DEFAULT_DISK '10 parsecs' is not a size/],
     [{ WORKSPACE_DEFAULT_MEMORY: "8M" }, [], /^WORKSPACE_DEFAULT_MEMORY '8M' is below the minimum of 64M/],

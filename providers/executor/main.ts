@@ -32,7 +32,7 @@ import { findPerl, Launcher, wrapCommand } from "./launcher.ts";
 import { type LaunchSpec, runProcess } from "./process-runner.ts";
 import { Sealer } from "./seal.ts";
 import { loadManifest, loadPolicyLayer, type ProgramRules, ProgramSet } from "./programs.ts";
-import { type ExecRequest, F, FrameReader, FROM_SERVER, MAX_CHUNK, type OpRequest, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
+import { type ExecRequest, F, FrameReader, FROM_SERVER, LIFETIME_FRAMES, MAX_CHUNK, type OpRequest, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
 import { Tunnels } from "./tunnels.ts";
 import type { ExecEvent } from "./types.ts";
 import { executorVersion } from "./version.ts";
@@ -52,6 +52,11 @@ const { values: args } = parseArgs({
     enforce: { type: "string" },
     /** How commands start outside a sandbox: "launcher" (a resident one per workspace, launcher.ts) or "spawn". */
     launcher: { type: "string" },
+    /**
+     * Ask the server to let this process exit after this many ms with nothing to do (0: never).
+     * Only under the sandbox's wrapper (protocol.ts EXECUTOR_WRAPPER), which starts it again on WAKE.
+     */
+    "idle-exit-ms": { type: "string" },
   },
   strict: true,
 });
@@ -256,6 +261,7 @@ async function sendStreamed(call: Call, type: number, id: number, payload: Uint8
 /** Ends a call with its final frame. */
 function finish(id: number, type: number, payload: Uint8Array): void {
   calls.delete(id);
+  lastActivity = Date.now();
   void send(type, id, payload);
 }
 
@@ -524,7 +530,52 @@ function onEnd(id: number): void {
 // created then aborts Node, taking the executor down with the bomb.
 await readdir("/");
 
-const reader = new FrameReader();
+const reader = new FrameReader(undefined, { skipWake: true });
+
+/**
+ * Exiting when idle (`--idle-exit-ms`): an idle sandbox then costs its wrapper shell, not a Node
+ * process. After the idle time with no call, no proxy client and nothing unsent, the executor
+ * sends IDLE; the server answers BYE when it has nothing in flight either, and from then on
+ * writes nothing until the wrapper says GONE (this process has exited) or this one says STAY.
+ * So every later byte waits in the pipe for the wrapper, which starts a new executor on WAKE.
+ */
+const IDLE_EXIT_MS = SANDBOX && Number(args["idle-exit-ms"]) > 0 ? Number(args["idle-exit-ms"]) : 0;
+let lastActivity = Date.now();
+
+function idleNow(): boolean {
+  return calls.size === 0 && tunnels.active === 0 && stdoutBlocked === undefined && reader.buffered === 0 && !stopping;
+}
+
+function checkIdle(): void {
+  const wait = lastActivity + IDLE_EXIT_MS - Date.now();
+  if (wait > 0) return void setTimeout(checkIdle, wait).unref();
+  // Asked again every idle time while idle: the server ignores IDLE while it has anything in flight.
+  if (!idleNow()) lastActivity = Date.now();
+  else void send(F.IDLE, 0);
+  setTimeout(checkIdle, IDLE_EXIT_MS).unref();
+}
+if (IDLE_EXIT_MS > 0) setTimeout(checkIdle, IDLE_EXIT_MS).unref();
+
+/** BYE: exit, unless work came meanwhile (then STAY). The wrapper then writes GONE. */
+function onBye(last: boolean): void {
+  if (!last || !idleNow()) {
+    void send(F.STAY, 0);
+    return;
+  }
+  // From here no byte of stdin is read: pause() stops the pipe's reads at once. Bytes already
+  // read past BYE (none, unless the server broke its word) keep this process serving.
+  process.stdin.pause();
+  if (process.stdin.readableLength > 0) {
+    process.stdin.resume();
+    void send(F.STAY, 0);
+    return;
+  }
+  stopping = true;
+  tunnels.close();
+  if (markerDir !== undefined) rmSync(markerDir, { recursive: true, force: true });
+  // Whatever is still queued for stdout goes first (a pipe's writes are synchronous on Linux).
+  process.stdout.write(new Uint8Array(0), () => process.exit(0));
+}
 /** The server sent something this executor cannot make sense of: say so and stop. */
 function violation(message: string): never {
   process.stderr.write(`executor: protocol violation: ${message}\n`);
@@ -532,15 +583,21 @@ function violation(message: string): never {
 }
 
 process.stdin.on("data", (chunk: Buffer) => {
+  lastActivity = Date.now();
   let frames;
   try {
     frames = reader.push(chunk);
   } catch (err) {
     violation(String(err));
   }
-  for (const frame of frames) {
+  for (const [i, frame] of frames.entries()) {
     if (!FROM_SERVER.has(frame.type)) violation(`frame type ${frame.type}`);
     if (TUNNEL_FRAMES.has(frame.type) !== frame.id >= TUNNEL_ID_BASE) violation(`frame type ${frame.type} for id ${frame.id}`);
+    if (LIFETIME_FRAMES.has(frame.type) !== (frame.id === 0)) violation(`frame type ${frame.type} for id ${frame.id}`);
+    if (frame.type === F.BYE) {
+      onBye(i === frames.length - 1);
+      continue;
+    }
     if (TUNNEL_FRAMES.has(frame.type)) {
       tunnels.onFrame(frame.type, frame.id, frame.payload);
       continue;

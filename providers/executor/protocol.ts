@@ -40,6 +40,12 @@ export const F = {
    * it drops the tunnels of the connection before.
    */
   LISTEN: 8,
+  /**
+   * server → executor, id 0: the answer to IDLE when the server has nothing in flight: exit. The
+   * server writes nothing more until GONE (the executor has exited: the next byte reaches the
+   * sandbox's wrapper, see WAKE) or STAY (it found work meanwhile and carries on).
+   */
+  BYE: 9,
   /** executor → server: the process started; JSON { startedAt }. */
   STARTED: 10,
   /** executor → server: stdout bytes. */
@@ -70,12 +76,48 @@ export const F = {
   TCREDIT: 23,
   /** executor → server: a proxy client connected; the id is new, from the executor's id space. */
   TOPEN: 24,
+  /**
+   * executor → server, id 0: nothing has happened for the idle time it was given (`--idle-exit-ms`)
+   * and nothing is in flight; it may exit to give its memory back (answered by BYE, or ignored).
+   */
+  IDLE: 25,
+  /**
+   * wrapper → server, id 0, on the executor's stdout: the executor process has exited, with the
+   * status in the payload (three ASCII digits). After BYE that is the expected end; at any other
+   * time the executor died (killed, crashed) and its calls are lost. Written by the sandbox's
+   * wrapper (EXECUTOR_WRAPPER), so it is never sent while the executor could still read.
+   */
+  GONE: 26,
+  /** executor → server, id 0: after BYE, it has work after all (a proxy client) and stays. */
+  STAY: 27,
 } as const;
 
+/**
+ * The byte that starts an executor that exited when idle. A sandbox runs its executor under a
+ * wrapper (`EXECUTOR_WRAPPER`) that waits for one line on stdin after the executor exits; the
+ * server writes this byte first on every new connection and before anything it sends after GONE.
+ * A running executor skips it between frames: no frame starts with it (the first byte of a
+ * frame's length is 0 for every length up to MAX_FRAME).
+ */
+export const WAKE = 0x0a;
+
+/**
+ * The sandbox's main process: a POSIX shell that runs the executor (its arguments); whenever that
+ * exits, it writes a GONE frame with the exit status (a 12-byte printf: length 8, type 26, id 0,
+ * three digits), then waits for a WAKE line and runs it again; stdin closed ends it. `read` takes
+ * one byte at a time from a pipe, so nothing after the WAKE byte is consumed. Being PID 1, it also
+ * reaps what the executor's commands orphan (it waits for any child while the executor runs).
+ */
+export const EXECUTOR_WRAPPER = String.raw`while :; do "$@"; printf '\000\000\000\010\032\000\000\000\000%03d' "$?"; IFS= read -r _ || exit 0; done`;
+
 /** Frame types the executor may send; anything else from it is a protocol violation. */
-export const FROM_EXECUTOR = new Set<number>([F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN]);
+export const FROM_EXECUTOR = new Set<number>([
+  F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN, F.IDLE, F.GONE, F.STAY,
+]);
 /** Frame types the server may send. */
-export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END, F.LISTEN, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT]);
+export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END, F.LISTEN, F.BYE, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT]);
+/** Frames about the executor's lifetime (IDLE, BYE, GONE, STAY): id 0, no payload but GONE's status. */
+export const LIFETIME_FRAMES = new Set<number>([F.IDLE, F.BYE, F.GONE, F.STAY]);
 /** Frame types of tunnels, whose ids are the executor's (TUNNEL_ID_BASE and up), not the server's calls'. */
 export const TUNNEL_FRAMES = new Set<number>([F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN]);
 /** Frame types that end a call: after one of these its id is free. */
@@ -200,19 +242,34 @@ export interface Frame {
  */
 export class FrameReader {
   readonly #maxFrame: number;
+  readonly #skipWake: boolean;
   #parts: Buffer[] = [];
   #buffered = 0;
 
-  constructor(maxFrame = MAX_FRAME) {
+  /** With `skipWake` (the executor's reader), WAKE bytes between frames are dropped. */
+  constructor(maxFrame = MAX_FRAME, options: { skipWake?: boolean } = {}) {
     this.#maxFrame = maxFrame;
+    this.#skipWake = options.skipWake === true;
+  }
+
+  /** Bytes received that no complete frame holds yet. */
+  get buffered(): number {
+    return this.#buffered;
   }
 
   /** Feeds bytes; returns the complete frames they finish. Throws on a malformed length. */
   push(chunk: Buffer): Frame[] {
-    this.#parts.push(chunk);
+    if (chunk.length > 0) this.#parts.push(chunk);
     this.#buffered += chunk.length;
     const out: Frame[] = [];
     for (;;) {
+      if (this.#skipWake) {
+        while (this.#buffered > 0 && this.#parts[0][0] === WAKE) {
+          this.#parts[0] = this.#parts[0].subarray(1);
+          this.#buffered--;
+          if (this.#parts[0].length === 0) this.#parts.shift();
+        }
+      }
       if (this.#buffered < 4) break;
       const head = this.#peek(4);
       const len = head.readUInt32BE(0);

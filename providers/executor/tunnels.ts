@@ -160,6 +160,11 @@ export class Tunnels {
     }
   }
 
+  /** Proxy clients connected now, over the channel or joined to the socket. */
+  get active(): number {
+    return this.#open.size + this.#joined.size;
+  }
+
   /** Closes the listener and every tunnel. */
   close(): void {
     this.#server?.close();
