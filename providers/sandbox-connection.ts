@@ -374,7 +374,8 @@ export class SandboxConnection {
    */
   async *#call(type: number, request: unknown, options: { signal?: AbortSignal; upload?: Uint8Array; waking?: boolean } = {}): AsyncGenerator<Frame> {
     // The wake's own PING and LISTEN go out while it is waking; every other call waits for it.
-    if (!options.waking) await this.#ready();
+    // Synchronous while awake: the request goes out in the caller's turn, as before.
+    if (!options.waking && this.#lifetime !== "awake") await this.#ready();
     if (this.#closed) throw unavailable(this.#closed);
     const id = this.#nextId++;
     const p: Pending = { frames: [], wake: undefined, done: false, error: undefined, unacked: 0 };

@@ -63,7 +63,11 @@ for (const provider of ["docker", "gvisor"] as const) {
     t.is(lines[0], "1000");
     t.regex(r.stdout, /CapEff:\s+0000000000000000/);
     if (provider === "docker") t.regex(r.stdout, /NoNewPrivs:\s+1/);
-    t.regex(r.stdout, /init/);
+    // PID 1 is the executor's wrapper (protocol.ts EXECUTOR_WRAPPER), and it reaps: an orphan that
+    // exits is gone, not left a zombie.
+    t.regex(r.stdout, /^\/bin\/sh -c while :; do "\$@"; printf /m);
+    const orphan = await bash(t, id, "sh -c 'sleep 0.2 & echo $!' > /tmp/orphan; sleep 1.5; p=$(cat /tmp/orphan); if [ -e /proc/$p ]; then grep State /proc/$p/status; else echo reaped; fi");
+    t.is(orphan.stdout, "reaped\n");
     const info = await containerOf(id);
     t.is(info?.HostConfig.NetworkMode, "none");
     const net = await bash(t, id, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | tr '\\n' ' '");
