@@ -243,15 +243,7 @@ export class SandboxConnection {
       const status = f.payload.toString("latin1");
       const err = new Error(`the sandbox's executor exited (status ${status})`);
       this.onExecutorExit?.(status);
-      for (const t of this.#tunnels.values()) t.peerClosed();
-      for (const p of this.#pending.values()) {
-        p.error ??= err;
-        p.done = true;
-        const w = p.wake;
-        p.wake = undefined;
-        w?.();
-      }
-      this.#held = [];
+      this.#endInFlight(err);
       this.#setLifetime("asleep");
       return;
     }
@@ -337,8 +329,13 @@ export class SandboxConnection {
   #fail(err: Error): void {
     if (this.#closed) return;
     this.#closed = err;
-    this.#held = [];
     this.#changed.resolve();
+    this.#endInFlight(err);
+  }
+
+  /** Ends every tunnel and call in flight with `err`, and drops what was held for the executor. */
+  #endInFlight(err: Error): void {
+    this.#held = [];
     for (const t of this.#tunnels.values()) t.peerClosed();
     for (const p of this.#pending.values()) {
       p.error ??= err;
