@@ -19,6 +19,11 @@
  * a fresh fork of it, and everything a command could change (environment, directory, umask,
  * limits, signal state, descriptors) is set from the request or is the launcher's unchanged own.
  *
+ * Exits are reaped in the launcher's main loop, never only in its SIGCHLD handler: Perl runs a
+ * handler at its next safe point, so a signal that lands between that check and a blocking read()
+ * would leave the exit unreported until the next request (a command hung as a zombie). The handler
+ * only interrupts the read, and while commands run the loop also wakes every 50 ms to reap.
+ *
  * Only outside a sandbox (the local provider): it needs a Perl (perl-base is on every Debian) and
  * commands that run as the executor's own user. Where either is missing the executor spawns as
  * before. Protocol, over the launcher's stdin and stdout:
@@ -41,9 +46,11 @@ const SCRIPT = String.raw`
 use strict; use warnings; use POSIX (); use Errno ();
 binmode STDIN; binmode STDOUT;
 sub say_ { my $line = shift; my $off = 0; while ($off < length $line) { my $n = syswrite(STDOUT, $line, length($line) - $off, $off); if (!defined $n) { next if $!{EINTR}; POSIX::_exit(0) } $off += $n } }
-$SIG{CHLD} = sub {
-  while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { my $st = $?; say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n") }
-};
+my $running = 0;
+sub reap_ {
+  while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { $running--; my $st = $?; say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n") }
+}
+$SIG{CHLD} = sub { };
 $SIG{PIPE} = 'DEFAULT';
 my %slot;
 my $SLOTS = 4;
@@ -66,6 +73,7 @@ sub run_ {
   if (!pipe($xr, $xw)) { say_("f $id " . ($! + 0) . " 0\n"); slot_($s); return }
   my $pid = fork();
   if (!defined $pid) { say_("f $id " . ($! + 0) . " 0\n"); slot_($s); return }
+  $running++ if $pid > 0;
   if ($pid == 0) {
     my $die = sub { my $e = ($! + 0) || 5; syswrite($xw, pack("N", $e)); POSIX::_exit(127) };
     $SIG{CHLD} = 'DEFAULT';
@@ -95,6 +103,11 @@ sub run_ {
 slot_($_) for 1 .. $SLOTS;
 my $buf = '';
 for (;;) {
+  reap_();
+  if ($running > 0) {
+    my $rin = ''; vec($rin, fileno(STDIN), 1) = 1;
+    next if select(my $rout = $rin, undef, undef, 0.05) <= 0;
+  }
   my $n = sysread(STDIN, $buf, 65536, length($buf));
   if (!defined $n) { next if $!{EINTR}; last }
   last if $n == 0;
