@@ -98,7 +98,7 @@ export class SandboxConnection {
   readonly #tunnels = new Map<number, TunnelStream>();
   #tunnelHigh = TUNNEL_ID_BASE;
   #onTunnel: ((stream: Duplex) => void) | undefined;
-  /** What the last LISTEN asked for, asked again of a woken executor. */
+  /** What the last LISTEN asked for (its socket only if taken), asked again of a woken executor. */
   #listening: { port: number; socket?: string } | undefined;
   readonly #sleeps: boolean;
   #lifetime: Lifetime = "awake";
@@ -474,8 +474,11 @@ export class SandboxConnection {
    */
   async listen(port: number, onTunnel: (stream: Duplex) => void, socket?: string): Promise<"socket" | "channel"> {
     this.#onTunnel = onTunnel;
-    this.#listening = { port, ...(socket === undefined ? {} : { socket }) };
-    return this.#listen(port, socket, false);
+    const via = await this.#listen(port, socket, false);
+    // A woken executor is offered the socket only if this one could reach it: a sandbox that cannot
+    // (gVisor without host sockets) is not made to try again on every wake.
+    this.#listening = { port, ...(socket !== undefined && via === "socket" ? { socket } : {}) };
+    return via;
   }
 
   async #listen(port: number, socket: string | undefined, waking: boolean): Promise<"socket" | "channel"> {

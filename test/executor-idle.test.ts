@@ -248,7 +248,9 @@ test("the server's end: IDLE is ignored while a call is in flight; after BYE not
         continue;
       }
       const len = all.readUInt32BE(at);
-      out.push(all.readUInt8(at + 4));
+      const type = all.readUInt8(at + 4);
+      // LISTEN with what it asks for: a woken executor is offered the socket only if it was taken.
+      out.push(type === F.LISTEN ? `LISTEN ${all.subarray(at + 9, at + 4 + len).toString()}` : type);
       at += 4 + len;
     }
     return out;
@@ -262,11 +264,11 @@ test("the server's end: IDLE is ignored while a call is in flight; after BYE not
   await tick();
   answer(F.PONG, 1, Buffer.from("v1"));
   t.is(await ping, "v1");
-  const listening = conn.listen(3128, () => undefined);
+  const listening = conn.listen(3128, () => undefined, "/opt/agent-workspace/egress/proxy.sock");
   await tick();
   answer(F.RESULT, 2, Buffer.from('{"via":"channel"}'));
-  await listening;
-  t.deepEqual(sent(), ["WAKE", F.PING, F.LISTEN]);
+  t.is(await listening, "channel");
+  t.deepEqual(sent(), ["WAKE", F.PING, 'LISTEN {"port":3128,"socket":"/opt/agent-workspace/egress/proxy.sock"}']);
 
   // IDLE while a call is in flight: ignored.
   const op = conn.op({ root: "/workspace", op: "stat", rel: "a" });
@@ -291,7 +293,7 @@ test("the server's end: IDLE is ignored while a call is in flight; after BYE not
   t.deepEqual(sent(), ["WAKE", F.PING]);
   answer(F.PONG, 4, Buffer.from("v1"));
   await tick();
-  t.deepEqual(sent(), [F.LISTEN]);
+  t.deepEqual(sent(), ['LISTEN {"port":3128}'], "the socket it could not reach is not offered again");
   answer(F.RESULT, 5, Buffer.from('{"via":"channel"}'));
   await tick();
   t.deepEqual(sent(), [F.OP]);
