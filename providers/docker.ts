@@ -455,7 +455,16 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               // next call restarts the sandbox), not as a broken connection.
               if (exited || !hasReason(err, "WORKSPACE_NOT_READY")) throw err;
               if (c.alive) {
-                // The sandbox is up and only its executor died (its wrapper said so): not the sandbox's OOM kill.
+                // The sandbox is up and only its executor died (its wrapper said so, with its status
+                // and the cgroup's OOM count). SIGKILLed while the kernel counted an OOM kill: the OOM
+                // killer took it with or instead of the command's processes, so this is the command's
+                // OOM kill; the next call starts a new executor, which first kills what the command left.
+                const died = (err as Error).cause as { executorStatus?: number; oomKilled?: boolean } | undefined;
+                if (died?.executorStatus === 137 && died.oomKilled === true) {
+                  options.log.warn("sandbox executor OOM-killed during a command; reported as the command's OOM kill", { workspace_id: record.id });
+                  yield { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - started } };
+                  return;
+                }
                 options.log.error("sandbox executor died during a command", { workspace_id: record.id, cause: String((err as Error).cause ?? err) });
                 throw err;
               }

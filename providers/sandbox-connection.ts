@@ -230,18 +230,19 @@ export class SandboxConnection {
 
   /** IDLE, GONE, STAY: see `Lifetime`. */
   #onLifetimeFrame(f: Frame): void {
-    if (f.id !== 0 || f.payload.length !== (f.type === F.GONE ? 3 : 0)) throw new Error(`frame type ${f.type} with id ${f.id} and ${f.payload.length} payload bytes`);
+    if (f.id !== 0 || f.payload.length !== (f.type === F.GONE ? 4 : 0)) throw new Error(`frame type ${f.type} with id ${f.id} and ${f.payload.length} payload bytes`);
     if (!this.#sleeps) throw new Error(`frame type ${f.type} from an executor that does not sleep`);
     if (f.type === F.GONE && (this.#lifetime === "waking" || !this.#answered)) {
       // It exited as it started (its files are gone, the sandbox cannot start a process): waking it
       // again would only fail again, so the provider restarts the sandbox (see `violation`).
-      return this.#violate(`the executor exited as it started (status ${f.payload.toString("latin1")})`);
+      return this.#violate(`the executor exited as it started (status ${f.payload.toString("latin1", 0, 3)})`);
     }
     if (f.type === F.GONE && this.#lifetime !== "leaving") {
       // The executor died on its own (killed, crashed): what it was doing is lost; the next call
       // starts a new one. The connection stays: the sandbox is still there.
-      const status = f.payload.toString("latin1");
-      const err = new Error(`the sandbox's executor exited (status ${status})`);
+      const status = f.payload.toString("latin1", 0, 3);
+      const oom = f.payload[3] === 0x31;
+      const err = Object.assign(new Error(`the sandbox's executor exited (status ${status}${oom ? ", OOM kill counted" : ""})`), { executorStatus: Number(status), oomKilled: oom });
       this.onExecutorExit?.(status);
       this.#endInFlight(err);
       this.#setLifetime("asleep");

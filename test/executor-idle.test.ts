@@ -10,6 +10,7 @@
  * executor sleeps finds the workspace; an executor killed outside a call is started again.
  */
 import { execFileSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -18,7 +19,7 @@ import path from "node:path";
 import { PassThrough } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import anyTest, { type TestFn } from "ava";
-import { encodeFrame, F, FrameReader, WAKE } from "../providers/executor/protocol.ts";
+import { encodeFrame, EXECUTOR_WRAPPER, F, FrameReader, WAKE } from "../providers/executor/protocol.ts";
 import { SandboxConnection } from "../providers/sandbox-connection.ts";
 import { gate, probeEngines } from "./helpers/engines.ts";
 import { type ClientSet, startServer, type TestServer } from "./helpers/server.ts";
@@ -94,8 +95,8 @@ for (const provider of CONTAINERS) {
       t.is((await bash(op, id, "echo first")).out, "first\n");
       await asleep(id, "the executor to exit when idle");
       t.deepEqual(
-        processes(id).map((l) => l.split(" ").slice(0, 5).join(" ")),
-        ["/bin/sh -c while :; do"],
+        processes(id).map((l) => l.startsWith(`/bin/sh -c ${EXECUTOR_WRAPPER} aw-executor `)),
+        [true],
         "the wrapper alone stays, as the sandbox's main process",
       );
 
@@ -200,13 +201,51 @@ if (CONTAINERS.includes("docker")) {
           return undefined;
         }
       }, 60_000, "a call to succeed after the executor was killed");
-      t.is(after.out, "kept\n");
+      t.is(after.out, "kept\n", JSON.stringify(after));
       t.is(JSON.parse(execFileSync("docker", ["inspect", "--format", "{{json .RestartCount}}", `aw-${workspaceId}`], { encoding: "utf8" })), 0, "the container was not restarted");
+
+      // Killed during a command by someone else (no OOM): the call fails, saying the sandbox
+      // stopped responding, and the next executor first kills what the command left.
+      const executorDuring = async (marker: string) =>
+        eventually(() => {
+          const top = execFileSync("docker", ["top", `aw-${workspaceId}`], { encoding: "utf8" });
+          return top.includes(marker) ? top.split("\n").find((l) => /\d\d:\d\d:\d\d\s+\/opt\/agent-workspace\/node /.test(l))?.trim().split(/\s+/)[1] : undefined;
+        }, 30_000, "the command to start");
+      const killed = bash(second.clients.grpc, workspaceId, "sleep 301 & echo $! > left.pid; wait");
+      process.kill(Number(await executorDuring("sleep 301")), "SIGKILL");
+      await t.throwsAsync(killed, { message: /stopped responding/ });
+      const left = await bash(second.clients.grpc, workspaceId, "p=$(cat left.pid); [ -e /proc/$p ] && echo \"still there\" || echo gone");
+      t.is(left.out, "gone\n", "the orphaned sleep was killed by the next executor");
     } finally {
       const last = servers.at(-1);
       if (workspaceId !== "" && last) await last.clients.grpc.workspaces.deleteWorkspace({ id: workspaceId }).catch(() => undefined);
       for (const s of servers) await s.close();
       await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test.serial("docker: an executor the OOM killer takes during a command reports that command as OOM-killed, and the workspace stays usable", async (t) => {
+    const op = t.context.server.clients.grpc;
+    const { workspace } = await op.workspaces.createWorkspace({ provider: "docker", limits: { memory: "128M" } });
+    const workspaceId = workspace!.id;
+    try {
+      // The executor is made the OOM killer's first choice once the command runs (the command
+      // keeps its own score): then a memory bomb takes the executor, as it can on a loaded host.
+      const bomb = op.tools.bash({ workspaceId, command: "sleep 1; head -c 600m /dev/zero | tail", timeoutMs: 60_000n });
+      const pid = await eventually(() => {
+        const top = execFileSync("docker", ["top", `aw-${workspaceId}`], { encoding: "utf8" });
+        return top.includes("sleep 1") ? top.split("\n").find((l) => /\d\d:\d\d:\d\d\s+\/opt\/agent-workspace\/node /.test(l))?.trim().split(/\s+/)[1] : undefined;
+      }, 30_000, "the command to start");
+      writeFileSync(`/proc/${pid}/oom_score_adj`, "1000");
+      const r = await bomb;
+      t.is(r.exitCode, 137);
+      t.true(r.oomKilled);
+      const info = await op.tools.bash({ workspaceId, command: "echo alive" });
+      t.is(info.stdout, "alive\n");
+      const now = execFileSync("docker", ["top", `aw-${workspaceId}`], { encoding: "utf8" });
+      t.false(now.split("\n").some((l) => l.includes(` ${pid} `)), "the OOM killer took the executor, and a new one runs");
+    } finally {
+      await op.workspaces.deleteWorkspace({ id: workspaceId }).catch(() => undefined);
     }
   });
 }
@@ -287,7 +326,7 @@ test("the server's end: IDLE is ignored while a call is in flight; after BYE not
   const late = conn.op({ root: "/workspace", op: "stat", rel: "b" });
   await tick();
   t.deepEqual(sent(), [], "nothing reaches the pipe between BYE and GONE");
-  gone("000");
+  gone("0000");
   await tick();
   // GONE: the call wakes a new executor: WAKE, its PING, its LISTEN again, then the call.
   t.deepEqual(sent(), ["WAKE", F.PING]);
@@ -317,7 +356,7 @@ test("the server's end: IDLE is ignored while a call is in flight; after BYE not
   const doomed = conn.op({ root: "/workspace", op: "stat", rel: "d" });
   await tick();
   sent();
-  gone("137");
+  gone("1370");
   await t.throwsAsync(doomed, { message: /stopped responding/ });
   t.deepEqual(exits, ["137"]);
   t.true(conn.alive);
@@ -325,7 +364,7 @@ test("the server's end: IDLE is ignored while a call is in flight; after BYE not
   await tick();
   t.deepEqual(sent(), ["WAKE", F.PING]);
   // ... and one that exits as it starts is a violation: the provider restarts the sandbox.
-  gone("001");
+  gone("0010");
   await t.throwsAsync(next, { message: /stopped responding/ });
   t.false(conn.alive);
   t.regex(conn.violation ?? "", /exited as it started \(status 001\)/);

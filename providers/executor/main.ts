@@ -525,6 +525,11 @@ function onEnd(id: number): void {
   }
 }
 
+// A sandbox's executor starts with no command of its own: whatever of the sandbox user still runs
+// was left by an executor before it that died (killed, OOM) mid-command. It goes now, before any
+// new command meets it.
+if (SANDBOX) sweepSandbox(0);
+
 // Start libuv's thread pool now (it starts lazily on the first asynchronous fs call). Later, a
 // command may have used up the sandbox's process limit (a fork bomb), and a thread that cannot be
 // created then aborts Node, taking the executor down with the bomb.

@@ -82,8 +82,9 @@ export const F = {
    */
   IDLE: 25,
   /**
-   * wrapper → server, id 0, on the executor's stdout: the executor process has exited, with the
-   * status in the payload (three ASCII digits). After BYE that is the expected end; at any other
+   * wrapper → server, id 0, on the executor's stdout: the executor process has exited; the payload
+   * is its status (three ASCII digits) and "1" when the sandbox's cgroup counted an OOM kill while
+   * it ran, else "0". After BYE that is the expected end; at any other
    * time the executor died (killed, crashed) and its calls are lost. Written by the sandbox's
    * wrapper (EXECUTOR_WRAPPER), so it is never sent while the executor could still read.
    */
@@ -103,12 +104,17 @@ export const WAKE = 0x0a;
 
 /**
  * The sandbox's main process: a POSIX shell that runs the executor (its arguments); whenever that
- * exits, it writes a GONE frame with the exit status (a 12-byte printf: length 8, type 26, id 0,
- * three digits), then waits for a WAKE line and runs it again; stdin closed ends it. `read` takes
+ * exits, it writes a GONE frame with the exit status and whether the sandbox's cgroup counted an
+ * OOM kill meanwhile (a 13-byte printf: length 9, type 26, id 0, three digits and 0 or 1), then
+ * waits for a WAKE line and runs it again; stdin closed ends it. `read` takes
  * one byte at a time from a pipe, so nothing after the WAKE byte is consumed. Being PID 1, it also
  * reaps what the executor's commands orphan (it waits for any child while the executor runs).
  */
-export const EXECUTOR_WRAPPER = String.raw`while :; do "$@"; printf '\000\000\000\010\032\000\000\000\000%03d' "$?"; IFS= read -r _ || exit 0; done`;
+export const EXECUTOR_WRAPPER = [
+  // The cgroup's OOM-kill count (cgroup v2, then v1; 0 where neither is readable).
+  'oom() { n=0; for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do [ -r "$f" ] || continue; while read -r k v; do [ "$k" = oom_kill ] && n=$v; done < "$f"; done; echo "$n"; };',
+  String.raw`while :; do a=$(oom); "$@"; s=$?; [ "$(oom)" = "$a" ]; o=$?; printf '\000\000\000\011\032\000\000\000\000%03d%d' "$s" "$o"; IFS= read -r _ || exit 0; done`,
+].join(" ");
 
 /** Frame types the executor may send; anything else from it is a protocol violation. */
 export const FROM_EXECUTOR = new Set<number>([
