@@ -18,7 +18,6 @@
  * is a filesystem of that size (disk-image.ts) holding /workspace, /tmp and /var/tmp, with the
  * root filesystem read-only, where the host can mount one.
  */
-import { randomBytes } from "node:crypto";
 import { realpath } from "node:fs/promises";
 import path from "node:path";
 import type { Duplex } from "node:stream";
@@ -27,6 +26,7 @@ import { rgPath } from "@vscode/ripgrep";
 import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { EGRESS_PROXY_PORT, EXECUTOR_WRAPPER } from "./executor/protocol.ts";
+import { newProxyCredential, proxyUrlFor } from "./proxy-credential.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import { DiskImages, type DiskMount, type DiskOptions } from "./disk-image.ts";
@@ -353,7 +353,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
        * commands in their proxy URL only.
        */
       const egressCredential =
-        openOptions?.egress && record.state.egress !== undefined && options.egressSockets?.offered ? { username: "aw", password: randomBytes(24).toString("base64url") } : undefined;
+        openOptions?.egress && record.state.egress !== undefined && options.egressSockets?.offered ? newProxyCredential() : undefined;
       const egressSocketPath = async (): Promise<string | undefined> => {
         const name = record.state.egress;
         const hook = openOptions?.egress;
@@ -428,11 +428,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         return connecting;
       };
       await connect();
-      const proxyUrl = !openOptions?.egress
-        ? undefined
-        : egressCredential
-          ? `http://${egressCredential.username}:${egressCredential.password}@127.0.0.1:${EGRESS_PROXY_PORT}`
-          : `http://127.0.0.1:${EGRESS_PROXY_PORT}`;
+      const proxyUrl = openOptions?.egress ? proxyUrlFor(EGRESS_PROXY_PORT, egressCredential) : undefined;
       const fs = new ExecutorFs(connect, WORKSPACE_ROOT, openOptions?.fileRules);
       return {
         id: record.id,

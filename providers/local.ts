@@ -20,7 +20,7 @@
  * workspace for memory, processes and CPU where the server may make one, which every command
  * joins before it runs, and RLIMIT_FSIZE at the disk limit per file.
  */
-import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { mkdir, realpath, rm, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
@@ -33,6 +33,7 @@ import { withDirectStdout } from "./direct-stdout.ts";
 import type { ExecRequest } from "./executor/protocol.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild, SOURCE_EXECUTOR } from "./executor-build.ts";
 import { LocalLimits, type WorkspaceLimits } from "./local-limits.ts";
+import { newProxyCredential, proxyUrlFor } from "./proxy-credential.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, EgressHook, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 import type { FileRules } from "./executor/sensitive-files.ts";
@@ -225,7 +226,7 @@ async function* withOomFlag(events: AsyncIterable<ExecEvent>, limits: WorkspaceL
  * the owner's), and nowhere else: no log line, error, span or audit record holds it.
  */
 async function hostProxyEndpoint(egress: EgressHook): Promise<{ url: string; close(): void }> {
-  const credential = { username: "aw", password: randomBytes(24).toString("base64url") };
+  const credential = newProxyCredential();
   const server = createServer({ allowHalfOpen: true, noDelay: true }, (socket) => egress.accept(socket, credential));
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -233,7 +234,7 @@ async function hostProxyEndpoint(egress: EgressHook): Promise<{ url: string; clo
   });
   server.on("error", () => undefined);
   const port = (server.address() as AddressInfo).port;
-  return { url: `http://${credential.username}:${credential.password}@127.0.0.1:${port}`, close: () => server.close() };
+  return { url: proxyUrlFor(port, credential), close: () => server.close() };
 }
 
 function openLocalWorkspace(
