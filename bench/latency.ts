@@ -10,7 +10,11 @@
  *
  * Local only, for information: the same call on a second server whose local commands are spawned
  * by the executor per command (AGENT_WORKSPACE_LOCAL_LAUNCHER=spawn, the way before workspace
- * launchers), interleaved with the others, so the launcher's gain is measured in the same run.
+ * launchers), interleaved with the others, so the launcher's gain is measured in the same run. And
+ * the call taken apart, in the same interleaved series: the server's floor, a no-op RPC (the gRPC
+ * health check on the same connection) with its server CPU per call; and the sandbox's part, the
+ * same command run through the local provider's executor and workspace launcher from this process
+ * with no RPC at all. What a `Bash` costs beyond those two is the server's own work per call.
  */
 import type Docker from "dockerode";
 import type { Client } from "@connectrpc/connect";
@@ -18,6 +22,9 @@ import type { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { type BenchContext, type Measure, type MinimalSpawner, type SectionResult, createWorkspace, interleave, minimalSpawner, run, serverCpuMs, timed } from "./context.ts";
 import { WORKSPACE_LABEL, dockerClient, dockerExec, findContainer } from "./docker.ts";
 import { mkdir } from "node:fs/promises";
+import { HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
+import { createLocalProvider } from "../providers/local.ts";
+import type { WorkspaceHandle } from "../providers/types.ts";
 import path from "node:path";
 import { createClients, startServerProcess, type Clients, type ServerProcess } from "./server-process.ts";
 import { type Row, signed } from "./report.ts";
@@ -50,6 +57,10 @@ const IN_BENCH_SPAWN = "spawn in the bench process";
 const MINIMAL_SPAWN = "spawn";
 /** The series of the second server, whose local executor spawns every command. */
 const SPAWN_MODE = "grpc, spawn per command";
+/** The server's floor: a no-op RPC on the same gRPC connection. */
+const NOOP_RPC = "grpc Health/Check";
+/** The sandbox's part: the command through the local provider's executor and launcher, no RPC. */
+const SANDBOX_PATH = "local provider exec, no RPC";
 
 const spawnTrue: Measure = timed(
   () => run("bash", ["-c", "true"]),
@@ -65,6 +76,37 @@ function serverTrue(tools: Client<typeof ToolService>, workspaceId: string): Mea
       if (res.exitCode !== 0) throw new Error(`Bash "true" exited ${res.exitCode}: ${res.stderr}`);
     },
   );
+}
+
+/**
+ * The local provider in this process with one workspace under `dir` (the server's default limits,
+ * so its launcher lives in cgroups as a server's does), and a measure of `bash -c true` through it.
+ */
+async function sandboxPath(dir: string): Promise<{ measure: Measure; close(): Promise<void> }> {
+  const provider = createLocalProvider({ baseDir: dir });
+  const record = await provider.create({ id: "bench-sandbox-path", labels: {}, image: "", limits: { cpus: 2, memoryBytes: 2 * 1024 ** 3, diskBytes: 0, pids: 1024 } });
+  let handle: WorkspaceHandle | undefined;
+  try {
+    handle = await provider.open(record);
+  } catch (err) {
+    await provider.dispose();
+    throw err;
+  }
+  const ws = handle;
+  return {
+    measure: timed(async () => {
+      let exit: number | undefined;
+      for await (const ev of ws.exec({ argv: ["bash", "-c", "true"], cwd: "", timeoutMs: 10_000, started: false })) if (ev.type === "exited") exit = ev.exit.exitCode;
+      return exit;
+    }, (exit) => {
+      if (exit !== 0) throw new Error(`bash -c true through the provider exited ${exit}`);
+    }),
+    async close() {
+      await ws.close();
+      await provider.destroy(record);
+      await provider.dispose();
+    },
+  };
 }
 
 function dockerExecTrue(container: Docker.Container): Measure {
@@ -135,6 +177,49 @@ function inBenchRows(provider: string, stats: Record<string, Summary>): Row[] {
   }));
 }
 
+/**
+ * Information rows: the no-op call taken apart. Its two fixed parts against the goal's baseline,
+ * and the server's own work as what is left of the call's p50 beyond them.
+ */
+function partRows(provider: string, stats: Record<string, Summary>, baselineName: string, cpuPerCallMs: Record<string, number>): Row[] {
+  const base = stats[baselineName].p50;
+  const floor = stats[NOOP_RPC].p50;
+  const sandbox = stats[SANDBOX_PATH].p50;
+  const budget = GOAL_RATIO * base;
+  return [
+    {
+      section: "a latency",
+      metric: `Bash no-op, its parts (${provider}): no-op RPC p50 (grpc Health/Check, same connection)`,
+      server: floor,
+      baseline: base,
+      unit: "ms",
+      ratio: floor / base,
+      goal: "",
+      note: `interleaved with the Bash calls; its server CPU ${cpuPerCallMs[NOOP_RPC].toFixed(2)} ms per call (${CPU_CALLS} calls in a row)`,
+    },
+    {
+      section: "a latency",
+      metric: `Bash no-op, its parts (${provider}): the sandbox's part p50 (executor + launcher + bash, no RPC)`,
+      server: sandbox,
+      baseline: base,
+      unit: "ms",
+      ratio: sandbox / base,
+      goal: "",
+      note: `the local provider in the bench process, interleaved; with the no-op RPC ${(floor + sandbox).toFixed(2)} ms against the goal's ${budget.toFixed(2)} ms (${GOAL_RATIO}× ${baselineName})`,
+    },
+    {
+      section: "a latency",
+      metric: `Bash no-op, its parts (${provider}): the rest, the server's own work p50 (grpc)`,
+      server: stats.grpc.p50 - floor - sandbox,
+      baseline: Number.NaN,
+      unit: "ms",
+      ratio: Number.NaN,
+      goal: "",
+      note: `grpc p50 ${stats.grpc.p50.toFixed(2)} ms less the two parts above; its server CPU beyond the no-op RPC's: ${(cpuPerCallMs.grpc - cpuPerCallMs[NOOP_RPC]).toFixed(2)} ms per call`,
+    },
+  ];
+}
+
 /** Runs section (a) for each requested provider. */
 export async function benchLatency(ctx: BenchContext, options: LatencyOptions): Promise<SectionResult> {
   const rows: Row[] = [];
@@ -151,6 +236,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
     const docker = provider === "local" ? undefined : dockerClient();
     let spawner: MinimalSpawner | undefined;
     let spawnServer: { server: ServerProcess; clients: Clients } | undefined;
+    let direct: { measure: Measure; close(): Promise<void> } | undefined;
     try {
       const series: Record<string, Measure> = {
         grpc: serverTrue(ctx.clients.grpc.tools, ws.id),
@@ -169,6 +255,15 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
         spawnServer = { server, clients: createClients(server.url) };
         const other = await spawnServer.clients.grpc.workspaces.createWorkspace({ provider: "local" });
         series[SPAWN_MODE] = serverTrue(spawnServer.clients.grpc.tools, other.workspace?.id ?? "");
+        const { health } = ctx.clients.grpc;
+        series[NOOP_RPC] = timed(
+          () => health.check({ service: "" }),
+          (r) => {
+            if (r.status !== ServingStatus.SERVING) throw new Error(`Health/Check: status ${r.status}`);
+          },
+        );
+        direct = await sandboxPath(path.join(ctx.dataDir, "sandbox-path"));
+        series[SANDBOX_PATH] = direct.measure;
       } else {
         iterations = options.containerIterations;
         const container = await findContainer(docker as Docker, ws.id);
@@ -185,7 +280,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
       ctx.log(`(a) ${provider}: ${options.warmup} warmup + ${iterations} calls per series (${Object.keys(series).join(", ")})`);
       const samples = await interleave(series, options.warmup, iterations);
       const cpuPerCallMs: Record<string, number> = {};
-      for (const transport of ["grpc", "connect"]) {
+      for (const transport of ["grpc", "connect", ...(series[NOOP_RPC] ? [NOOP_RPC] : [])]) {
         const before = await ctx.server.stats();
         for (let i = 0; i < CPU_CALLS; i++) await series[transport]();
         cpuPerCallMs[transport] = serverCpuMs(before, await ctx.server.stats()) / CPU_CALLS;
@@ -214,12 +309,14 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
             note: `the same call on a second server with AGENT_WORKSPACE_LOCAL_LAUNCHER=spawn, interleaved (${stats[SPAWN_MODE].p50.toFixed(2)} ms; ${(stats[SPAWN_MODE].p50 / stats[baselineName].p50).toFixed(2)}× ${baselineName})`,
           });
         }
+        if (stats[NOOP_RPC] && stats[SANDBOX_PATH]) rows.push(...partRows(provider, stats, baselineName, cpuPerCallMs));
       } else {
         for (const transport of ["grpc", "connect"]) {
           rows.push({ section: "a latency", metric: `Bash no-op p50, ${transport} (${provider})`, server: stats[transport].p50, baseline: Number.NaN, unit: "ms", ratio: Number.NaN, goal: "no baseline" });
         }
       }
     } finally {
+      await direct?.close();
       spawner?.close();
       spawnServer?.clients.close();
       await spawnServer?.server.stop();
