@@ -24,6 +24,7 @@ import { WORKSPACE_LABEL, dockerClient, dockerExec, findContainer } from "./dock
 import { mkdir } from "node:fs/promises";
 import { HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { createLocalProvider } from "../providers/local.ts";
+import { LeanUnary } from "./lean-client.ts";
 import type { WorkspaceHandle } from "../providers/types.ts";
 import path from "node:path";
 import { createClients, startServerProcess, type Clients, type ServerProcess } from "./server-process.ts";
@@ -59,6 +60,8 @@ const MINIMAL_SPAWN = "spawn";
 const SPAWN_MODE = "grpc, spawn per command";
 /** The server's floor: a no-op RPC on the same gRPC connection. */
 const NOOP_RPC = "grpc Health/Check";
+/** The same call through a lean Connect JSON client over HTTP/2 (lean-client.ts). */
+const LEAN = "connect-json/h2, lean client";
 /** The sandbox's part: the command through the local provider's executor and launcher, no RPC. */
 const SANDBOX_PATH = "local provider exec, no RPC";
 
@@ -237,6 +240,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
     let spawner: MinimalSpawner | undefined;
     let spawnServer: { server: ServerProcess; clients: Clients } | undefined;
     let direct: { measure: Measure; close(): Promise<void> } | undefined;
+    let lean: LeanUnary | undefined;
     try {
       const series: Record<string, Measure> = {
         grpc: serverTrue(ctx.clients.grpc.tools, ws.id),
@@ -260,6 +264,15 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
           () => health.check({ service: "" }),
           (r) => {
             if (r.status !== ServingStatus.SERVING) throw new Error(`Health/Check: status ${r.status}`);
+          },
+        );
+        const l = (lean = await LeanUnary.connect(ctx.server.url));
+        const body = JSON.stringify({ workspaceId: ws.id, command: "true" });
+        series[LEAN] = timed(
+          () => l.call("/agentworkspace.v1.ToolService/Bash", body) as Promise<{ exitCode?: number }>,
+          (r) => {
+            // Proto3 JSON leaves a zero out.
+            if ((r.exitCode ?? 0) !== 0) throw new Error(`Bash "true" (lean client) exited ${r.exitCode}`);
           },
         );
         direct = await sandboxPath(path.join(ctx.dataDir, "sandbox-path"));
@@ -309,6 +322,18 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
             note: `the same call on a second server with AGENT_WORKSPACE_LOCAL_LAUNCHER=spawn, interleaved (${stats[SPAWN_MODE].p50.toFixed(2)} ms; ${(stats[SPAWN_MODE].p50 / stats[baselineName].p50).toFixed(2)}× ${baselineName})`,
           });
         }
+        if (stats[LEAN]) {
+          rows.push({
+            section: "a latency",
+            metric: `Bash no-op p50, ${LEAN} (${provider})`,
+            server: stats[LEAN].p50,
+            baseline: stats[baselineName].p50,
+            unit: "ms",
+            ratio: stats[LEAN].p50 / stats[baselineName].p50,
+            goal: "",
+            note: `node:http2 and JSON.parse, no connect-node client (against its ${stats.grpc.p50.toFixed(2)} ms over gRPC), interleaved`,
+          });
+        }
         if (stats[NOOP_RPC] && stats[SANDBOX_PATH]) rows.push(...partRows(provider, stats, baselineName, cpuPerCallMs));
       } else {
         for (const transport of ["grpc", "connect"]) {
@@ -316,6 +341,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
         }
       }
     } finally {
+      lean?.close();
       await direct?.close();
       spawner?.close();
       spawnServer?.clients.close();

@@ -117,3 +117,52 @@ export async function leanStreamBash(baseUrl: string, protocol: LeanProtocol, re
   }
   if (endError !== undefined) throw new Error(`StreamBash failed: ${endError}`);
 }
+
+/**
+ * A lean unary client: Connect's JSON protocol (`POST /<service>/<method>`, `application/json`)
+ * over one `node:http2` session, the way a hand-written harness (or a compiled client) calls the
+ * server: the request's JSON written by the caller, the answer parsed with `JSON.parse`. It measures
+ * the server and HTTP/2, not connect-node's client, which costs about a millisecond per call here.
+ */
+export class LeanUnary {
+  readonly #session: http2.ClientHttp2Session;
+  readonly #headers: Record<string, string>;
+
+  private constructor(session: http2.ClientHttp2Session, headers: Record<string, string>) {
+    this.#session = session;
+    this.#headers = headers;
+  }
+
+  /** Opens the session (resolves once connected). `headers` go with every call (authorization). */
+  static async connect(baseUrl: string, headers: Record<string, string> = {}): Promise<LeanUnary> {
+    const session = http2.connect(baseUrl);
+    session.on("error", () => undefined);
+    await new Promise<void>((resolve, reject) => {
+      session.once("connect", () => resolve());
+      session.once("error", reject);
+    });
+    return new LeanUnary(session, headers);
+  }
+
+  /** Calls `path` (`/agentworkspace.v1.ToolService/ReadFile`) with a JSON body; rejects on any status but 200. */
+  call(path: string, body: string): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const stream = this.#session.request({ ":method": "POST", ":path": path, "content-type": "application/json", ...this.#headers });
+      let status = 0;
+      const chunks: Buffer[] = [];
+      stream.on("response", (h) => (status = Number(h[":status"])));
+      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+      stream.on("end", () => {
+        const text = Buffer.concat(chunks).toString("utf8");
+        if (status !== 200) reject(new Error(`${path}: HTTP ${status} ${text.slice(0, 300)}`));
+        else resolve(JSON.parse(text));
+      });
+      stream.on("error", reject);
+      stream.end(body);
+    });
+  }
+
+  close(): void {
+    this.#session.close();
+  }
+}

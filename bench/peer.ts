@@ -21,6 +21,7 @@ import { type BenchContext, type Measure, type SectionResult, createTextFiles, c
 import type { Row } from "./report.ts";
 import { round, roundSummary, summarize, type Summary } from "./stats.ts";
 import { textOfSize } from "./tree.ts";
+import { LeanUnary } from "./lean-client.ts";
 
 /** Options of section (e). */
 export interface PeerOptions {
@@ -37,6 +38,8 @@ const SMALL = textOfSize(4 * 1024);
 const MARKERS = ["marker: alpha", "marker: omega"] as const;
 const EDITABLE = `${SMALL.slice(0, 2048)}\n${MARKERS[0]}\n${SMALL.slice(2048)}`;
 const LIST_ENTRIES = 200;
+/** Ours again, through a lean Connect JSON client over HTTP/2 (lean-client.ts), interleaved. */
+const LEAN = "ours, Connect JSON/h2, lean client";
 
 /** A running peer server and its MCP client. */
 export interface Peer {
@@ -100,6 +103,7 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
   if (!created.ok) return { rows: [], data: {}, skipped: [`(e) ${created.reason}`] };
   const ws = created.workspace;
   let peer: Peer | undefined;
+  let lean: LeanUnary | undefined;
   try {
     const tools = ctx.clients.grpc.tools;
     const workspaceId = ws.id;
@@ -113,6 +117,8 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
     const missing = [readTool, "write_file", "edit_file", "list_directory", "list_directory_with_sizes"].filter((t) => !p.tools.has(t));
     if (missing.length > 0) throw new Error(`${PEER_PACKAGE} ${p.version} lacks the tools ${missing.join(", ")}`);
     const at = (name: string) => path.join(dir, name);
+    const l = (lean = await LeanUnary.connect(ctx.server.url));
+    const tool = (method: string, request: Record<string, unknown>) => l.call(`/agentworkspace.v1.ToolService/${method}`, JSON.stringify({ workspaceId, ...request })) as Promise<Record<string, unknown>>;
 
     /** Which marker edit.txt holds; every edit (ours or the peer's) flips it. */
     let edits = 0;
@@ -127,10 +133,17 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
           },
         ),
         [readTool]: timed(() => p.call(readTool, { path: at("read.txt") })),
+        [LEAN]: timed(
+          () => tool("ReadFile", { path: "read.txt" }),
+          (r) => {
+            if (r.size !== String(SMALL.length) || typeof r.content !== "string") throw new Error(`ReadFile (lean): ${JSON.stringify(r).slice(0, 200)}`);
+          },
+        ),
       },
       "write 4 KiB": {
         ours: timed(() => tools.writeFile({ workspaceId, path: "write.txt", content: SMALL })),
         write_file: timed(() => p.call("write_file", { path: at("write.txt"), content: SMALL })),
+        [LEAN]: timed(() => tool("WriteFile", { path: "write.txt", content: SMALL })),
       },
       "edit one line": {
         ours: timed(
@@ -146,6 +159,15 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
           const [oldText, newText] = flip();
           return p.call("edit_file", { path: at("edit.txt"), edits: [{ oldText, newText }] });
         }),
+        [LEAN]: timed(
+          () => {
+            const [oldString, newString] = flip();
+            return tool("EditFile", { path: "edit.txt", oldString, newString });
+          },
+          (r) => {
+            if (r.replacements !== 1) throw new Error(`EditFile (lean): ${JSON.stringify(r).slice(0, 200)}`);
+          },
+        ),
       },
       [`list ${LIST_ENTRIES} entries`]: {
         ours: timed(
@@ -155,6 +177,12 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
           },
         ),
         list_directory_with_sizes: timed(() => p.call("list_directory_with_sizes", { path: at("list") })),
+        [LEAN]: timed(
+          () => tool("ListFiles", { path: "list" }),
+          (r) => {
+            if ((r.files as unknown[] | undefined)?.length !== LIST_ENTRIES) throw new Error(`ListFiles (lean): ${JSON.stringify(r).slice(0, 200)}`);
+          },
+        ),
       },
       [`list ${LIST_ENTRIES} names`]: {
         ours: timed(
@@ -164,6 +192,12 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
           },
         ),
         list_directory: timed(() => p.call("list_directory", { path: at("list") })),
+        [LEAN]: timed(
+          () => tool("ListFiles", { path: "list", namesOnly: true }),
+          (r) => {
+            if ((r.files as unknown[] | undefined)?.length !== LIST_ENTRIES) throw new Error(`ListFiles names_only (lean): ${JSON.stringify(r).slice(0, 200)}`);
+          },
+        ),
       },
     };
 
@@ -176,14 +210,16 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
       const cpuPerCallMs = serverCpuMs(before, await ctx.server.stats()) / (options.warmup + options.iterations);
       const stats = Object.fromEntries(Object.entries(samples).map(([name, v]) => [name, summarize(v)]));
       // The first peer series is the comparison held to the goal; any other is a p50 for information.
-      const [peerTool, ...others] = Object.keys(series).filter((n) => n !== "ours");
+      const [peerTool, ...others] = Object.keys(series).filter((n) => n !== "ours" && n !== LEAN);
       rows.push(...rowsFor(label, peerTool, stats.ours, stats[peerTool], { note: `our server's CPU ${cpuPerCallMs.toFixed(2)} ms/call` }));
       for (const other of others) rows.push(rowsFor(label, other, stats.ours, stats[other], { info: true })[0]);
+      rows.push(rowsFor(`${label} (${LEAN})`, peerTool, stats[LEAN], stats[peerTool], { info: true })[0]);
       data[label] = { serverCpuMsPerCall: round(cpuPerCallMs), ...Object.fromEntries(Object.entries(stats).map(([name, s]) => [name, roundSummary(s)])) };
     }
     rows[0].note = `${rows[0].note}; peer: ${PEER_PACKAGE} ${p.version} over stdio (MCP SDK client); ours: gRPC, one HTTP/2 connection`;
     return { rows, data: { peer: `${PEER_PACKAGE}@${p.version}`, iterations: options.iterations, warmup: options.warmup, stats: data }, skipped: [] };
   } finally {
+    lean?.close();
     await peer?.close().catch(() => undefined);
     await ws.delete();
   }
