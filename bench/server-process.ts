@@ -53,7 +53,8 @@ export interface ServerProcess {
 /** Starts bench/server-child.ts and resolves once it listens. */
 export async function startServerProcess(options: ServerProcessOptions): Promise<ServerProcess> {
   // --expose-gc lets the memory measurements ask for a collection; it changes nothing otherwise.
-  const child = spawn(process.execPath, ["--expose-gc", "--liftoff-only", ...(options.nodeArgs ?? []), CHILD, "--data-dir", options.dataDir], {
+  // The server's own V8 flags (bin/agent-workspace.js), so the bench measures the server as it runs.
+  const child = spawn(process.execPath, ["--expose-gc", "--liftoff-only", "--max-semi-space-size=1", ...(options.nodeArgs ?? []), CHILD, "--data-dir", options.dataDir], {
     env: { ...process.env, ...options.env },
     stdio: ["pipe", "pipe", "pipe"],
   });
