@@ -121,7 +121,7 @@ function dockerExecTrue(container: Docker.Container): Measure {
   );
 }
 
-function rowsFor(provider: string, baselineName: string, stats: Record<string, Summary>, cpuPerCallMs: Record<string, number>): Row[] {
+function rowsFor(provider: string, baselineName: string, stats: Record<string, Summary>, cpuPerCallMs: Record<string, number>, systemPerCallMs: Record<string, number>): Row[] {
   const base = stats[baselineName];
   const rows: Row[] = [];
   for (const transport of ["grpc", "connect"]) {
@@ -159,7 +159,7 @@ function rowsFor(provider: string, baselineName: string, stats: Record<string, S
       ratio: Number.NaN,
       goal: local ? `≤ ${CPU_GOAL_MS} ms` : "",
       pass: local ? cpuPerCallMs[transport] <= CPU_GOAL_MS : undefined,
-      note: `the server process alone (user + system), ${CPU_CALLS} calls in a row`,
+      note: `the server process alone (user + system), ${CPU_CALLS} calls in a row; of it in the kernel (system time) ${systemPerCallMs[transport].toFixed(2)} ms`,
     });
   }
   return rows;
@@ -184,7 +184,7 @@ function inBenchRows(provider: string, stats: Record<string, Summary>): Row[] {
  * Information rows: the no-op call taken apart. Its two fixed parts against the goal's baseline,
  * and the server's own work as what is left of the call's p50 beyond them.
  */
-function partRows(provider: string, stats: Record<string, Summary>, baselineName: string, cpuPerCallMs: Record<string, number>): Row[] {
+function partRows(provider: string, stats: Record<string, Summary>, baselineName: string, cpuPerCallMs: Record<string, number>, systemPerCallMs: Record<string, number>): Row[] {
   const base = stats[baselineName].p50;
   const floor = stats[NOOP_RPC].p50;
   const sandbox = stats[SANDBOX_PATH].p50;
@@ -198,7 +198,7 @@ function partRows(provider: string, stats: Record<string, Summary>, baselineName
       unit: "ms",
       ratio: floor / base,
       goal: "",
-      note: `interleaved with the Bash calls; its server CPU ${cpuPerCallMs[NOOP_RPC].toFixed(2)} ms per call (${CPU_CALLS} calls in a row)`,
+      note: `interleaved with the Bash calls; its server CPU ${cpuPerCallMs[NOOP_RPC].toFixed(2)} ms per call (${CPU_CALLS} calls in a row; ${systemPerCallMs[NOOP_RPC].toFixed(2)} ms of it in the kernel)`,
     },
     {
       section: "a latency",
@@ -293,10 +293,14 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
       ctx.log(`(a) ${provider}: ${options.warmup} warmup + ${iterations} calls per series (${Object.keys(series).join(", ")})`);
       const samples = await interleave(series, options.warmup, iterations);
       const cpuPerCallMs: Record<string, number> = {};
+      /** The kernel's share of it (system time), per call. */
+      const systemPerCallMs: Record<string, number> = {};
       for (const transport of ["grpc", "connect", ...(series[NOOP_RPC] ? [NOOP_RPC] : [])]) {
         const before = await ctx.server.stats();
         for (let i = 0; i < CPU_CALLS; i++) await series[transport]();
-        cpuPerCallMs[transport] = serverCpuMs(before, await ctx.server.stats()) / CPU_CALLS;
+        const after = await ctx.server.stats();
+        cpuPerCallMs[transport] = serverCpuMs(before, after) / CPU_CALLS;
+        systemPerCallMs[transport] = (after.cpuSystemUs - before.cpuSystemUs) / 1000 / CPU_CALLS;
       }
       const stats = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
       data[provider] = {
@@ -308,7 +312,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
         stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, roundSummary(s)])),
       };
       if (baselineName) {
-        rows.push(...rowsFor(provider, baselineName, stats, cpuPerCallMs));
+        rows.push(...rowsFor(provider, baselineName, stats, cpuPerCallMs, systemPerCallMs));
         if (stats[IN_BENCH_SPAWN]) rows.push(...inBenchRows(provider, stats));
         if (stats[SPAWN_MODE]) {
           rows.push({
@@ -334,7 +338,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
             note: `node:http2 and JSON.parse, no connect-node client (against its ${stats.grpc.p50.toFixed(2)} ms over gRPC), interleaved`,
           });
         }
-        if (stats[NOOP_RPC] && stats[SANDBOX_PATH]) rows.push(...partRows(provider, stats, baselineName, cpuPerCallMs));
+        if (stats[NOOP_RPC] && stats[SANDBOX_PATH]) rows.push(...partRows(provider, stats, baselineName, cpuPerCallMs, systemPerCallMs));
       } else {
         for (const transport of ["grpc", "connect"]) {
           rows.push({ section: "a latency", metric: `Bash no-op p50, ${transport} (${provider})`, server: stats[transport].p50, baseline: Number.NaN, unit: "ms", ratio: Number.NaN, goal: "no baseline" });
