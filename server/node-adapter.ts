@@ -26,6 +26,7 @@ import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from
 import { ErrorDetailSchema } from "../gen/agentworkspace/v1/errors_pb.js";
 import type { DirectOptions } from "./direct/common.ts";
 import { serveServerStreaming, streamingProtocol } from "./direct/streaming.ts";
+import { acceptsUnaryConnect, serveUnaryConnect } from "./direct/unary-connect.ts";
 import { acceptsUnaryGrpc, serveUnaryGrpc } from "./direct/unary-grpc.ts";
 import { logFailure, toConnectError } from "./interceptors/error-interceptor.ts";
 import type { Logger } from "./logger.ts";
@@ -155,6 +156,10 @@ export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
     if (directPaths) {
       if (acceptsUnaryGrpc(req as Http2ServerRequest, spec)) {
         void serveUnaryGrpc(req as Http2ServerRequest, res as Http2ServerResponse, spec, direct);
+        return;
+      }
+      if (acceptsUnaryConnect(req, spec)) {
+        void serveUnaryConnect(req, res, spec, direct);
         return;
       }
       const streaming = streamingProtocol(req, spec);

@@ -324,3 +324,42 @@ test("a malformed streaming request gets a typed error with its detail, over gRP
   }
   t.is((await clients.grpc.tools.bash({ workspaceId: id, command: "ls" })).stdout, "");
 });
+
+test("Connect unary, JSON and protobuf over HTTP/1.1 and HTTP/2: the answer with its length, errors with their detail, and a client that hangs up kills the command", async (t) => {
+  const { url, clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  const sessions = new Http2SessionManager(url);
+  try {
+    for (const [label, transport] of [
+      ["proto/h2", createConnectTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: true, sessionManager: sessions })],
+      ["proto/h1", createConnectTransport({ baseUrl: url, httpVersion: "1.1", useBinaryFormat: true })],
+      ["json/h2", createConnectTransport({ baseUrl: url, httpVersion: "2", sessionManager: sessions })],
+    ] as const) {
+      const tools = createClient(ToolService, transport);
+      const r = await tools.bash({ workspaceId: id, command: `printf '%s' ${label}` });
+      t.is(r.stdout, label, label);
+      await tools.writeFile({ workspaceId: id, path: "big.bin", content: "x".repeat(300_000) });
+      t.is((await tools.readFile({ workspaceId: id, path: "big.bin", limit: 1 })).content.length > 0, true, label);
+      await expectError(t, tools.readFile({ workspaceId: id, path: "missing" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
+    }
+  } finally {
+    sessions.abort();
+  }
+
+  // The body's length is the Content-Length (a bulk field goes out in two writes).
+  const ok = await post(url, "/agentworkspace.v1.ToolService/Bash", JSON.stringify({ workspaceId: id, command: "head -c 9000 /dev/zero | tr '\\0' a" }));
+  t.is(ok.status, 200);
+  t.is(Number(ok.headers["content-length"]), Buffer.byteLength(ok.body));
+  t.is((JSON.parse(ok.body) as { stdout: string }).stdout, "a".repeat(9000));
+
+  // An HTTP/1.1 client that goes away mid-call: the command is killed.
+  const abort = new AbortController();
+  const call = clients.connect.tools.bash({ workspaceId: id, command: "echo $$ > h.pid; exec sleep 30" }, { signal: abort.signal });
+  for (let i = 0; i < 100; i++) {
+    if ((await clients.grpc.tools.bash({ workspaceId: id, command: "cat h.pid 2>/dev/null" })).stdout !== "") break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  abort.abort();
+  await t.throwsAsync(call);
+  t.is(await waitGone(clients.grpc, id, "h.pid", 5000), "gone");
+});

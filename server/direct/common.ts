@@ -5,7 +5,7 @@
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
 import type { Readable } from "node:stream";
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createHandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
 import type { JsonReadOptions, JsonWriteOptions } from "@bufbuild/protobuf";
 import { discardRest, messageTooLarge } from "../refused-bodies.ts";
 
@@ -25,6 +25,38 @@ export interface DirectOptions {
 /** The reason a finished call's context is aborted with: one shared value, no stack captured per call. */
 export const CALL_ENDED = new ConnectError("the call ended", Code.Canceled);
 
+/**
+ * A direct call's context, as connect makes it for its own handlers: the request's headers, the
+ * protocol's timeout, the server's shutdown, and cancellation when the client goes away (`closing`
+ * closes: a reset stream, a closed connection) before `settle()` said the answer is on its way.
+ */
+export function directContext(
+  req: IncomingMessage | Http2ServerRequest,
+  closing: { once(event: "close", listener: () => void): unknown },
+  spec: MethodImplSpec,
+  call: { protocolName: string; timeoutMs: number | undefined; contentType: string },
+  options: DirectOptions,
+): { context: ReturnType<typeof createHandlerContext>; settle(): void } {
+  const cancel = new AbortController();
+  let settled = false;
+  closing.once("close", () => {
+    if (!settled) cancel.abort(new ConnectError("the client went away", Code.Canceled));
+  });
+  const context = createHandlerContext({
+    service: spec.method.parent,
+    method: spec.method,
+    protocolName: call.protocolName,
+    requestMethod: "POST",
+    url: req.url ?? "",
+    timeoutMs: call.timeoutMs,
+    shutdownSignal: options.shutdownSignal,
+    requestSignal: cancel.signal,
+    requestHeader: requestHeaders(req.headers),
+    responseHeader: { "content-type": call.contentType },
+  });
+  return { context, settle: () => (settled = true) };
+}
+
 /** Request headers without HTTP/2 pseudo-headers, as connect hands them to handlers. */
 export function requestHeaders(headers: IncomingHttpHeaders): Headers {
   const out = new Headers();
@@ -43,14 +75,15 @@ export function headerBlock(...sources: Headers[]): Record<string, string> {
 }
 
 /**
- * Reads the whole request body of one enveloped message, or fails with RESOURCE_EXHAUSTED
- * (`messageTooLarge`) when it is longer than the envelope of a `maxMessage`-byte message (by its
+ * Reads the whole request body of one enveloped message (or, `enveloped` false, of a bare one: a
+ * Connect unary request), or fails with RESOURCE_EXHAUSTED (`messageTooLarge`) when it is longer
+ * than the envelope of a `maxMessage`-byte message (by its
  * Content-Length, or once that much has come). The refusal comes once the rest of the body was
  * discarded (refused-bodies.ts), so a client still sending reads it. `body` is what is read:
  * the request itself, or on HTTP/2 its stream.
  */
-export function readBody(req: IncomingMessage | Http2ServerRequest, body: Readable, maxMessage: number): Promise<Buffer> {
-  const max = maxMessage + 5;
+export function readBody(req: IncomingMessage | Http2ServerRequest, body: Readable, maxMessage: number, enveloped = true): Promise<Buffer> {
+  const max = enveloped ? maxMessage + 5 : maxMessage;
   const refuse = (reject: (err: unknown) => void) => void discardRest(req).then(() => reject(messageTooLarge(maxMessage)));
   return new Promise((resolve, reject) => {
     if (Number(req.headers["content-length"]) > max) return refuse(reject);

@@ -16,12 +16,12 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { Writable } from "node:stream";
 import { fromBinary, fromJsonString, type Message } from "@bufbuild/protobuf";
-import { Code, ConnectError, createHandlerContext, type MethodImplSpec } from "@connectrpc/connect";
+import { Code, ConnectError, type MethodImplSpec } from "@connectrpc/connect";
 import { createAsyncIterable, transformInvokeImplementation } from "@connectrpc/connect/protocol";
 import { endStreamFlag, endStreamToJson, parseContentType, parseTimeout as parseConnectTimeout } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout as parseGrpcTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { drainedOrClosed } from "../../core/streams.ts";
-import { CALL_ENDED, type DirectOptions, headerBlock, readBody, requestHeaders, unwrapOne } from "./common.ts";
+import { CALL_ENDED, type DirectOptions, directContext, headerBlock, readBody, unwrapOne } from "./common.ts";
 import { type Encoded, envelopeBinary, envelopeJson } from "./wire.ts";
 
 /** The protocol of a server-streaming request this path serves. */
@@ -106,24 +106,7 @@ export async function serveServerStreaming(req: Request, res: Response, spec: St
   const contentType = grpc ? String(req.headers["content-type"]) : protocol.binary ? "application/connect+proto" : "application/connect+json";
   const timeoutHeader = req.headers[grpc ? "grpc-timeout" : "connect-timeout-ms"];
   const timeout = (grpc ? parseGrpcTimeout : parseConnectTimeout)(typeof timeoutHeader === "string" ? timeoutHeader : null, options.maxTimeoutMs);
-  // The client going away (a reset stream, a closed connection) cancels the call.
-  const cancel = new AbortController();
-  let ended = false;
-  res.once("close", () => {
-    if (!ended) cancel.abort(new ConnectError("the client went away", Code.Canceled));
-  });
-  const context = createHandlerContext({
-    service: spec.method.parent,
-    method: spec.method,
-    protocolName: protocol.name,
-    requestMethod: "POST",
-    url: req.url ?? "",
-    timeoutMs: timeout.timeoutMs,
-    shutdownSignal: options.shutdownSignal,
-    requestSignal: cancel.signal,
-    requestHeader: requestHeaders(req.headers),
-    responseHeader: { "content-type": contentType },
-  });
+  const { context, settle } = directContext(req, res, spec, { protocolName: protocol.name, timeoutMs: timeout.timeoutMs, contentType }, options);
   const encode = (message: object): Encoded =>
     protocol.binary
       ? envelopeBinary(spec.method.output, message, 0, options.writeMaxBytes)
@@ -160,7 +143,7 @@ export async function serveServerStreaming(req: Request, res: Response, spec: St
     // Stopped early (the client left): ending the implementation's iteration kills its command.
     await iterator?.return?.().catch(() => undefined);
   }
-  ended = true;
+  settle();
   context.abort(CALL_ENDED);
   if (!writer.open) return;
   writer.flush();

@@ -8,16 +8,16 @@
  * so the same interceptors run (errors, and later authentication, permissions, audit) and the
  * handlers see the same context; the answer goes out as headers, one message, and trailers.
  *
- * Server-streaming calls have their own direct path (streaming.ts); everything else (compressed
- * messages, other codecs, client and bidi streams, gRPC-Web, Connect unary) stays on
- * connect-node. `acceptsUnaryGrpc` says which requests this path takes.
+ * Server-streaming calls have their own direct path (streaming.ts), and so do Connect unary calls
+ * (unary-connect.ts); everything else (compressed messages, client and bidi streams, gRPC-Web,
+ * Connect GET) stays on connect-node. `acceptsUnaryGrpc` says which requests this path takes.
  */
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { fromBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, createHandlerContext, type MethodImplSpec } from "@connectrpc/connect";
+import { Code, ConnectError, type MethodImplSpec } from "@connectrpc/connect";
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
-import { CALL_ENDED, type DirectOptions, headerBlock, readBody, requestHeaders, unwrapOne } from "./common.ts";
+import { CALL_ENDED, type DirectOptions, directContext, headerBlock, readBody, unwrapOne } from "./common.ts";
 import { envelopeBinary } from "./wire.ts";
 
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
@@ -35,24 +35,7 @@ export async function serveUnaryGrpc(req: Http2ServerRequest, res: Http2ServerRe
   const stream = res.stream;
   const contentType = String(req.headers["content-type"]);
   const timeout = parseTimeout(typeof req.headers["grpc-timeout"] === "string" ? req.headers["grpc-timeout"] : null, options.maxTimeoutMs);
-  // The client going away (RST_STREAM, a closed connection) cancels the call.
-  const cancel = new AbortController();
-  let answered = false;
-  stream.once("close", () => {
-    if (!answered) cancel.abort(new ConnectError("the client went away", Code.Canceled));
-  });
-  const context = createHandlerContext({
-    service: spec.method.parent,
-    method: spec.method,
-    protocolName: "grpc",
-    requestMethod: "POST",
-    url: req.url,
-    timeoutMs: timeout.timeoutMs,
-    shutdownSignal: options.shutdownSignal,
-    requestSignal: cancel.signal,
-    requestHeader: requestHeaders(req.headers),
-    responseHeader: { "content-type": contentType },
-  });
+  const { context, settle } = directContext(req, stream, spec, { protocolName: "grpc", timeoutMs: timeout.timeoutMs, contentType }, options);
   try {
     if (timeout.error) throw timeout.error;
     let input;
@@ -64,7 +47,7 @@ export async function serveUnaryGrpc(req: Http2ServerRequest, res: Http2ServerRe
     const output = await invokeUnaryImplementation(spec, context, input, options.interceptors);
     const message = envelopeBinary(spec.method.output, output, 0, options.writeMaxBytes);
     if (stream.destroyed) return;
-    answered = true;
+    settle();
     const trailer = new Headers(context.responseTrailer);
     trailer.set("grpc-status", "0");
     res.writeHead(200, headerBlock(context.responseHeader));
@@ -73,7 +56,7 @@ export async function serveUnaryGrpc(req: Http2ServerRequest, res: Http2ServerRe
     res.end(message.bulk.byteLength > 0 ? message.bulk : message.head);
   } catch (err) {
     if (stream.destroyed || res.headersSent) return;
-    answered = true;
+    settle();
     // No message: headers, then the status (and the ErrorDetail) in the trailers.
     const status = setTrailerStatus(new Headers(context.responseTrailer), options.withDetail(ConnectError.from(err)));
     res.writeHead(200, headerBlock(context.responseHeader));
