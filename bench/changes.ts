@@ -14,6 +14,7 @@
  * Goals: back to back in the small workspace at most 1.25× unwatched; in the large one after the
  * scan at most 1.1×. Back to back in the large one is information: it is the scan's cost.
  */
+import { randomBytes } from "node:crypto";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { AuditService } from "../gen/agentworkspace/v1/audit_pb.js";
@@ -61,6 +62,9 @@ export async function benchChanges(ctx: BenchContext, options: ChangesOptions): 
       }
       // Live readers of the watched workspaces: they count each workspace's FileChanged events.
       const changes = new Map<string, number>();
+      /** A call's span by its trace id (from ToolCallFinished), and the spans whose commands changed files. */
+      const spanOfTrace = new Map<string, string>();
+      const changedSpans = new Set<string>();
       let treeChanged = 0;
       let started = 0;
       for (const id of [smallWatched, bigWatched]) {
@@ -68,9 +72,11 @@ export async function benchChanges(ctx: BenchContext, options: ChangesOptions): 
           try {
             for await (const m of audit.watchEvents({ workspaceId: id }, { signal: abort.signal })) {
               if (m.event.case === "started") started++;
+              if (m.event.case === "toolCallFinished" && m.event.value.call) spanOfTrace.set(m.event.value.call.traceId, m.event.value.call.spanId);
               if (m.event.case !== "fileChanged") continue;
               if (m.event.value.treeChanged) treeChanged++;
               changes.set(id, (changes.get(id) ?? 0) + 1);
+              changedSpans.add(m.event.value.spanId);
             }
           } catch {
             // Aborted at the end.
@@ -89,13 +95,19 @@ export async function benchChanges(ctx: BenchContext, options: ChangesOptions): 
       let marks = 0;
       /** A `touch` whose scan is awaited (watched) before the no-op is timed; returns [no-op ms, scan ms]. */
       const spaced = async (workspaceId: string, watched: boolean): Promise<[number, number]> => {
-        const before = changes.get(workspaceId) ?? 0;
-        await tools.bash({ workspaceId, command: `touch mark${marks++}` });
+        // The touch runs under a trace of its own, so its FileChanged is known by its span: an
+        // event of an earlier command's scan may still be on its way (on gVisor every command of
+        // the large tree ends in a tree_changed, the scan running past its bound).
+        const traceId = randomBytes(16).toString("hex");
+        await tools.bash({ workspaceId, command: `touch mark${marks++}` }, { headers: { traceparent: `00-${traceId}-${randomBytes(8).toString("hex")}-01` } });
         const answered = performance.now();
         let scanMs = 0;
         if (watched) {
-          // The touch's own event (a created path, or tree_changed past the bound).
-          while ((changes.get(workspaceId) ?? 0) === before) await new Promise((r) => setImmediate(r));
+          const done = () => {
+            const span = spanOfTrace.get(traceId);
+            return span !== undefined && changedSpans.has(span);
+          };
+          while (!done()) await new Promise((r) => setImmediate(r));
           scanMs = performance.now() - answered;
         }
         return [await noop(workspaceId)(), scanMs];
