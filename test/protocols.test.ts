@@ -109,6 +109,14 @@ test("an unknown JSON field is INVALID_ARGUMENT naming the field, and nothing ru
   t.is((await clients.grpc.tools.bash({ workspaceId: id, command: "ls" })).stdout, "");
 });
 
+/** Polls (up to ~5 s) until the workspace file `file` has content: a command started and wrote its pid. */
+async function waitWritten(clients: ClientSet, workspaceId: string, file: string): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    if ((await clients.tools.bash({ workspaceId, command: `cat ${file} 2>/dev/null` })).stdout !== "") return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 /** Polls until the process whose pid is in the workspace file `pidFile` is gone; "gone" or "alive". */
 async function waitGone(clients: ClientSet, workspaceId: string, pidFile: string, withinMs: number): Promise<string> {
   const command = `kill -0 "$(cat ${pidFile})" 2>/dev/null && echo alive || echo gone`;
@@ -208,10 +216,7 @@ test("a cancel by the client stays CANCELLED and kills the command at once", asy
   const id = await newWorkspace(clients.grpc);
   const abort = new AbortController();
   const call = clients.grpc.tools.bash({ workspaceId: id, command: "echo $$ > c.pid; exec sleep 30" }, { signal: abort.signal });
-  for (let i = 0; i < 100; i++) {
-    if ((await clients.grpc.tools.bash({ workspaceId: id, command: "cat c.pid 2>/dev/null" })).stdout !== "") break;
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await waitWritten(clients.grpc, id, "c.pid");
   abort.abort();
   const err = await t.throwsAsync(call);
   t.is(ConnectError.from(err).code, Code.Canceled);
@@ -355,10 +360,7 @@ test("Connect unary, JSON and protobuf over HTTP/1.1 and HTTP/2: the answer with
   // An HTTP/1.1 client that goes away mid-call: the command is killed.
   const abort = new AbortController();
   const call = clients.connect.tools.bash({ workspaceId: id, command: "echo $$ > h.pid; exec sleep 30" }, { signal: abort.signal });
-  for (let i = 0; i < 100; i++) {
-    if ((await clients.grpc.tools.bash({ workspaceId: id, command: "cat h.pid 2>/dev/null" })).stdout !== "") break;
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await waitWritten(clients.grpc, id, "h.pid");
   abort.abort();
   await t.throwsAsync(call);
   t.is(await waitGone(clients.grpc, id, "h.pid", 5000), "gone");
