@@ -343,25 +343,45 @@ test("Connect unary, JSON and protobuf over HTTP/1.1 and HTTP/2: the answer with
       const tools = createClient(ToolService, transport);
       const r = await tools.bash({ workspaceId: id, command: `printf '%s' ${label}` });
       t.is(r.stdout, label, label);
-      await tools.writeFile({ workspaceId: id, path: "big.bin", content: "x".repeat(300_000) });
-      t.is((await tools.readFile({ workspaceId: id, path: "big.bin", limit: 1 })).content.length > 0, true, label);
+      const big = `${"x".repeat(299_999)}\n`;
+      await tools.writeFile({ workspaceId: id, path: `big-${label.replace("/", "-")}.txt`, content: big });
+      const read = await tools.readFile({ workspaceId: id, path: `big-${label.replace("/", "-")}.txt`, limit: 1 });
+      t.is(read.size, 300_000n, label);
+      t.true(read.content.startsWith("1: xxx"), label);
       await expectError(t, tools.readFile({ workspaceId: id, path: "missing" }), Code.NotFound, ErrorReason.FILE_NOT_FOUND);
     }
   } finally {
     sessions.abort();
   }
 
-  // The body's length is the Content-Length (a bulk field goes out in two writes).
+  // The Content-Length is the body's.
   const ok = await post(url, "/agentworkspace.v1.ToolService/Bash", JSON.stringify({ workspaceId: id, command: "head -c 9000 /dev/zero | tr '\\0' a" }));
   t.is(ok.status, 200);
   t.is(Number(ok.headers["content-length"]), Buffer.byteLength(ok.body));
   t.is((JSON.parse(ok.body) as { stdout: string }).stdout, "a".repeat(9000));
 
-  // An HTTP/1.1 client that goes away mid-call: the command is killed.
-  const abort = new AbortController();
-  const call = clients.connect.tools.bash({ workspaceId: id, command: "echo $$ > h.pid; exec sleep 30" }, { signal: abort.signal });
-  await waitWritten(clients.grpc, id, "h.pid");
-  abort.abort();
-  await t.throwsAsync(call);
-  t.is(await waitGone(clients.grpc, id, "h.pid", 5000), "gone");
+  // A body that is no protobuf is INVALID_ARGUMENT with its detail, nothing runs, and the server goes on.
+  const garbage = await post(url, "/agentworkspace.v1.ToolService/Bash", "\xff\xff\xff\xff", "application/proto");
+  t.is(garbage.status, 400);
+  t.regex(String(garbage.headers["content-type"]), /^application\/json/);
+  const body = JSON.parse(garbage.body) as ConnectErrorBody;
+  t.is(body.code, "invalid_argument");
+  t.is(reasonOf(body), ErrorReason.INVALID_ARGUMENT);
+
+  // A client that goes away mid-call, over HTTP/1.1 (its connection closes) and over HTTP/2 (its
+  // stream is reset): the command is killed.
+  const h2 = new Http2SessionManager(url);
+  try {
+    const connectH2 = createClient(ToolService, createConnectTransport({ baseUrl: url, httpVersion: "2", sessionManager: h2 }));
+    for (const [pid, tools] of [["h1.pid", clients.connect.tools], ["h2.pid", connectH2]] as const) {
+      const abort = new AbortController();
+      const call = tools.bash({ workspaceId: id, command: `echo $$ > ${pid}; exec sleep 30` }, { signal: abort.signal });
+      await waitWritten(clients.grpc, id, pid);
+      abort.abort();
+      await t.throwsAsync(call);
+      t.is(await waitGone(clients.grpc, id, pid, 5000), "gone", pid);
+    }
+  } finally {
+    h2.abort();
+  }
 });
