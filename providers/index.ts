@@ -11,7 +11,8 @@ import Docker from "dockerode";
 import { errnoCode } from "../core/errors.ts";
 import { EgressSockets } from "./egress-socket.ts";
 import { createDockerProvider, engineAvailable, runtimeAvailable } from "./docker.ts";
-import { buildExecutor } from "./executor-build.ts";
+import { buildExecutor, type ExecutorBuild } from "./executor-build.ts";
+import { createMicrovmProvider, microvmSupport } from "./microvm.ts";
 import { createLocalProvider } from "./local.ts";
 import { createMemoryProvider } from "./memory.ts";
 import type { Provider, ProviderLog } from "./types.ts";
@@ -51,6 +52,16 @@ export interface ProviderSettings {
     /** uid/gid commands run as in containers. */
     user: { uid: number; gid: number };
   };
+  microvm: {
+    /** "auto" enables the provider when QEMU and the image (scripts/build-vm-image.sh) are there. */
+    mode: "auto" | "on" | "off";
+    /** The directory scripts/build-vm-image.sh wrote. */
+    images: string;
+    accel: "auto" | "kvm" | "tcg";
+    defaultMemoryBytes: number;
+    defaultDiskBytes: number;
+    bootTimeoutMs: number;
+  };
 }
 
 /** The built providers and what the server does with them at start. */
@@ -61,6 +72,45 @@ export interface ProviderSet {
 }
 
 type ContainerProvider = ReturnType<typeof createDockerProvider>;
+type VmProvider = ReturnType<typeof createMicrovmProvider>;
+
+/**
+ * The microvm provider when it is on, or on "auto" when QEMU and the VM image are there (or its
+ * workspaces are on record: their calls then fail saying what is missing).
+ */
+async function microvmProvider(settings: ProviderSettings, log: ProviderLog, executor: ExecutorBuild, onRecord: Set<string>): Promise<VmProvider | undefined> {
+  const cfg = settings.microvm;
+  if (cfg.mode === "off") return undefined;
+  const support = await microvmSupport(cfg.images);
+  if (!support.ok) {
+    if (cfg.mode === "on" || onRecord.has("microvm")) throw new Error(`the microvm provider cannot start: ${support.reason}`);
+    log.info("microvm provider disabled", { reason: support.reason });
+    return undefined;
+  }
+  const vm = createMicrovmProvider({
+    ...cfg,
+    qemu: support.qemu,
+    dir: path.join(settings.dataDir, "microvm"),
+    executor,
+    log,
+    user: settings.docker.user,
+  });
+  log.info("microvm provider enabled", { images: cfg.images });
+  return vm;
+}
+
+async function reconcileVmOrphans(vms: VmProvider[], known: Set<string>, cleanup: boolean, log: ProviderLog): Promise<void> {
+  for (const p of vms) {
+    try {
+      for (const id of await p.findOrphans(known)) {
+        log.warn(cleanup ? "removing orphaned workspace VM" : "orphaned workspace VM (set AGENT_WORKSPACE_CLEANUP_ORPHANS=1 to remove)", { provider: p.name, workspace_id: id });
+        if (cleanup) await p.removeOrphan(id);
+      }
+    } catch (err) {
+      log.warn("could not look for orphaned VMs", { provider: p.name, error: String(err) });
+    }
+  }
+}
 
 /** A dockerode client for the configured connection. */
 async function dockerClient(connection: DockerConnection): Promise<Docker> {
@@ -84,7 +134,19 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
   const executor = await buildExecutor(settings.dataDir);
   const providers: Provider[] = [createLocalProvider({ baseDir: path.join(settings.dataDir, "workspaces"), log, executor, launcher: settings.localLauncher }), createMemoryProvider()];
   const containers: ContainerProvider[] = [];
-  const set: ProviderSet = { providers, reconcileOrphans: (known) => reconcileOrphans(containers, known, settings.docker.cleanupOrphans, log) };
+  const vms: VmProvider[] = [];
+  const set: ProviderSet = {
+    providers,
+    reconcileOrphans: async (known) => {
+      await reconcileOrphans(containers, known, settings.docker.cleanupOrphans, log);
+      await reconcileVmOrphans(vms, known, settings.docker.cleanupOrphans, log);
+    },
+  };
+  const vm = await microvmProvider(settings, log, executor, onRecord);
+  if (vm) {
+    vms.push(vm);
+    providers.push(vm);
+  }
   const { docker: cfg } = settings;
   if (cfg.mode === "off") return set;
   const docker = await dockerClient(cfg.connection);

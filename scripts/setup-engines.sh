@@ -12,7 +12,9 @@
 #      python3-protobuf, python3-venv, python3-setuptools and python3-wheel (an
 #      offline `pip install --no-build-isolation` into a venv), and chromium (the
 #      browser the web UI's tests drive with playwright-core, which downloads
-#      none), only when one of them is missing (one `apt-get update`).
+#      none), and for the microvm provider qemu-system-x86, Debian's cloud kernel
+#      (linux-image-cloud-amd64), busybox-static and cpio (scripts/build-vm-image.sh),
+#      only when one of them is missing (one `apt-get update`).
 #   2. Registers gVisor with Docker in /etc/docker/daemon.json as the runtime
 #      "runsc" (merged into an existing file, other keys kept), through the
 #      wrapper scripts/runsc-noexec installed as /usr/local/sbin/agent-workspace-runsc
@@ -66,7 +68,8 @@ pkg_installed() {
 
 install_packages() {
   local want=(docker.io runsc ripgrep debootstrap git gcc libc6-dev curl python3-grpcio e2fsprogs mount
-    protobuf-compiler libprotobuf-dev protobuf-compiler-grpc python3-protobuf python3-venv python3-setuptools python3-wheel chromium) missing=() p
+    protobuf-compiler libprotobuf-dev protobuf-compiler-grpc python3-protobuf python3-venv python3-setuptools python3-wheel chromium
+    qemu-system-x86 linux-image-cloud-amd64 busybox-static cpio) missing=() p
   for p in "${want[@]}"; do
     pkg_installed "$p" || missing+=("$p")
   done

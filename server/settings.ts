@@ -210,7 +210,7 @@ function readSecretFile(file: string, name: string): string {
 }
 
 /** Providers a request or the default may name. */
-export const PROVIDER_NAMES = ["local", "docker", "gvisor", "memory"] as const;
+export const PROVIDER_NAMES = ["local", "docker", "gvisor", "microvm", "memory"] as const;
 
 /** Command-line flags and the variables they override. */
 const FLAGS = {
@@ -744,6 +744,14 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
           uid: integer(read(env, "AGENT_WORKSPACE_CONTAINER_UID"), "AGENT_WORKSPACE_CONTAINER_UID", 1000, 0, 2 ** 31 - 1),
           gid: integer(read(env, "AGENT_WORKSPACE_CONTAINER_GID"), "AGENT_WORKSPACE_CONTAINER_GID", 1000, 0, 2 ** 31 - 1),
         },
+      },
+      microvm: {
+        mode: oneOf(read(env, "AGENT_WORKSPACE_MICROVM"), "AGENT_WORKSPACE_MICROVM", ["auto", "on", "off"], "auto"),
+        images: path.resolve(read(env, "AGENT_WORKSPACE_MICROVM_IMAGES") ?? "/var/lib/agent-workspace/microvm"),
+        accel: oneOf(read(env, "AGENT_WORKSPACE_MICROVM_ACCEL"), "AGENT_WORKSPACE_MICROVM_ACCEL", ["auto", "kvm", "tcg"], "auto"),
+        defaultMemoryBytes: parseSize(limit(read(env, "AGENT_WORKSPACE_MICROVM_MEMORY"), "AGENT_WORKSPACE_MICROVM_MEMORY", parseSize) || "1G", "AGENT_WORKSPACE_MICROVM_MEMORY"),
+        defaultDiskBytes: parseSize(limit(read(env, "AGENT_WORKSPACE_MICROVM_DISK"), "AGENT_WORKSPACE_MICROVM_DISK", parseSize) || "10G", "AGENT_WORKSPACE_MICROVM_DISK"),
+        bootTimeoutMs: integer(read(env, "AGENT_WORKSPACE_MICROVM_BOOT_TIMEOUT_MS"), "AGENT_WORKSPACE_MICROVM_BOOT_TIMEOUT_MS", 120_000, 1000, 3_600_000),
       },
     },
   };

@@ -104,7 +104,7 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_DOCKER: "yes" }, [], /^AGENT_WORKSPACE_DOCKER must be one of auto, on, off; got 'yes'$/],
     [{ AGENT_WORKSPACE_COMPRESSION: "zstd" }, [], /^AGENT_WORKSPACE_COMPRESSION must be one of none, gzip; got 'zstd'$/],
     [{ AGENT_WORKSPACE_DEFAULT_PROVIDER: "firecracker" }, [], /^AGENT_WORKSPACE_DEFAULT_PROVIDER must be one of local, docker, gvisor/],
-    [{}, ["--default-provider", "k8s"], /^--default-provider must be one of local, docker, gvisor, memory; got 'k8s'$/],
+    [{}, ["--default-provider", "k8s"], /^--default-provider must be one of local, docker, gvisor, microvm, memory; got 'k8s'$/],
     [{ AGENT_WORKSPACE_LOG_LEVEL: "loud" }, [], /^AGENT_WORKSPACE_LOG_LEVEL must be one of debug, info, warn, error; got 'loud'$/],
     [{ PORT: "-1" }, [], /^PORT must be a whole number from 0 to 65535; got '-1'$/],
     [{ PORT: "8080.5" }, [], /^PORT must be/],

@@ -28,6 +28,7 @@ import {
   renameSync,
   type Stats,
   unlinkSync,
+  fsyncSync,
   writeSync,
 } from "node:fs";
 import { Fault } from "./fault.ts";
@@ -97,9 +98,18 @@ export class JailedFs {
    */
   guard: FileGuard;
 
-  constructor(jail: Jail, guard: FileGuard = guardFor()) {
+  /**
+   * Writes and deletions reach the disk before they are answered (fsync of the file and of its
+   * directory). For a sandbox whose page cache dies with it (a VM's guest kernel): there a write
+   * the server confirmed must survive the sandbox being killed. Elsewhere the host's page cache
+   * already outlives the sandbox, and the cost is left out.
+   */
+  readonly durable: boolean;
+
+  constructor(jail: Jail, guard: FileGuard = guardFor(), options: { durable?: boolean } = {}) {
     this.jail = jail;
     this.guard = guard;
+    this.durable = options.durable === true;
   }
 
   /** Refuses `path` (as asked, or as resolved) when the rules forbid `access` to it. */
@@ -314,8 +324,10 @@ export class JailedFs {
       try {
         if (commit) {
           fchmodSync(file, (where.stat?.mode ?? 0o644) & 0o7777);
+          if (this.durable) fsyncSync(file);
           closeSync(file);
           renameSync(at(where.dirFd, tmp), at(where.dirFd, where.name));
+          if (this.durable) fsyncSync(where.dirFd);
         } else {
           closeSync(file);
           unlinkSync(at(where.dirFd, tmp));
@@ -401,6 +413,7 @@ export class JailedFs {
       this.#checkFound(loc, "write");
       if (loc.stat.isDirectory()) throw isDirectory(rel, `'${displayPath(rel)}' is a directory; DeleteFile deletes files only`);
       unlinkSync(at(loc.dirFd, loc.name));
+      if (this.durable) fsyncSync(loc.dirFd);
     });
   }
 

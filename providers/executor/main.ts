@@ -57,6 +57,8 @@ const { values: args } = parseArgs({
      * Only under the sandbox's wrapper (protocol.ts EXECUTOR_WRAPPER), which starts it again on WAKE.
      */
     "idle-exit-ms": { type: "string" },
+    /** File tools' writes reach the disk before they are answered (a VM: see JailedFs.durable). */
+    "durable-writes": { type: "boolean" },
   },
   strict: true,
 });
@@ -129,7 +131,7 @@ function fsFor(root: string, rules: unknown): JailedFs {
   let fs = roots.get(root);
   if (!fs) {
     try {
-      fs = new JailedFs(new Jail(root));
+      fs = new JailedFs(new Jail(root), undefined, { durable: args["durable-writes"] === true });
     } catch {
       throw new Fault("WORKSPACE_NOT_READY", "The workspace directory is missing");
     }

@@ -58,6 +58,7 @@ function toProto(v: WorkspaceView, sessionIds: string[] = []): MessageInitShape<
     ...(r.session ? { task: taskToProto(r.session.task), sessionId: r.session.id } : {}),
     mounts: (r.mounts ?? []).map((m) => ({ ...m, bytesCopied: BigInt(m.bytesCopied) })),
     sessionIds,
+    providerDetails: r.provider === "microvm" && r.state.accel !== undefined ? { accel: r.state.accel } : {},
   };
 }
 

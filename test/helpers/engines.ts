@@ -7,6 +7,7 @@ import { spawnSync } from "node:child_process";
 import type { TestFn } from "ava";
 import Docker from "dockerode";
 import { engineAvailable, runtimeAvailable } from "../../providers/docker.ts";
+import { microvmSupport } from "../../providers/microvm.ts";
 
 /** Availability of the container providers. */
 export interface Engines {
@@ -73,6 +74,25 @@ export function commandGate<C>(test: TestFn<C>, command: string | string[], what
   } else {
     console.log(`skipping ${what}: ${reason}`);
     test.skip(`${what} (${reason})`, () => {});
+  }
+  return false;
+}
+
+/** Where the microvm provider's image is (scripts/build-vm-image.sh), as the server reads it. */
+export const MICROVM_IMAGES = process.env.AGENT_WORKSPACE_MICROVM_IMAGES ?? "/var/lib/agent-workspace/microvm";
+
+/**
+ * Decides whether microvm tests run: true when QEMU and the VM image are there; otherwise a
+ * failing test (REQUIRE_MICROVM=1, set by .ci/run) or a visible skip.
+ */
+export async function microvmGate<C>(test: TestFn<C>, what: string): Promise<boolean> {
+  const support = await microvmSupport(MICROVM_IMAGES);
+  if (support.ok) return true;
+  if (process.env.REQUIRE_MICROVM === "1") {
+    test(`microvm: ${what}: QEMU and the VM image are available (required in CI)`, (t) => t.fail(support.reason));
+  } else {
+    console.log(`skipping microvm ${what}: ${support.reason}`);
+    test.skip(`microvm: ${what} (${support.reason})`, () => {});
   }
   return false;
 }

@@ -66,7 +66,7 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
   id: string;
 
   /**
-   * The provider backing the workspace: "local", "docker", "gvisor" or "memory".
+   * The provider backing the workspace: "local", "docker", "gvisor", "microvm" or "memory".
    *
    * @generated from field: string provider = 2;
    */
@@ -160,6 +160,14 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
    * @generated from field: repeated string session_ids = 14;
    */
   sessionIds: string[];
+
+  /**
+   * What the provider reports about the sandbox. microvm: "accel" is "kvm" or "tcg" (QEMU's
+   * emulation, where KVM is missing or its guests do not boot), probed once per host.
+   *
+   * @generated from field: map<string, string> provider_details = 15;
+   */
+  providerDetails: { [key: string]: string };
 };
 
 /**

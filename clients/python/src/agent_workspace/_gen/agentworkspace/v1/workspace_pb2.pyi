@@ -415,8 +415,15 @@ class WatchSessionResponse(_message.Message):
     def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[SessionStatusChanged, _Mapping]] = ..., stage_started: _Optional[_Union[StageStarted, _Mapping]] = ..., output: _Optional[_Union[StageOutput, _Mapping]] = ..., stage_ended: _Optional[_Union[StageEnded, _Mapping]] = ..., warning: _Optional[_Union[SessionWarning, _Mapping]] = ...) -> None: ...
 
 class Workspace(_message.Message):
-    __slots__ = ["agent_type", "created_at", "id", "image", "labels", "limits", "mounts", "provider", "root", "session_id", "session_ids", "status", "status_message", "task"]
+    __slots__ = ["agent_type", "created_at", "id", "image", "labels", "limits", "mounts", "provider", "provider_details", "root", "session_id", "session_ids", "status", "status_message", "task"]
     class LabelsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class ProviderDetailsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -430,6 +437,7 @@ class Workspace(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     MOUNTS_FIELD_NUMBER: _ClassVar[int]
+    PROVIDER_DETAILS_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     ROOT_FIELD_NUMBER: _ClassVar[int]
     SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -445,13 +453,14 @@ class Workspace(_message.Message):
     limits: ResourceLimits
     mounts: _containers.RepeatedCompositeFieldContainer[MountPreview]
     provider: str
+    provider_details: _containers.ScalarMap[str, str]
     root: str
     session_id: str
     session_ids: _containers.RepeatedScalarFieldContainer[str]
     status: WorkspaceStatus
     status_message: str
     task: TaskContext
-    def __init__(self, id: _Optional[str] = ..., provider: _Optional[str] = ..., status: _Optional[_Union[WorkspaceStatus, str]] = ..., root: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., image: _Optional[str] = ..., status_message: _Optional[str] = ..., agent_type: _Optional[str] = ..., task: _Optional[_Union[TaskContext, _Mapping]] = ..., session_id: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[MountPreview, _Mapping]]] = ..., session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., provider: _Optional[str] = ..., status: _Optional[_Union[WorkspaceStatus, str]] = ..., root: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., image: _Optional[str] = ..., status_message: _Optional[str] = ..., agent_type: _Optional[str] = ..., task: _Optional[_Union[TaskContext, _Mapping]] = ..., session_id: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[MountPreview, _Mapping]]] = ..., session_ids: _Optional[_Iterable[str]] = ..., provider_details: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class WorkspaceDigest(_message.Message):
     __slots__ = ["body", "section_key", "summary", "updated_at"]

@@ -1,0 +1,181 @@
+/**
+ * The `microvm` provider through the real server: a QEMU microvm per workspace booting the image
+ * scripts/build-vm-image.sh built (under TCG on these machines). The seed's provider scenarios
+ * against gVisor, what the sandbox user can reach inside the guest, the limits, a server restart,
+ * a killed QEMU and deletion. Tests run one after another: each cold boot costs seconds of both
+ * cores under emulation.
+ */
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import anyTest, { type TestFn } from "ava";
+import { WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { gate, MICROVM_IMAGES, microvmGate, probeEngines } from "./helpers/engines.ts";
+import { alive, waitDead } from "./helpers/process.ts";
+import { type ClientSet, startServer, type TestServer } from "./helpers/server.ts";
+
+const test = anyTest as TestFn<{ server: TestServer }>;
+const run = await microvmGate(test, "provider");
+
+/** The workspace's QEMU pid, from its pid file. */
+async function qemuPid(server: TestServer, id: string): Promise<number> {
+  return Number((await readFile(path.join(server.dataDir, "microvm", id, "qemu.pid"), "utf8")).trim());
+}
+
+async function bootId(c: ClientSet, id: string): Promise<string> {
+  const r = await c.tools.bash({ workspaceId: id, command: "cat /proc/sys/kernel/random/boot_id" });
+  return r.stdout.trim();
+}
+
+if (run) {
+  test.before(async (t) => {
+    t.context.server = await startServer({ env: { AGENT_WORKSPACE_DOCKER: "auto", AGENT_WORKSPACE_MICROVM_IMAGES: MICROVM_IMAGES } });
+  });
+  test.after.always(async (t) => {
+    await t.context.server?.close();
+  });
+
+  test.serial("microvm: the seed's provider scenarios answer exactly as on gVisor (same Bash response, same formatted file)", async (t) => {
+    const c = t.context.server.clients.grpc;
+    const { workspace } = await c.workspaces.createWorkspace({ provider: "microvm" });
+    const vm = workspace!.id;
+    t.is(workspace!.provider, "microvm");
+    t.is(workspace!.status, WorkspaceStatus.READY);
+    t.regex(workspace!.providerDetails.accel ?? "", /^(kvm|tcg)$/);
+    const engines = await probeEngines();
+    const hello = await c.tools.bash({ workspaceId: vm, command: 'echo "hello"' });
+    t.deepEqual({ stdout: hello.stdout, stderr: hello.stderr, exitCode: hello.exitCode }, { stdout: "hello\n", stderr: "", exitCode: 0 });
+    const content = "first line\n\tsecond, tabbed\nthird ünïcode\n\nfifth after a blank\n";
+    await c.tools.writeFile({ workspaceId: vm, path: "src/notes.txt", content });
+    const fromVm = await c.tools.readFile({ workspaceId: vm, path: "src/notes.txt" });
+    t.true(fromVm.content.startsWith("1: first line"), fromVm.content);
+    if (engines.gvisor) {
+      const gv = (await c.workspaces.createWorkspace({ provider: "gvisor" })).workspace!.id;
+      try {
+        const other = await c.tools.bash({ workspaceId: gv, command: 'echo "hello"' });
+        t.deepEqual({ stdout: hello.stdout, stderr: hello.stderr, exitCode: hello.exitCode, signal: hello.signal, truncated: hello.stdoutTruncated }, { stdout: other.stdout, stderr: other.stderr, exitCode: other.exitCode, signal: other.signal, truncated: other.stdoutTruncated });
+        await c.tools.writeFile({ workspaceId: gv, path: "src/notes.txt", content });
+        const fromGv = await c.tools.readFile({ workspaceId: gv, path: "src/notes.txt" });
+        t.is(fromVm.content, fromGv.content);
+        t.is(fromVm.totalLines, fromGv.totalLines);
+      } finally {
+        await c.workspaces.deleteWorkspace({ id: gv });
+      }
+    } else {
+      gate(test, engines, "gvisor", "microvm comparison");
+    }
+    await c.workspaces.deleteWorkspace({ id: vm });
+  });
+
+  test.serial("microvm: the sandbox user reaches neither the channel, the disks, the settings nor the executor; the root filesystem is read-only; no network but loopback", async (t) => {
+    const c = t.context.server.clients.grpc;
+    const id = (await c.workspaces.createWorkspace({ provider: "microvm" })).workspace!.id;
+    try {
+      const probe = await c.tools.bash({
+        workspaceId: id,
+        command: [
+          "id -u",
+          // The channel: a virtio-serial port, one open at a time, root's only.
+          "for p in /dev/vport*; do cat \"$p\" </dev/null >/dev/null 2>&1 && echo \"OPENED $p\"; echo x >\"$p\" 2>/dev/null && echo \"WROTE $p\"; done",
+          // Block devices: the workspace disk raw, the executor disk, the root filesystem.
+          "for d in /dev/vda /dev/vdb /dev/vdc; do head -c 1 \"$d\" >/dev/null 2>&1 && echo \"READ $d\"; done",
+          "touch /etc/aw-probe 2>/dev/null && echo WROTE-ROOT",
+          "touch /opt/agent-workspace/aw-probe 2>/dev/null && echo WROTE-EXECUTOR",
+          "cat /proc/1/environ >/dev/null 2>&1 && echo READ-INIT",
+          "echo o > /proc/sysrq-trigger 2>/dev/null && echo SYSRQ",
+          "kill -9 1 2>/dev/null && echo KILLED-INIT",
+          "grep -c : /proc/net/dev",
+          "grep -v -e '^Inter' -e '^ face' /proc/net/dev | cut -d: -f1 | tr -d ' '",
+        ].join("; "),
+      });
+      t.is(probe.exitCode, 0, probe.stderr);
+      const lines = probe.stdout.trim().split("\n");
+      t.is(lines[0], "1000");
+      t.deepEqual(lines.slice(1), ["1", "lo"], probe.stdout);
+      // And the workspace still answers: nothing above reached the executor.
+      t.is((await c.tools.bash({ workspaceId: id, command: "echo still" })).stdout, "still\n");
+    } finally {
+      await c.workspaces.deleteWorkspace({ id });
+    }
+  });
+
+  test.serial("microvm: disk, process and memory limits hold inside the guest; the host's image grows no further than the disk limit", async (t) => {
+    const c = t.context.server.clients.grpc;
+    const { workspace } = await c.workspaces.createWorkspace({ provider: "microvm", limits: { disk: "64Mi", pids: 64n, memory: "192Mi" } });
+    const id = workspace!.id;
+    try {
+      const fill = await c.tools.bash({ workspaceId: id, command: "dd if=/dev/zero of=big bs=1M count=200 2>&1 | grep -m 1 'No space'; df -k /workspace | tail -n 1", timeoutMs: 60_000n });
+      t.regex(fill.stdout, /No space left on device/);
+      const image = await stat(path.join(t.context.server.dataDir, "microvm", id, "disk.img"));
+      t.true(image.blocks * 512 <= 64 * 1024 * 1024, `image uses ${image.blocks * 512} bytes`);
+      t.is(image.size, 64 * 1024 * 1024);
+      await c.tools.bash({ workspaceId: id, command: "rm -f big" });
+
+      // dash, which does not retry a failed fork as bash does; what the cgroup refused is counted.
+      const pids = await c.tools.bash({ workspaceId: id, command: "cat /sys/fs/cgroup/pids.max; sh -c 'for i in $(seq 1 100); do sleep 30 & done' 2>/dev/null; cat /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids.events", timeoutMs: 60_000n });
+      const [max, current, events] = pids.stdout.trim().split("\n");
+      t.is(max, "64");
+      t.true(Number(current) <= 64, pids.stdout);
+      t.regex(events ?? "", /^max [1-9]/, pids.stdout);
+      // tail keeps a line that never ends: 400 MiB against a limit of 192 MiB.
+      const bomb = await c.tools.bash({ workspaceId: id, command: "head -c 400M /dev/zero | tail > /dev/null", timeoutMs: 60_000n });
+      t.true(bomb.oomKilled, JSON.stringify({ exit: bomb.exitCode, signal: bomb.signal, stderr: bomb.stderr }));
+      t.not(bomb.exitCode, 0);
+      // The workspace answers after the OOM kill.
+      t.is((await c.tools.bash({ workspaceId: id, command: "echo after" })).stdout, "after\n");
+    } finally {
+      await c.workspaces.deleteWorkspace({ id });
+    }
+  });
+
+  test.serial("microvm: a server restart reconnects to the running VM (same boot, files kept); a killed QEMU is reported and the next call boots it again from its disk", async (t) => {
+    // A data directory of the test's own: closing a server then leaves its workspaces alone.
+    const dataDir = await mkdtemp(path.join(tmpdir(), "aw-test-"));
+    const first = await startServer({ dataDir, env: { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_MICROVM_IMAGES: MICROVM_IMAGES, AGENT_WORKSPACE_LOG_LEVEL: process.env.AW_LOG ?? "error" } });
+    let second: TestServer | undefined;
+    let id = "";
+    try {
+      id = (await first.clients.grpc.workspaces.createWorkspace({ provider: "microvm" })).workspace!.id;
+      await first.clients.grpc.tools.writeFile({ workspaceId: id, path: "kept.txt", content: "kept\n" });
+      const boot = await bootId(first.clients.grpc, id);
+      // A command running while the server goes away is ended with it; the VM is not.
+      void first.clients.grpc.tools.bash({ workspaceId: id, command: "sleep 20" }).catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 500));
+      await first.close();
+      second = await startServer({ dataDir, env: { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_MICROVM_IMAGES: MICROVM_IMAGES, AGENT_WORKSPACE_LOG_LEVEL: process.env.AW_LOG ?? "error" } });
+      const c = second.clients.grpc;
+      t.is(await bootId(c, id), boot, "the VM was not rebooted");
+      t.is((await c.tools.readFile({ workspaceId: id, path: "kept.txt" })).content, "1: kept");
+
+      const pid = await qemuPid(second, id);
+      process.kill(pid, "SIGKILL");
+      for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+      const got = (await c.workspaces.getWorkspace({ id })).workspace!;
+      t.is(got.status, WorkspaceStatus.FAILED);
+      t.regex(got.statusMessage, /not running/);
+      // What a tool wrote and the server confirmed survives the kill (the executor syncs it).
+      t.is((await c.tools.readFile({ workspaceId: id, path: "kept.txt" })).content, "1: kept");
+      t.not(await bootId(c, id), boot, "booted again");
+      const after = (await c.workspaces.getWorkspace({ id })).workspace!;
+      t.is(after.status, WorkspaceStatus.READY);
+      t.regex(after.statusMessage, /stopped unexpectedly and was booted again/);
+    } finally {
+      const c = second?.clients.grpc;
+      if (c && id !== "") await c.workspaces.deleteWorkspace({ id }).catch(() => undefined);
+      await second?.close();
+      await first.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test.serial("microvm: delete stops the VM and leaves no file behind", async (t) => {
+    const c = t.context.server.clients.grpc;
+    const id = (await c.workspaces.createWorkspace({ provider: "microvm" })).workspace!.id;
+    const pid = await qemuPid(t.context.server, id);
+    t.true(alive(pid));
+    await c.workspaces.deleteWorkspace({ id });
+    // Gone, and reaped (the server started it, so it is this process's child until then).
+    t.true(await waitDead([pid], 5000));
+    await t.throwsAsync(stat(path.join(t.context.server.dataDir, "microvm", id)), { code: "ENOENT" });
+  });
+}
