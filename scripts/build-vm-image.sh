@@ -5,7 +5,8 @@
 # DIR (default /var/lib/agent-workspace/microvm, or AGENT_WORKSPACE_MICROVM_IMAGES) receives:
 #   vmlinuz      Debian's cloud kernel (linux-image-cloud-amd64), as installed in /boot;
 #   initrd.img   a stage-1 initramfs: busybox (busybox-static), the kernel's modules for
-#                virtio-mmio, virtio-blk, virtio-console (virtio-serial) and qemu_fw_cfg, and
+#                virtio-mmio, virtio-blk, virtio-console (virtio-serial), virtio-balloon (free page
+#                reporting) and qemu_fw_cfg, and
 #                /init, which loads them, mounts the root filesystem and the executor's disk by
 #                label, read-only, and hands over to the executor disk's `init` (stage 2, written
 #                by the server with the executor: providers/microvm-guest.ts);
@@ -28,8 +29,8 @@ set -euo pipefail
 OUT=${1:-${AGENT_WORKSPACE_MICROVM_IMAGES:-/var/lib/agent-workspace/microvm}}
 BASE_IMAGE=${BASE_IMAGE:-agent-workspace-base:bookworm}
 # Bump when what this script puts into the files changes.
-VM_VERSION=1
-MODULES="virtio_ring virtio virtio_mmio virtio_blk virtio_console qemu_fw_cfg"
+VM_VERSION=2
+MODULES="virtio_ring virtio virtio_mmio virtio_blk virtio_console virtio_balloon qemu_fw_cfg"
 
 say() { printf 'build-vm-image: %s\n' "$*"; }
 die() { printf 'build-vm-image: ERROR: %s\n' "$*" >&2; exit 1; }
