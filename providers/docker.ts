@@ -28,7 +28,7 @@ import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { EGRESS_PROXY_PORT, EXECUTOR_WRAPPER } from "./executor/protocol.ts";
 import { newProxyCredential, proxyUrlFor } from "./proxy-credential.ts";
 import { ExecutorFs } from "./executor-fs.ts";
-import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
+import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
 import { DiskImages, type DiskMount, type DiskOptions } from "./disk-image.ts";
 import { PreparedImages } from "./prepared-images.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
@@ -452,13 +452,11 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               if (exited || !hasReason(err, "WORKSPACE_NOT_READY")) throw err;
               if (c.alive) {
                 // The sandbox is up and only its executor died (its wrapper said so, with its status
-                // and the cgroup's OOM count). SIGKILLed while the kernel counted an OOM kill: the OOM
-                // killer took it with or instead of the command's processes, so this is the command's
-                // OOM kill; the next call starts a new executor, which first kills what the command left.
-                const died = (err as Error).cause as { executorStatus?: number; oomKilled?: boolean } | undefined;
-                if (died?.executorStatus === 137 && died.oomKilled === true) {
+                // and the cgroup's OOM count).
+                const oom = oomKillOf(err, started);
+                if (oom) {
                   options.log.warn("sandbox executor OOM-killed during a command; reported as the command's OOM kill", { workspace_id: record.id });
-                  yield { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - started } };
+                  yield oom;
                   return;
                 }
                 options.log.error("sandbox executor died during a command", { workspace_id: record.id, cause: String((err as Error).cause ?? err) });

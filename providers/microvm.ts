@@ -36,7 +36,7 @@ import type { ExecutorBuild } from "./executor-build.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { buildExecutorDisk, CHANNEL_PORT, type ExecutorDisk, FW_CFG_NAME, GUEST_MOUNT, makeWorkspaceDisk, settingsItem } from "./microvm-guest.ts";
 import { proxyUrlFor } from "./proxy-credential.ts";
-import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
+import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** The files scripts/build-vm-image.sh makes. */
@@ -305,12 +305,11 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
               }
             } catch (err) {
               if (exited || !hasReason(err, "WORKSPACE_NOT_READY") || !c.alive) throw err;
-              // The guest is up and only its executor died: SIGKILLed while the workspace's cgroup
-              // counted an OOM kill is the command's OOM kill (the next call starts a new executor).
-              const died = (err as Error).cause as { executorStatus?: number; oomKilled?: boolean } | undefined;
-              if (died?.executorStatus === 137 && died.oomKilled === true) {
+              // The guest is up and only its executor died.
+              const oom = oomKillOf(err, started);
+              if (oom) {
                 log.warn("workspace VM's executor OOM-killed during a command; reported as the command's OOM kill", { workspace_id: record.id });
-                yield { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - started } };
+                yield oom;
                 return;
               }
               log.error("workspace VM's executor died during a command", { workspace_id: record.id, cause: String((err as Error).cause ?? err) });

@@ -86,6 +86,18 @@ const WAKE_TIMEOUT_MS = 30_000;
 const BYE_TIMEOUT_MS = 15_000;
 
 /** One attached connection to an executor. */
+/**
+ * A command's end when the sandbox's executor died under it (a call failed with the wrapper's
+ * GONE as its cause): SIGKILLed while the sandbox's cgroup counted an OOM kill, the OOM killer took
+ * the executor with or instead of the command's processes, so this is the command's OOM kill (the
+ * next call starts a new executor, which first kills what the command left). Undefined otherwise.
+ */
+export function oomKillOf(err: unknown, startedAt: number): ExecEvent | undefined {
+  const died = (err as Error).cause as { executorStatus?: number; oomKilled?: boolean } | undefined;
+  if (died?.executorStatus !== 137 || died.oomKilled !== true) return undefined;
+  return { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - startedAt } };
+}
+
 export class SandboxConnection {
   readonly #input: Readable;
   readonly #output: Writable;
