@@ -85,7 +85,6 @@ const WAKE_TIMEOUT_MS = 30_000;
 /** How long an executor told BYE has to exit (the wrapper's GONE) or STAY. */
 const BYE_TIMEOUT_MS = 15_000;
 
-/** One attached connection to an executor. */
 /**
  * A command's end when the sandbox's executor died under it (a call failed with the wrapper's
  * GONE as its cause): SIGKILLed while the sandbox's cgroup counted an OOM kill, the OOM killer took
@@ -98,6 +97,7 @@ export function oomKillOf(err: unknown, startedAt: number): ExecEvent | undefine
   return { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - startedAt } };
 }
 
+/** One attached connection to an executor. */
 export class SandboxConnection {
   readonly #input: Readable;
   readonly #output: Writable;

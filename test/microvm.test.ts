@@ -76,9 +76,10 @@ if (run) {
         command: [
           "id -u",
           // The channel: a virtio-serial port, one open at a time, root's only.
-          "for p in /dev/vport*; do cat \"$p\" </dev/null >/dev/null 2>&1 && echo \"OPENED $p\"; echo x >\"$p\" 2>/dev/null && echo \"WROTE $p\"; done",
+          // (Each probe first checks that what it attacks is there, so a missing device cannot pass.)
+          "for p in /dev/vport*; do [ -c \"$p\" ] || echo \"NO PORT $p\"; cat \"$p\" </dev/null >/dev/null 2>&1 && echo \"OPENED $p\"; echo x >\"$p\" 2>/dev/null && echo \"WROTE $p\"; done",
           // Block devices: the workspace disk raw, the executor disk, the root filesystem.
-          "for d in /dev/vda /dev/vdb /dev/vdc; do head -c 1 \"$d\" >/dev/null 2>&1 && echo \"READ $d\"; done",
+          "for d in /dev/vda /dev/vdb /dev/vdc; do [ -b \"$d\" ] || echo \"NO DEVICE $d\"; head -c 1 \"$d\" >/dev/null 2>&1 && echo \"READ $d\"; done",
           "touch /etc/aw-probe 2>/dev/null && echo WROTE-ROOT",
           "touch /opt/agent-workspace/aw-probe 2>/dev/null && echo WROTE-EXECUTOR",
           "cat /proc/1/environ >/dev/null 2>&1 && echo READ-INIT",
