@@ -75,16 +75,18 @@ type ContainerProvider = ReturnType<typeof createDockerProvider>;
 type VmProvider = ReturnType<typeof createMicrovmProvider>;
 
 /**
- * The microvm provider when it is on, or on "auto" when QEMU and the VM image are there (or its
- * workspaces are on record: their calls then fail saying what is missing).
+ * The microvm provider when it is on, or on "auto" when QEMU and the VM image are there.
  */
 async function microvmProvider(settings: ProviderSettings, log: ProviderLog, executor: ExecutorBuild, onRecord: Set<string>): Promise<VmProvider | undefined> {
   const cfg = settings.microvm;
   if (cfg.mode === "off") return undefined;
   const support = await microvmSupport(cfg.images);
   if (!support.ok) {
-    if (cfg.mode === "on" || onRecord.has("microvm")) throw new Error(`the microvm provider cannot start: ${support.reason}`);
-    log.info("microvm provider disabled", { reason: support.reason });
+    // Asked for explicitly: a configuration error. Only on record: the server still starts, and those
+    // workspaces' calls fail as UNKNOWN_PROVIDER, naming the providers there are.
+    if (cfg.mode === "on") throw new Error(`the microvm provider cannot start: ${support.reason}`);
+    if (onRecord.has("microvm")) log.error("microvm workspaces are on record but the provider cannot start; their calls fail until it can", { reason: support.reason });
+    else log.info("microvm provider disabled", { reason: support.reason });
     return undefined;
   }
   const vm = createMicrovmProvider({

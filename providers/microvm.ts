@@ -175,7 +175,8 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
         if (child.exitCode === null) child.kill("SIGKILL");
         const why = (await readFile(path.join(dir, "qemu.log"), "utf8").catch(() => "")).trim().slice(0, 400);
         log.error("workspace VM did not start", { workspace_id: record.id, why: why || failed });
-        throw new DomainError("PROVIDER_UNAVAILABLE", `The workspace's VM did not start (QEMU: ${why.split("\n").pop()?.replace(/^qemu-system-x86_64: /, "") || failed})`);
+        // QEMU's words name host paths: the log has them, the caller gets what happened.
+        throw new DomainError("PROVIDER_UNAVAILABLE", "The workspace's VM did not start; the server's log says why");
       }
     } finally {
       await errors.close();
@@ -238,7 +239,9 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
       } catch (err) {
         await stop(opts.id).catch(() => undefined);
         await rm(dir, { recursive: true, force: true });
-        throw err instanceof DomainError ? err : new DomainError("PROVIDER_UNAVAILABLE", `The workspace's VM could not be made: ${String(err).slice(0, 400)}`, { cause: err });
+        if (err instanceof DomainError) throw err;
+        log.error("workspace VM could not be made", { workspace_id: opts.id, error: String(err).slice(0, 400) });
+        throw new DomainError("PROVIDER_UNAVAILABLE", "The workspace's VM could not be made; the server's log says why", { cause: err });
       }
       return record;
     },
