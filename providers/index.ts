@@ -61,6 +61,10 @@ export interface ProviderSettings {
     defaultMemoryBytes: number;
     defaultDiskBytes: number;
     bootTimeoutMs: number;
+    /** Start VMs by restoring a template (microvm-templates.ts). */
+    snapshots: boolean;
+    /** Where executor disks and templates live when not `<data-dir>/microvm` (servers may share it). */
+    cache: string | undefined;
   };
 }
 

@@ -8,29 +8,36 @@
  * `init`. Stage 1 mounts it at /opt/agent-workspace, where the container providers bind-mount the
  * same files, and runs its `init` as PID 1.
  *
- * Stage 2 (`STAGE2`) reads the workspace's settings from QEMU's fw_cfg (not the kernel command
- * line: a VM restored from a snapshot keeps the command line it was saved with, while fw_cfg is
- * the new process's), mounts the workspace disk (label aw-disk) for /workspace, /tmp and /var/tmp,
- * puts itself into a cgroup with the workspace's process and memory limits (bound over
- * /sys/fs/cgroup, where the executor's wrapper reads OOM kills as in a container), and runs the
- * executor under the container providers' wrapper loop with the channel, a virtio-serial port, as
- * its stdin and stdout, without new privileges for anything below it.
+ * Stage 2 (`STAGE2`) runs in two halves. The first makes what any workspace's guest would: /run,
+ * a cgroup it joins (bound over /sys/fs/cgroup, where the executor's wrapper reads OOM kills as in
+ * a container), the channel (a virtio-serial port), and an executor started ahead of time with
+ * its modules loaded (the executor's `--parked`), which prints PARKED_MARKER on the console. A VM saved
+ * then is a template (microvm-templates.ts): every workspace of its shape starts by restoring it.
+ * The second half runs when the first server connects: aw-setup (scripts/vm-setup.c, in the root
+ * filesystem) sets the clock, reseeds the kernel's random generator with the host's entropy, reads
+ * the workspace's settings from QEMU's fw_cfg (not the kernel command line, which a restored VM
+ * keeps from its template), attaches the workspace disk (label aw-disk, serial aw-disk) for
+ * /workspace, /tmp and /var/tmp, and sets the cgroup's limits; then the parked executor gets its
+ * workspace's arguments and runs, without new privileges for anything below it.
  *
  * The channel is a character device whose host side comes and goes with the server: a read while
  * no server is connected returns end-of-file at once, and a write blocks until one is. So the loop
  * differs from the containers' in two ways: end-of-file means "wait for the next server", not "the
- * sandbox is over", and every new connection starts with `aw-sync <nonce>`, answered by
- * `aw-ready <nonce>` just before a fresh executor starts. The server drops whatever the guest sent
- * before that answer (a GONE, or an executor's last frames to the server that left).
+ * sandbox is over", and every new connection starts with `aw-sync <nonce> <time> <entropy>`,
+ * answered by `aw-ready <nonce>` once the guest is ready. The server drops whatever the guest sent
+ * before that answer (a GONE, or an executor's last frames to the server that left). The next
+ * executor is parked as soon as the last one ends, so a server that reconnects does not wait for
+ * Node to start.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { execFile } from "node:child_process";
-import { copyFile, link, mkdir, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
+import { copyFile, link, mkdir, readdir, rm, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { realpath } from "node:fs/promises";
 import { rgPath } from "@vscode/ripgrep";
 import { errnoCode } from "../core/errors.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
+import { PARKED_MARKER } from "./executor/protocol.ts";
 
 /** Where the executor disk is mounted in the guest (as the containers' bind mounts are). */
 export const GUEST_MOUNT = "/opt/agent-workspace";
@@ -54,90 +61,141 @@ export interface GuestSettings {
   gid: number;
   /** The executor's `--enforce` argument (base64url JSON), or "". */
   enforce: string;
+  /** Every writable filesystem mounted noexec (a command allowlist: executor/programs.ts). */
+  noexec: boolean;
 }
 
 /** The settings item's bytes: `name=value` lines of digits and base64url only, padded with newlines. */
 export function settingsItem(s: GuestSettings): Buffer {
-  const lines = [`pids=${s.pids}`, `memory=${s.memoryBytes}`, `uid=${s.uid}`, `gid=${s.gid}`, `enforce=${s.enforce}`];
+  const lines = [`pids=${s.pids}`, `memory=${s.memoryBytes}`, `uid=${s.uid}`, `gid=${s.gid}`, `enforce=${s.enforce}`, `noexec=${s.noexec ? 1 : 0}`];
   for (const l of lines) if (!/^[a-z]+=[A-Za-z0-9_-]*$/.test(l)) throw new Error(`guest setting not encodable: ${l.slice(0, 40)}`);
   const text = `${lines.join("\n")}\n`;
   if (text.length > FW_CFG_SIZE) throw new Error("guest settings too long");
   return Buffer.from(text.padEnd(FW_CFG_SIZE, "\n"));
 }
 
-/** The stage-2 init (POSIX sh, the root filesystem's dash). */
-export const STAGE2 = String.raw`#!/bin/sh
+/** Where scripts/build-vm-image.sh installs the guest's setup program (scripts/vm-setup.c). */
+export const GUEST_SETUP = "/usr/local/sbin/aw-setup";
+
+/**
+ * The stage-2 init (bash, from the root filesystem). Its first half makes what every workspace's
+ * guest shares and is saved in a template snapshot: /run, the cgroup, the channel, and an
+ * executor parked with its modules loaded. The second half runs at the first server's `aw-sync`,
+ * which carries the time and fresh entropy: aw-setup (scripts/vm-setup.c) makes the guest this
+ * workspace's (clock, random generator, settings, disk, limits) and the parked executor is given
+ * its arguments.
+ */
+export const STAGE2 = String.raw`#!/bin/bash
 # agent-workspace microVM, stage 2 (providers/microvm-guest.ts).
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 fail() { echo "aw-init: $*" >/dev/console; echo o >/proc/sysrq-trigger; sleep 10; exit 1; }
 mount -t tmpfs -o nosuid,nodev,noexec,mode=0755,size=4m tmpfs /run || fail "mount /run"
-cfg=/sys/firmware/qemu_fw_cfg/by_name/${FW_CFG_NAME}/raw
-[ -r "$cfg" ] || fail "no settings (fw_cfg ${FW_CFG_NAME})"
-pids=0 memory=0 uid=1000 gid=1000 enforce=
-while IFS== read -r k v; do
-  case "$v" in *[!A-Za-z0-9_-]*) fail "bad setting $k" ;; esac
-  case "$k" in
-    pids) pids=$v ;; memory) memory=$v ;; uid) uid=$v ;; gid) gid=$v ;; enforce) enforce=$v ;;
-  esac
-done <"$cfg"
-
-# The workspace disk: /workspace, /tmp and /var/tmp are directories of its one filesystem.
-disk=$(blkid -L aw-disk) || fail "no workspace disk"
+[ -x ${GUEST_SETUP} ] || fail "the root filesystem has no ${GUEST_SETUP}: rebuild it (scripts/build-vm-image.sh)"
+[ -r /sys/firmware/qemu_fw_cfg/by_name/${FW_CFG_NAME}/raw ] || fail "no settings (fw_cfg ${FW_CFG_NAME})"
 # A killed VM loses what its kernel had not written: tools' writes are synced (--durable-writes),
-# commands' reach the disk within about a second.
-mount -t ext4 -o nosuid,nodev,noatime,commit=1 "$disk" /mnt/disk || fail "mount the workspace disk"
+# commands' reach the disk within about a second (and the disk is mounted with commit=1).
 echo 100 >/proc/sys/vm/dirty_expire_centisecs; echo 100 >/proc/sys/vm/dirty_writeback_centisecs
-mkdir -p /mnt/disk/workspace /mnt/disk/tmp /mnt/disk/var-tmp || fail "workspace disk layout"
-chmod 1777 /mnt/disk/tmp /mnt/disk/var-tmp
-mount --bind /mnt/disk/workspace /workspace && mount --bind /mnt/disk/tmp /tmp && mount --bind /mnt/disk/var-tmp /var/tmp || fail "bind the workspace disk"
-mount -t tmpfs -o nosuid,nodev,mode=1777,size=64m tmpfs /dev/shm 2>/dev/null
 
-# The workspace's cgroup: everything from here on (the executor and its commands) is in it.
+# The workspace disk's virtio device, found by its serial and let go of until aw-setup binds it
+# again: the kernel then reads this VM's disk afresh (a VM restored from a template was saved
+# with the template's).
+disk=
+for d in /sys/bus/virtio/drivers/virtio_blk/virtio*; do
+  for b in "$d"/block/*; do s=; read -r s <"$b/serial" 2>/dev/null; [ "$s" = aw-disk ] && disk=$\{d##*/}; done
+done
+[ -n "$disk" ] || fail "no workspace disk"
+echo "$disk" >/sys/bus/virtio/drivers/virtio_blk/unbind || fail "unbind the workspace disk"
+
+# The workspace's cgroup: everything from here on (the executor and its commands) is in it; aw-setup
+# gives it the workspace's limits.
 mkdir -p /run/cgroup && mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 /run/cgroup || fail "mount cgroup2"
 echo "+memory +pids" >/run/cgroup/cgroup.subtree_control || fail "cgroup controllers"
 mkdir /run/cgroup/ws || fail "cgroup"
-[ "$pids" -gt 0 ] && { echo "$pids" >/run/cgroup/ws/pids.max || fail "pids.max"; }
-[ "$memory" -gt 0 ] && { echo "$memory" >/run/cgroup/ws/memory.max || fail "memory.max"; }
 echo $$ >/run/cgroup/ws/cgroup.procs || fail "join the cgroup"
 mount --bind /run/cgroup/ws /sys/fs/cgroup || fail "bind the cgroup"
 
 port=
 for p in /sys/class/virtio-ports/*; do
-  [ "$(cat "$p/name" 2>/dev/null)" = ${CHANNEL_PORT} ] && port=/dev/$(basename "$p")
+  n=; read -r n <"$p/name" 2>/dev/null; [ "$n" = ${CHANNEL_PORT} ] && port=/dev/$\{p##*/}
 done
 [ -n "$port" ] || fail "no channel port"
-# One open of the port (it allows one), for reading and writing.
-exec 0<>"$port" 1>&0 2>/dev/console
+# One open of the port (it allows one), for reading and writing; fd 3 keeps it for the relays.
+exec 0<>"$port" 1>&0 2>/dev/console 3<&0
+mkfifo -m 600 /run/aw-tick /run/aw-setup /run/aw-in.0 /run/aw-out.0 /run/aw-in.1 /run/aw-out.1 || fail "fifos"
 
-set -- ${GUEST_MOUNT}/node ${EXECUTOR_NODE_FLAGS.join(" ")} ${GUEST_MOUNT}/executor/main.js --sandbox --detect-oom --uid "$uid" --gid "$gid" --idle-exit-ms 0 --durable-writes
-[ -n "$enforce" ] && set -- "$@" --enforce "$enforce"
-# PID 1 from here on is this loop (it reaps what commands orphan while it waits for the executor).
-# The executor talks to the port through two cat processes and FIFOs only root can open: the
-# reader is always blocked in read(), so a server going away is seen as end-of-file at once, and
-# never a byte of the next server's is taken by an executor that is on its way out; the writer
-# takes the blocking writes of a port with no server behind it off the executor's event loop.
-exec 3<&0
-exec setpriv --no-new-privs -- /bin/sh -c '
-oom() { n=0; [ -r /sys/fs/cgroup/memory.events ] && while read -r k v; do [ "$k" = oom_kill ] && n=$v; done </sys/fs/cgroup/memory.events; echo "$n"; }
-# Waits for a server: an empty line (WAKE) or a new connection (aw-sync), answered at once.
-next() { while :; do if IFS= read -r l; then case "$l" in "") return ;; "aw-sync "*) printf "aw-ready %s\n" "$\{l#aw-sync }"; return ;; esac; else sleep 0.05; fi; done; }
-mkfifo -m 600 /run/aw-in /run/aw-out || exit 1
+# From here on PID 1 is this loop, without new privileges for anything below it (it also reaps
+# what commands orphan while it waits for the executor).
+export AW_DISK=$disk
+exec setpriv --no-new-privs -- /bin/bash -c '
+oom() { oomn=0; local k v; [ -r /sys/fs/cgroup/memory.events ] && while read -r k v; do [ "$k" = oom_kill ] && oomn=$v; done </sys/fs/cgroup/memory.events; }
+# A FIFO nobody writes: a read of it with a timeout is a sleep without starting a process.
+exec 9<>/run/aw-tick
+exe=("$@")
 # The relays run as nobody: the executor (real uid root, effective uid of the sandbox user, no
-# capabilities in effect) kills every process it may signal when a command ends, and the
-# sandbox user may signal none of them.
-relay="setpriv --reuid=65534 --regid=65534 --clear-groups"
-next
+# capabilities in effect) kills every process it may signal when a command ends, and the sandbox
+# user may signal none of them.
+relay=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+gen=0 go= configured=
+# Starts the next executor: it loads, then waits for its arguments on its stdin (--parked); and
+# the relay of its output to the port. Its FIFOs alternate between two pairs, so it never shares one
+# with the executor before it, whose every opener has ended by then.
+park() {
+  in=/run/aw-in.$((gen % 2)) out=/run/aw-out.$((gen % 2)); gen=$((gen + 1))
+  "$\{exe[@]}" 0<>"$in" 1<>"$out" 3<&- 9<&- & e=$!
+  "$\{relay[@]}" cat <"$out" 3<&- 9<&- & w=$!
+}
+# The setup, started now and waiting for the first connection time and seed (a template holds it so).
+${GUEST_SETUP} "$AW_DISK" 0<>/run/aw-setup >/run/aw-go 3<&- 9<&- & setup=$!
+# Waits for a server: an empty line (WAKE, after GONE) or a new connection, "aw-sync NONCE MS SEED"
+# (the first of all must be one). Sets nonce (empty for a WAKE), ms and seed.
+next() {
+  local l
+  while :; do
+    if IFS= read -r l; then
+      case "$l" in
+        "") [ -n "$configured" ] || continue; nonce=; return ;;
+        "aw-sync "*)
+          set -f; set -- $l; set +f
+          case "$2" in ""|*[!0-9a-f]*) continue ;; esac
+          nonce=$2 ms=$3 seed=$4; return ;;
+      esac
+    else
+      read -r -t 0.02 -u 9 _
+    fi
+  done
+}
+park
 while :; do
-  $relay cat </run/aw-out & w=$!
-  $relay cat <&3 >/run/aw-in & r=$!
-  a=$(oom); "$@" </run/aw-in >/run/aw-out 3<&-; s=$?
-  kill $r 2>/dev/null; wait $w; wait $r 2>/dev/null
-  [ "$(oom)" = "$a" ]; o=$?
-  printf "\000\000\000\011\032\000\000\000\000%03d%d" "$s" "$o"
   next
+  # The relay from the port first: nothing comes from the server before "aw-ready", which follows
+  # the setup. RDWR opens are never blocked, even by a process that died while waiting.
+  "$\{relay[@]}" cat <&3 1<>"$in" 9<&- & r=$!
+  if [ -z "$configured" ]; then
+    # The guest becomes the workspace: clock, entropy, settings, disk, limits (aw-setup).
+    printf "%s %s\n" "$ms" "$seed" 1<>/run/aw-setup
+    if ! wait "$setup" || ! read -r go </run/aw-go; then
+      printf "aw-error %s\n" "$nonce"; echo o >/proc/sysrq-trigger; sleep 10; exit 1
+    fi
+    configured=1
+  fi
+  # The first executor since the guest started is told so: no command can have left anything.
+  a=$go; [ "$gen" = 1 ] && a="[\"--fresh\",$\{go#[}"
+  printf "%05d%s" "$\{#a}" "$a" 1<>"$in"
+  [ -n "$nonce" ] && printf "aw-ready %s\n" "$nonce"
+  oom; a=$oomn
+  # Until the executor exits or the server goes away (the reader relay sees end-of-file): then
+  # the executor is told to stop (SIGTERM: it kills every command first).
+  wait -n -p ended "$e" "$r"; s=$?
+  if [ "$ended" != "$e" ]; then kill -TERM "$e" 2>/dev/null; wait "$e"; s=$?; fi
+  kill "$r" 2>/dev/null; wait "$r" 2>/dev/null
+  oom; [ "$oomn" = "$a" ]; o=$?
+  ow=$w
+  park
+  wait "$ow"
+  printf "\000\000\000\011\032\000\000\000\000%03d%d" "$s" "$o"
 done
-' aw-executor "$@"
+' aw-executor ${GUEST_MOUNT}/node ${EXECUTOR_NODE_FLAGS.join(" ")} --no-lazy ${GUEST_MOUNT}/executor/main.js --parked --sandbox --detect-oom --idle-exit-ms 0 --durable-writes
 `.replaceAll("$\\{", "${");
 
 /** A built executor disk. */
@@ -174,7 +232,10 @@ export async function buildExecutorDisk(dir: string, executor: ExecutorBuild): P
     await writeFile(path.join(staging, "init"), STAGE2, { mode: 0o755 });
     const bytes = nodeStat.size + rgStat.size + 64 * 1024 * 1024;
     await run("mke2fs", ["-q", "-F", "-t", "ext4", "-O", "^has_journal", "-L", "aw-exec", "-E", "root_owner=0:0", "-d", staging, tmpImage, `${Math.ceil(bytes / 1024)}k`]);
-    await rename(tmpImage, file);
+    // Never over a disk another server made meanwhile (a shared cache): VMs and templates name it.
+    await link(tmpImage, file).catch((err: unknown) => {
+      if (errnoCode(err) !== "EEXIST") throw err;
+    });
   } finally {
     await rm(staging, { recursive: true, force: true });
     await rm(tmpImage, { force: true });

@@ -14,27 +14,33 @@
  * Acceleration: KVM where a probe VM boots under it, TCG (emulation) otherwise; probed once per
  * host, kernel and QEMU (`probeAccel`), said in the log and in every workspace's state.
  *
- * QEMU runs daemonized, so workspaces outlive a server restart as containers do; `open` finds it
+ * Start: a VM is restored from its shape's template (microvm-templates.ts: a VM booted once and
+ * saved with its executor parked), built on first use, with a cold boot when snapshots are off or
+ * the template cannot be made or restored. Either way the guest becomes this workspace's at the
+ * first connection (`attach`: the time and fresh entropy go with `aw-sync`).
+ *
+ * QEMU runs detached, so workspaces outlive a server restart as containers do; `open` finds it
  * by its pid file (checked against /proc, so a reused pid is not taken for it) and connects to the
- * channel. A VM that is gone (killed, the host restarted) is reported by `health` and booted again
- * from its disk, files kept, by the next call.
+ * channel. A VM that is gone (killed, the host restarted) is reported by `health` and started again
+ * with its disk, files kept, by the next call.
  *
  * Files of a workspace: `<data>/microvm/<id>/` with disk.img, settings, qemu.pid, channel.sock,
- * qmp.sock and console.log; `destroy` stops QEMU and removes the directory.
+ * qmp.sock and console.log; `destroy` stops QEMU and removes the directory. Executor disks and
+ * templates live in the cache directory (`<data>/microvm` unless configured).
  */
 import { randomBytes } from "node:crypto";
-import { execFile, spawn } from "node:child_process";
-import { access, mkdir, open, readFile, readdir, rm, writeFile } from "node:fs/promises";
-import { constants as fsConstants, readFileSync } from "node:fs";
+import { constants as fsConstants } from "node:fs";
+import { access, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import net from "node:net";
-import os from "node:os";
 import path from "node:path";
 import { DomainError, hasReason } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
 import type { ExecutorBuild } from "./executor-build.ts";
 import { ExecutorFs } from "./executor-fs.ts";
-import { buildExecutorDisk, CHANNEL_PORT, type ExecutorDisk, FW_CFG_NAME, GUEST_MOUNT, makeWorkspaceDisk, settingsItem } from "./microvm-guest.ts";
+import { buildExecutorDisk, type ExecutorDisk, GUEST_MOUNT, makeWorkspaceDisk, settingsItem } from "./microvm-guest.ts";
+import { findTool, launch, probeAccel, qemuArgs, runningPid, stopVm, vmFiles, type VmShape } from "./microvm-qemu.ts";
+import { restore, VmTemplates } from "./microvm-templates.ts";
 import { proxyUrlFor } from "./proxy-credential.ts";
 import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
@@ -45,8 +51,12 @@ const IMAGE_FILES = ["vmlinuz", "initrd.img", "rootfs.img", "VERSION"] as const;
 export interface MicrovmOptions {
   /** The directory scripts/build-vm-image.sh wrote. */
   images: string;
-  /** Where workspaces' VM directories and executor disks live (`<data>/microvm`). */
+  /** Where workspaces' VM directories live (`<data>/microvm`). */
   dir: string;
+  /** Where executor disks and templates live (default `dir`); servers may share it. */
+  cache?: string;
+  /** Start VMs by restoring a template (on by default); off: every VM boots cold. */
+  snapshots?: boolean;
   executor: ExecutorBuild;
   log: ProviderLog;
   /** The sandbox user commands run as. */
@@ -63,6 +73,8 @@ export interface MicrovmOptions {
 
 /** What QEMU and the kernel need beyond the workspace's memory limit (kernel, page cache, executor). */
 export const GUEST_OVERHEAD_BYTES = 160 * 1024 * 1024;
+/** The oldest image (scripts/build-vm-image.sh VM_VERSION) this provider can boot: 3 brought aw-setup. */
+const IMAGE_VERSION = 3;
 
 /** Whether this host can run the provider, and why not. */
 export async function microvmSupport(images: string): Promise<{ ok: true; qemu: string } | { ok: false; reason: string }> {
@@ -75,18 +87,28 @@ export async function microvmSupport(images: string): Promise<{ ok: true; qemu: 
       return { ok: false, reason: `${path.join(images, f)} is missing (run scripts/build-vm-image.sh)` };
     }
   }
+  const version = Number(/\bvm=(\d+)/.exec(await readFile(path.join(images, "VERSION"), "utf8").catch(() => ""))?.[1] ?? 0);
+  if (version < IMAGE_VERSION) return { ok: false, reason: `the image in ${images} is older than this server (vm=${version}, needs ${IMAGE_VERSION}): run scripts/build-vm-image.sh` };
   return { ok: true, qemu };
 }
+
+/** How a VM was started: restored from a template, or booted. */
+type Start = { how: "restored" | "booted"; ms: number };
 
 export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }): Provider & {
   findOrphans(known: Set<string>): Promise<string[]>;
   removeOrphan(workspaceId: string): Promise<void>;
   readonly accel: Promise<string>;
+  /** Makes the template for a workspace of these limits now (a warm-up), unless snapshots are off. */
+  prepare(limits: WorkspaceRecord["limits"]): Promise<void>;
 } {
   const { log } = options;
+  const cache = options.cache ?? options.dir;
   let execDisk: Promise<ExecutorDisk> | undefined;
-  const executorDisk = () => {
-    execDisk ??= buildExecutorDisk(options.dir, options.executor).catch((err: unknown) => {
+  const executorDisk = async () => {
+    // Made again when it went away (a server of another version sharing the cache removed it).
+    if (execDisk && !(await access((await execDisk.catch(() => ({ path: "" }))).path).then(() => true, () => false))) execDisk = undefined;
+    execDisk ??= buildExecutorDisk(cache, options.executor).catch((err: unknown) => {
       execDisk = undefined;
       throw err;
     });
@@ -94,114 +116,86 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
   };
   let accelProbe: Promise<"kvm" | "tcg"> | undefined;
   const accel = () => {
-    accelProbe ??= options.accel !== "auto" ? Promise.resolve(options.accel) : probeAccel(options.qemu, options.images, options.dir, log);
+    accelProbe ??= options.accel !== "auto" ? Promise.resolve(options.accel) : probeAccel(options.qemu, options.images, cache, log);
     return accelProbe;
   };
+  const templates = options.snapshots === false ? undefined : new VmTemplates({ root: path.join(cache, "templates"), qemu: options.qemu, log, bootTimeoutMs: options.bootTimeoutMs });
   const vmDir = (id: string) => path.join(options.dir, id);
-  /** When this server booted each VM: one still booting gets the boot timeout to answer. */
-  const bootedAt = new Map<string, number>();
-  /** Workspaces whose VM this server found stopped and booted again: what their status says. */
+  /** When this server started each VM: one still booting gets the boot timeout to answer. */
+  const startedAt = new Map<string, number>();
+  /** Workspaces whose VM this server found stopped and started again: what their status says. */
   const revived = new Map<string, string>();
-  const answerWithin = (id: string) => (Date.now() - (bootedAt.get(id) ?? 0) < options.bootTimeoutMs ? options.bootTimeoutMs : 15_000);
+  const answerWithin = (id: string) => (Date.now() - (startedAt.get(id) ?? 0) < options.bootTimeoutMs ? options.bootTimeoutMs : 15_000);
 
-  /** Starts the workspace's QEMU (daemonized); resolves once it runs. */
-  const boot = async (record: WorkspaceRecord): Promise<void> => {
-    const dir = vmDir(record.id);
+  /** The VM of a workspace with these limits. */
+  const shapeOf = async (limits: WorkspaceRecord["limits"]): Promise<VmShape> => {
     const [disk, how] = await Promise.all([executorDisk(), accel()]);
-    const cpus = Math.max(1, Math.ceil(record.limits.cpus || 1));
-    const memory = record.limits.memoryBytes > 0 ? record.limits.memoryBytes + GUEST_OVERHEAD_BYTES : options.defaultMemoryBytes;
-    const channel = path.join(dir, "channel.sock");
-    if (Buffer.byteLength(channel) > 100) throw new DomainError("PROVIDER_UNAVAILABLE", `The microvm provider's data directory path is too long for a Unix socket (${channel})`);
-    await rm(channel, { force: true });
-    await rm(path.join(dir, "qmp.sock"), { force: true });
-    await rm(path.join(dir, "qemu.pid"), { force: true });
-    const append = ["console=ttyS0", "quiet", "panic=-1", "reboot=t", ...(how === "tcg" ? tcgClockArgs() : [])].join(" ");
-    const args = [
-      "-name", `aw-${record.id},process=aw-${record.id}`,
-      "-M", "microvm,isa-serial=on",
-      // TCG's translated code lives in a buffer of its own, 1 GiB by default, all of which an idle VM
-      // ends up holding: 64 MiB keeps a workspace's footprint small at little cost in speed.
-      "-accel", how === "tcg" ? "tcg,tb-size=64" : "kvm",
-      ...(how === "kvm" ? ["-cpu", "host"] : []),
-      "-m", `${Math.ceil(memory / (1024 * 1024))}M`,
-      "-smp", String(cpus),
-      "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-      "-pidfile", path.join(dir, "qemu.pid"),
-      "-serial", `file:${path.join(dir, "console.log")}`,
-      "-kernel", path.join(options.images, "vmlinuz"),
-      "-initrd", path.join(options.images, "initrd.img"),
-      "-append", append,
-      "-drive", `id=root,file=${path.join(options.images, "rootfs.img")},format=raw,if=none,readonly=on`,
-      "-device", "virtio-blk-device,drive=root",
-      "-drive", `id=exec,file=${disk.path},format=raw,if=none,readonly=on`,
-      "-device", "virtio-blk-device,drive=exec",
-      // cache=unsafe: the guest's flushes (the executor's fsyncs) end in the host's page cache, which
-      // outlives QEMU, without an fdatasync of the image per flush (a host crash is not covered,
-      // as it is not for a container's files).
-      "-drive", `id=disk,file=${path.join(dir, "disk.img")},format=raw,if=none,discard=unmap,cache=unsafe`,
-      "-device", "virtio-blk-device,drive=disk",
-      // Pages the guest frees go back to the host (free page reporting): its kernel zeroes every page
-      // it allocates, so without this an idle VM keeps every page it ever touched.
-      "-device", "virtio-balloon-device,free-page-reporting=on",
-      "-device", "virtio-serial-device,max_ports=2",
-      "-chardev", `socket,id=channel,path=${channel},server=on,wait=off`,
-      "-device", `virtserialport,chardev=channel,name=${CHANNEL_PORT}`,
-      "-fw_cfg", `name=${FW_CFG_NAME},file=${path.join(dir, "settings")}`,
-      "-qmp", `unix:${path.join(dir, "qmp.sock")},server=on,wait=off`,
-      // QEMU itself: no new processes, privileges or obsolete system calls (seccomp).
-      "-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-    ];
-    // Not -daemonize: it forks after the seccomp filter that denies forks. A detached child in a
-    // session of its own outlives the server all the same.
-    const errors = await open(path.join(dir, "qemu.log"), "w");
+    const memory = limits.memoryBytes > 0 ? limits.memoryBytes + GUEST_OVERHEAD_BYTES : options.defaultMemoryBytes;
+    return {
+      accel: how,
+      cpus: Math.max(1, Math.ceil(limits.cpus || 1)),
+      memoryMiB: Math.ceil(memory / (1024 * 1024)),
+      kernel: path.join(options.images, "vmlinuz"),
+      initrd: path.join(options.images, "initrd.img"),
+      rootfs: path.join(options.images, "rootfs.img"),
+      executorDisk: disk.path,
+    };
+  };
+
+  /** Starts the workspace's QEMU: restored from its template where it can be, else booted. */
+  const start = async (record: WorkspaceRecord): Promise<Start> => {
+    const dir = vmDir(record.id);
+    const channel = vmFiles(dir).channel;
+    if (Buffer.byteLength(channel) > 100) throw new DomainError("PROVIDER_UNAVAILABLE", "The microvm provider's data directory path is too long for a Unix socket", { metadata: { provider: "microvm" } });
+    const shape = await shapeOf(record.limits);
+    const args = qemuArgs(record.id, dir, shape, vmFiles(dir).disk);
+    const began = Date.now();
+    let how: Start["how"] = "booted";
     try {
-      const child = spawn(options.qemu, args, { detached: true, stdio: ["ignore", "ignore", errors.fd], env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", LANG: "C" } });
-      const exited = new Promise<string>((resolve) => {
-        child.once("exit", (code, signal) => resolve(signal ?? `exit status ${code}`));
-        child.once("error", (err) => resolve(err.message));
-      });
-      child.unref();
-      // Up once QEMU answers on its monitor: its devices are made by then.
-      const up = (async () => {
-        for (;;) {
-          const status = await qmp(path.join(dir, "qmp.sock"), "query-status").catch(() => undefined);
-          if (status !== undefined) return undefined;
-          if (child.exitCode !== null || child.signalCode !== null) return "exited";
-          await new Promise((r) => setTimeout(r, 20));
+      let restored = false;
+      if (templates) {
+        const state = await templates.stateFor(shape).catch((err: unknown) => {
+          log.error("microvm template could not be made; booting the VM instead", { workspace_id: record.id, error: String((err as Error).message ?? err).slice(0, 400) });
+          return undefined;
+        });
+        if (state !== undefined) {
+          try {
+            await restore(options.qemu, args, dir, state);
+            restored = true;
+            how = "restored";
+          } catch (err) {
+            log.error("microvm template could not be restored; removing it and booting the VM instead", { workspace_id: record.id, error: String((err as Error).message ?? err).slice(0, 400) });
+            await stopVm(dir, record.id);
+            await templates.discard(shape);
+          }
         }
-      })();
-      const failed = await Promise.race([up, exited, new Promise<string>((r) => setTimeout(() => r("no channel socket within 30 s"), 30_000).unref())]);
-      if (failed !== undefined) {
-        if (child.exitCode === null) child.kill("SIGKILL");
-        const why = (await readFile(path.join(dir, "qemu.log"), "utf8").catch(() => "")).trim().slice(0, 400);
-        log.error("workspace VM did not start", { workspace_id: record.id, why: why || failed });
-        // QEMU's words name host paths: the log has them, the caller gets what happened.
-        throw new DomainError("PROVIDER_UNAVAILABLE", "The workspace's VM did not start; the server's log says why");
       }
-    } finally {
-      await errors.close();
+      if (!restored) await launch(options.qemu, args, dir);
+    } catch (err) {
+      log.error("workspace VM did not start", { workspace_id: record.id, why: String((err as Error).message ?? err).slice(0, 400) });
+      // QEMU's words name host paths: the log has them, the caller gets what happened.
+      throw new DomainError("PROVIDER_UNAVAILABLE", "The workspace's VM did not start; the server's log says why", { cause: err });
     }
-    bootedAt.set(record.id, Date.now());
-    log.info("workspace VM started", { workspace_id: record.id, accel: how, cpus, memory_mib: Math.ceil(memory / (1024 * 1024)), executor_disk: disk.version });
+    startedAt.set(record.id, Date.now());
+    const ms = Date.now() - began;
+    log.info("workspace VM started", { workspace_id: record.id, how, ms, accel: shape.accel, cpus: shape.cpus, memory_mib: shape.memoryMiB, executor_disk: path.basename(shape.executorDisk) });
+    return { how, ms };
   };
 
-  /** The pid of the workspace's QEMU while it runs (checked against its command line), else undefined. */
-  const runningPid = async (id: string): Promise<number | undefined> => {
-    const pid = Number((await readFile(path.join(vmDir(id), "qemu.pid"), "utf8").catch(() => "")).trim());
-    if (!(pid > 0)) return undefined;
-    const cmdline = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
-    return cmdline.includes(`aw-${id},process=`) ? pid : undefined;
-  };
+  const stop = (id: string) => stopVm(vmDir(id), id);
 
-  const stop = async (id: string): Promise<void> => {
-    const pid = await runningPid(id);
-    if (pid === undefined) return;
+  /** Connects to a running VM's channel (the guest is set up at its first connection); logs what the guest said when it could not be. */
+  const connectTo = async (id: string, timeoutMs: number): Promise<SandboxConnection> => {
     try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      return;
+      return await attach(vmFiles(vmDir(id)).channel, timeoutMs);
+    } catch (err) {
+      if (err instanceof GuestSetupError) {
+        const console = (await readFile(vmFiles(vmDir(id)).console, "utf8").catch(() => "")).trim().split("\n").slice(-3).join(" | ");
+        log.error("workspace VM could not be set up", { workspace_id: id, console: console.slice(0, 400) });
+        throw new DomainError("PROVIDER_UNAVAILABLE", "The workspace's VM could not be set up; the server's log says why", { cause: err });
+      }
+      throw err;
     }
-    for (let i = 0; i < 200 && (await runningPid(id)) !== undefined; i++) await new Promise((r) => setTimeout(r, 25));
   };
 
   const provider: Provider = {
@@ -232,10 +226,11 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
         state: { dir },
       };
       try {
-        await writeFile(path.join(dir, "settings"), settingsItem({ pids: opts.limits.pids, memoryBytes: opts.limits.memoryBytes, uid: options.user.uid, gid: options.user.gid, enforce }));
-        await makeWorkspaceDisk(path.join(dir, "disk.img"), opts.limits.diskBytes > 0 ? opts.limits.diskBytes : options.defaultDiskBytes);
-        await boot(record);
+        await writeFile(vmFiles(dir).settings, settingsItem({ pids: opts.limits.pids, memoryBytes: opts.limits.memoryBytes, uid: options.user.uid, gid: options.user.gid, enforce, noexec: false }));
+        await makeWorkspaceDisk(vmFiles(dir).disk, opts.limits.diskBytes > 0 ? opts.limits.diskBytes : options.defaultDiskBytes);
+        const started = await start(record);
         record.state.accel = await accel();
+        record.state.start = started.how;
       } catch (err) {
         await stop(opts.id).catch(() => undefined);
         await rm(dir, { recursive: true, force: true });
@@ -253,22 +248,25 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
         if (conn?.alive) return conn;
         connecting ??= (async () => {
           try {
-            if ((await runningPid(record.id)) === undefined) {
+            if ((await runningPid(vmDir(record.id), record.id)) === undefined) {
               // Killed, crashed, or the host restarted: said in the log and in the workspace's status.
-              log.error("workspace VM is not running; booting it again from its disk", { workspace_id: record.id });
-              await boot(record);
-              revived.set(record.id, `The workspace's VM stopped unexpectedly and was booted again from its disk at ${new Date().toISOString()}; files that commands wrote in its last second may be lost`);
+              log.error("workspace VM is not running; starting it again with its disk", { workspace_id: record.id });
+              await start(record);
+              revived.set(record.id, `The workspace's VM stopped unexpectedly and was started again with its disk at ${new Date().toISOString()}; files that commands wrote in its last second may be lost`);
             }
-            let c = await attach(path.join(vmDir(record.id), "channel.sock"), answerWithin(record.id));
+            const began = Date.now();
+            let c = await connectTo(record.id, answerWithin(record.id));
+            const attached = Date.now();
             c.onExecutorExit = (status) => log.warn("workspace VM's executor exited outside a call's end; the next call starts it again", { workspace_id: record.id, status });
             let running = await c.ping(options.bootTimeoutMs);
+            log.info("workspace VM answered", { workspace_id: record.id, attach_ms: attached - began, ping_ms: Date.now() - attached });
             if (running !== options.executor.version || c.violation !== undefined) {
-              // An executor started by an older server: boot the VM again with this server's disk.
+              // An executor started by an older server: start the VM again with this server's disk.
               log.warn("restarting workspace VM to update its executor", { workspace_id: record.id, running, current: options.executor.version });
               c.close();
               await stop(record.id);
-              await boot(record);
-              c = await attach(path.join(vmDir(record.id), "channel.sock"), options.bootTimeoutMs);
+              await start(record);
+              c = await connectTo(record.id, options.bootTimeoutMs);
               running = await c.ping(options.bootTimeoutMs);
             }
             if (openOptions?.egress) {
@@ -321,10 +319,10 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
           })();
         },
         async health() {
-          if ((await runningPid(record.id)) !== undefined) return { status: "ready", message: revived.get(record.id) ?? "" };
+          if ((await runningPid(vmDir(record.id), record.id)) !== undefined) return { status: "ready", message: revived.get(record.id) ?? "" };
           return {
             status: "failed",
-            message: "The workspace's VM is not running (its QEMU process exited: killed, crashed or the host restarted); the next tool call boots it again from its disk, and files that commands wrote in its last second may be lost",
+            message: "The workspace's VM is not running (its QEMU process exited: killed, crashed or the host restarted); the next tool call starts it again with its disk, and files that commands wrote in its last second may be lost",
           };
         },
         async close() {
@@ -334,7 +332,7 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
     },
 
     async destroy(record: WorkspaceRecord): Promise<void> {
-      bootedAt.delete(record.id);
+      startedAt.delete(record.id);
       revived.delete(record.id);
       await stop(record.id);
       await rm(vmDir(record.id), { recursive: true, force: true });
@@ -348,6 +346,9 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
     get accel() {
       return accel();
     },
+    async prepare(limits) {
+      if (templates) await templates.stateFor(await shapeOf(limits));
+    },
     /** Workspace directories under `dir` that no workspace record knows (a create interrupted by a crash, a record deleted meanwhile). */
     async findOrphans(known: Set<string>) {
       const names = await readdir(options.dir).catch(() => [] as string[]);
@@ -360,9 +361,14 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
   };
 }
 
+/** The guest answered `aw-error`: its setup (aw-setup) failed, and it powers off. */
+class GuestSetupError extends Error {}
+
 /**
- * Connects to a VM's channel: `aw-sync <nonce>` until the guest answers `aw-ready <nonce>` (see
- * microvm-guest.ts); what came before is dropped, what came after is the executor's.
+ * Connects to a VM's channel: `aw-sync <nonce> <time> <entropy>` until the guest answers
+ * `aw-ready <nonce>` (see microvm-guest.ts); what came before is dropped, what came after is the
+ * executor's. The guest takes the time and the entropy at its first connection (a VM restored from
+ * a template has its template's clock and random state until then).
  */
 async function attach(socketPath: string, timeoutMs: number): Promise<SandboxConnection> {
   const deadline = Date.now() + timeoutMs;
@@ -374,15 +380,17 @@ async function attach(socketPath: string, timeoutMs: number): Promise<SandboxCon
     }).catch((err: unknown) => err as Error);
     if (socket instanceof Error) {
       if (Date.now() > deadline) throw socket;
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, 20));
       continue;
     }
     const nonce = randomBytes(8).toString("hex");
-    const ready = Buffer.from(`aw-ready ${nonce}\n`);
-    const rest = await new Promise<Buffer | undefined>((resolve) => {
+    // An older guest echoes the whole line after the nonce: the answer is its line, whatever follows the nonce.
+    const ready = Buffer.from(`aw-ready ${nonce}`);
+    const failed = Buffer.from(`aw-error ${nonce}\n`);
+    const rest = await new Promise<Buffer | "failed" | undefined>((resolve) => {
       let seen = Buffer.alloc(0);
       const timer = setTimeout(() => done(undefined), Math.max(0, deadline - Date.now()));
-      const done = (v: Buffer | undefined) => {
+      const done = (v: Buffer | "failed" | undefined) => {
         clearTimeout(timer);
         socket.off("data", onData);
         socket.off("close", onClose);
@@ -392,15 +400,21 @@ async function attach(socketPath: string, timeoutMs: number): Promise<SandboxCon
       const onData = (chunk: Buffer) => {
         seen = Buffer.concat([seen, chunk]);
         const at = seen.indexOf(ready);
-        if (at >= 0) done(seen.subarray(at + ready.length));
+        const eol = at >= 0 ? seen.indexOf(0x0a, at) : -1;
+        if (eol >= 0) done(seen.subarray(eol + 1));
+        else if (seen.includes(failed)) done("failed");
         // Only the tail can still hold the start of the answer.
-        else if (seen.length > 1 << 20) seen = seen.subarray(seen.length - ready.length);
+        else if (at < 0 && seen.length > 1 << 20) seen = seen.subarray(seen.length - failed.length);
       };
       const onClose = () => done(undefined);
       socket.on("data", onData);
       socket.once("close", onClose);
-      socket.write(`aw-sync ${nonce}\n`);
+      socket.write(`aw-sync ${nonce} ${Date.now()} ${randomBytes(32).toString("hex")}\n`);
     });
+    if (rest === "failed") {
+      socket.destroy();
+      throw new GuestSetupError("the guest could not be set up");
+    }
     if (rest === undefined) {
       socket.destroy();
       if (Date.now() > deadline) throw new Error(`no answer on the VM's channel within ${timeoutMs} ms`);
@@ -410,121 +424,4 @@ async function attach(socketPath: string, timeoutMs: number): Promise<SandboxCon
     socket.resume();
     return new SandboxConnection(socket, socket, { sleeps: true });
   }
-}
-
-/**
- * One command on a VM's QMP monitor: the greeting, capabilities, then `command`; its `return`.
- */
-export function qmp(socketPath: string, command: string, args?: Record<string, unknown>, timeoutMs = 5000): Promise<unknown> {
-  return new Promise((resolve, reject) => {
-    const s = net.createConnection(socketPath);
-    let buf = "";
-    let step = 0;
-    const timer = setTimeout(() => finish(new Error(`QMP ${command}: no answer within ${timeoutMs} ms`)), timeoutMs);
-    const finish = (err: Error | undefined, value?: unknown) => {
-      clearTimeout(timer);
-      s.destroy();
-      if (err) reject(err);
-      else resolve(value);
-    };
-    s.on("error", (err) => finish(err));
-    s.on("close", () => finish(new Error(`QMP ${command}: the monitor closed`)));
-    s.on("data", (chunk) => {
-      buf += chunk.toString("utf8");
-      let nl: number;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, nl).trim();
-        buf = buf.slice(nl + 1);
-        if (line === "") continue;
-        const msg = JSON.parse(line) as { QMP?: unknown; return?: unknown; error?: { desc?: string }; event?: string };
-        if (msg.event !== undefined) continue;
-        if (msg.error) return finish(new Error(`QMP ${command}: ${msg.error.desc ?? "error"}`));
-        if (step === 0 && msg.QMP !== undefined) {
-          step = 1;
-          s.write(`${JSON.stringify({ execute: "qmp_capabilities" })}\n`);
-        } else if (step === 1 && "return" in msg) {
-          step = 2;
-          s.write(`${JSON.stringify({ execute: command, ...(args ? { arguments: args } : {}) })}\n`);
-        } else if (step === 2 && "return" in msg) {
-          return finish(undefined, msg.return);
-        }
-      }
-    });
-  });
-}
-
-/** Kernel arguments for TCG: the TSC's rate given, since the kernel cannot calibrate it against an emulated PIT. */
-function tcgClockArgs(): string[] {
-  const mhz = /^cpu MHz\s*:\s*([0-9.]+)/m.exec(readCpuinfo())?.[1];
-  return mhz ? [`tsc_early_khz=${Math.round(Number(mhz) * 1000)}`, "tsc=reliable", "no_timer_check"] : ["tsc=reliable", "no_timer_check"];
-}
-
-let cpuinfo: string | undefined;
-function readCpuinfo(): string {
-  if (cpuinfo === undefined) {
-    try {
-      cpuinfo = readFileSync("/proc/cpuinfo", "utf8");
-    } catch {
-      cpuinfo = "";
-    }
-  }
-  return cpuinfo;
-}
-
-/**
- * KVM or TCG: a VM with KVM must boot the image's check (`aw.check=1`) within 20 s, else TCG is
- * used (nested virtualisation may offer /dev/kvm whose guests then hang). Cached per kernel image
- * and QEMU binary in `dir`.
- */
-async function probeAccel(qemu: string, images: string, dir: string, log: ProviderLog): Promise<"kvm" | "tcg"> {
-  const version = (await readFile(path.join(images, "VERSION"), "utf8").catch(() => "")).trim();
-  const key = `${version} qemu=${qemu} host=${os.release()}`;
-  // Beside the image (one probe per host) where the server may write there, else in its data directory.
-  const caches = [path.join(images, "accel-probe.json"), path.join(dir, "accel-probe.json")];
-  for (const cache of caches) {
-    const cached = JSON.parse(await readFile(cache, "utf8").catch(() => "{}")) as { key?: string; accel?: "kvm" | "tcg"; why?: string };
-    if (cached.key === key && cached.accel) {
-      log.info("microvm acceleration (probed before)", { accel: cached.accel, why: cached.why });
-      return cached.accel;
-    }
-  }
-  let accel: "kvm" | "tcg" = "tcg";
-  let why = "";
-  try {
-    await access("/dev/kvm", fsConstants.R_OK | fsConstants.W_OK);
-    const out = await new Promise<string>((resolve) => {
-      execFile(
-        qemu,
-        ["-M", "microvm,accel=kvm", "-cpu", "host", "-m", "256", "-smp", "1", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-serial", "stdio",
-          "-kernel", path.join(images, "vmlinuz"), "-initrd", path.join(images, "initrd.img"), "-append", "console=ttyS0 quiet panic=-1 aw.check=1",
-          "-drive", `id=root,file=${path.join(images, "rootfs.img")},format=raw,if=none,readonly=on`, "-device", "virtio-blk-device,drive=root"],
-        { timeout: 20_000, killSignal: "SIGKILL", maxBuffer: 1024 * 1024 },
-        (err, stdout, stderr) => resolve(`${stdout}${stderr}${err ? `\n(exit: ${err.killed ? "timed out after 20 s" : err.message})` : ""}`),
-      );
-    });
-    if (/^aw-check: ok/m.test(out)) accel = "kvm";
-    else why = `a KVM guest did not boot: ${out.trim().split("\n").slice(-2).join(" ").slice(0, 300)}`;
-  } catch {
-    why = "/dev/kvm is not usable";
-  }
-  log.info("microvm acceleration probed", { accel, why });
-  for (const cache of caches) {
-    const written = await mkdir(path.dirname(cache), { recursive: true })
-      .then(() => writeFile(cache, JSON.stringify({ key, accel, why })))
-      .then(() => true, () => false);
-    if (written) break;
-  }
-  return accel;
-}
-
-async function findTool(name: string): Promise<string | undefined> {
-  for (const d of ["/usr/bin", "/usr/local/bin", "/bin"]) {
-    try {
-      await access(path.join(d, name), fsConstants.X_OK);
-      return path.join(d, name);
-    } catch {
-      // next
-    }
-  }
-  return undefined;
 }

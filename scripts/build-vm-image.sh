@@ -13,7 +13,9 @@
 #   rootfs.img   the root filesystem, ext4 (label aw-root), made with `mke2fs -d` from the same
 #                debootstrap tree as the container image (agent-workspace-base:bookworm, exported
 #                from Docker), with mount points for the executor (/opt/agent-workspace) and the
-#                workspace disk (/mnt/disk); the guest mounts it read-only;
+#                workspace disk (/mnt/disk), and /usr/local/sbin/aw-setup (scripts/vm-setup.c,
+#                built static here: the guest's per-workspace setup, see providers/microvm-guest.ts);
+#                the guest mounts it read-only;
 #   VERSION      what the files were built from; an image whose VERSION differs is rebuilt.
 #
 # The kernel has no virtio drivers built in (they are modules), hence the initramfs. The guest is
@@ -29,7 +31,7 @@ set -euo pipefail
 OUT=${1:-${AGENT_WORKSPACE_MICROVM_IMAGES:-/var/lib/agent-workspace/microvm}}
 BASE_IMAGE=${BASE_IMAGE:-agent-workspace-base:bookworm}
 # Bump when what this script puts into the files changes.
-VM_VERSION=2
+VM_VERSION=3
 MODULES="virtio_ring virtio virtio_mmio virtio_blk virtio_console virtio_balloon qemu_fw_cfg"
 
 say() { printf 'build-vm-image: %s\n' "$*"; }
@@ -37,7 +39,7 @@ die() { printf 'build-vm-image: ERROR: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root"
 if [ -x /usr/bin/docker ]; then DOCKER=/usr/bin/docker; else DOCKER=docker; fi
-for tool in busybox cpio mke2fs qemu-system-x86_64; do
+for tool in busybox cpio mke2fs qemu-system-x86_64 gcc; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool missing; run scripts/setup-engines.sh first"
 done
 # busybox must be static: it runs in the initramfs before any library is there.
@@ -51,7 +53,10 @@ KVER=${KERNEL#/boot/vmlinuz-}
 
 timeout 10 "$DOCKER" info >/dev/null 2>&1 || die "docker is not answering; run scripts/setup-engines.sh first"
 BASE_ID=$("$DOCKER" image inspect --format '{{.Id}}' "$BASE_IMAGE" 2>/dev/null) || die "no $BASE_IMAGE; run scripts/build-base-image.sh first"
-WANT="vm=$VM_VERSION kernel=$KVER base=$BASE_ID"
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SETUP_SRC=$HERE/vm-setup.c
+[ -f "$SETUP_SRC" ] || die "$SETUP_SRC is missing"
+WANT="vm=$VM_VERSION kernel=$KVER base=$BASE_ID setup=$(sha256sum "$SETUP_SRC" | cut -c1-16)"
 
 # Under TCG the guest's TSC runs at the host's rate, but the kernel cannot calibrate it against
 # an emulated PIT (it then marks the TSC unstable and hangs without a clocksource): tell it the
@@ -144,6 +149,10 @@ printf 'agent-workspace\n' >"$TREE/etc/hostname"
 printf '127.0.0.1 localhost\n::1 localhost\n127.0.1.1 agent-workspace\n' >"$TREE/etc/hosts"
 : >"$TREE/etc/resolv.conf"
 rm -f "$TREE/.dockerenv"
+# The guest's per-workspace setup: static, so it starts in a few milliseconds even under emulation.
+gcc -static -Os -Wall -Werror -o "$TREE/usr/local/sbin/aw-setup" "$SETUP_SRC" || die "building aw-setup failed (gcc and libc6-dev: scripts/setup-engines.sh)"
+strip "$TREE/usr/local/sbin/aw-setup"
+chmod 0755 "$TREE/usr/local/sbin/aw-setup"
 # Room for the tree plus a fifth (the guest never writes to it).
 kib=$(du -sk --apparent-size "$TREE" | cut -f1)
 mke2fs -q -F -t ext4 -O ^has_journal -L aw-root -d "$TREE" "$WORK/rootfs.img" "$(( kib + kib / 5 + 65536 ))k" >/dev/null

@@ -752,6 +752,8 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
         defaultMemoryBytes: parseSize(limit(read(env, "AGENT_WORKSPACE_MICROVM_MEMORY"), "AGENT_WORKSPACE_MICROVM_MEMORY", parseSize) || "1G", "AGENT_WORKSPACE_MICROVM_MEMORY"),
         defaultDiskBytes: parseSize(limit(read(env, "AGENT_WORKSPACE_MICROVM_DISK"), "AGENT_WORKSPACE_MICROVM_DISK", parseSize) || "10G", "AGENT_WORKSPACE_MICROVM_DISK"),
         bootTimeoutMs: integer(read(env, "AGENT_WORKSPACE_MICROVM_BOOT_TIMEOUT_MS"), "AGENT_WORKSPACE_MICROVM_BOOT_TIMEOUT_MS", 120_000, 1000, 3_600_000),
+        snapshots: read(env, "AGENT_WORKSPACE_MICROVM_SNAPSHOTS") === undefined ? true : bool(read(env, "AGENT_WORKSPACE_MICROVM_SNAPSHOTS"), "AGENT_WORKSPACE_MICROVM_SNAPSHOTS"),
+        cache: read(env, "AGENT_WORKSPACE_MICROVM_CACHE") === undefined ? undefined : path.resolve(read(env, "AGENT_WORKSPACE_MICROVM_CACHE") as string),
       },
     },
   };

@@ -5,7 +5,7 @@
  * a killed QEMU and deletion. Tests run one after another: each cold boot costs seconds of both
  * cores under emulation.
  */
-import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, stat, truncate } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import anyTest, { type TestFn } from "ava";
@@ -65,6 +65,71 @@ if (run) {
       gate(test, engines, "gvisor", "microvm comparison");
     }
     await c.workspaces.deleteWorkspace({ id: vm });
+  });
+
+  test.serial("microvm: workspaces start by restoring their shape's template, each with its own clock, random state, disk and limits", async (t) => {
+    const c = t.context.server.clients.grpc;
+    const make = async () => (await c.workspaces.createWorkspace({ provider: "microvm", limits: { disk: "256Mi", memory: "256Mi", pids: 200n } })).workspace!;
+    const [a, b] = [await make(), await make()];
+    try {
+      for (const w of [a, b]) t.is(w.providerDetails.start, "restored", `${w.id} was restored from the template`);
+      const look = async (id: string) => {
+        const r = await c.tools.bash({
+          workspaceId: id,
+          command: "date +%s; cat /proc/sys/kernel/random/uuid; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; df -k --output=size /workspace | tail -n 1; cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max",
+        });
+        t.is(r.exitCode, 0, r.stderr);
+        const [clock, uuid, bytes, size, memory, pids] = r.stdout.trim().split("\n").map((l) => l.trim());
+        return { clock: Number(clock), uuid, bytes, size: Number(size), memory, pids };
+      };
+      const [x, y] = [await look(a.id), await look(b.id)];
+      // The template's clock and generator state were left behind at the first connection.
+      for (const v of [x, y]) t.true(Math.abs(v.clock - Date.now() / 1000) < 30, `guest clock ${v.clock} against the host's ${Date.now() / 1000}`);
+      t.not(x.uuid, y.uuid, "siblings restored from one template draw different random numbers");
+      t.not(x.bytes, y.bytes);
+      // This workspace's disk (the template had a 1 MiB placeholder) and limits (the template had none).
+      for (const v of [x, y]) {
+        t.true(v.size > 200 * 1024 && v.size <= 256 * 1024, `the workspace disk is ${v.size} KiB`);
+        t.is(v.memory, String(256 * 1024 * 1024));
+        t.is(v.pids, "200");
+      }
+      // What one writes, the other does not see.
+      await c.tools.writeFile({ workspaceId: a.id, path: "mine.txt", content: "a\n" });
+      t.is((await c.tools.bash({ workspaceId: b.id, command: "ls /workspace" })).stdout, "");
+    } finally {
+      await c.workspaces.deleteWorkspace({ id: a.id });
+      await c.workspaces.deleteWorkspace({ id: b.id });
+    }
+  });
+
+  test.serial("microvm: a template whose state QEMU refuses is removed and the VM boots instead; the next workspace gets a new template", async (t) => {
+    const cache = await mkdtemp(path.join(tmpdir(), "aw-test-cache-"));
+    const server = await startServer({ env: { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_MICROVM_IMAGES: MICROVM_IMAGES, AGENT_WORKSPACE_MICROVM_CACHE: cache } });
+    const c = server.clients.grpc;
+    const ids: string[] = [];
+    try {
+      const limits = { memory: "128Mi", cpu: "1" };
+      const first = (await c.workspaces.createWorkspace({ provider: "microvm", limits })).workspace!;
+      ids.push(first.id);
+      t.is(first.providerDetails.start, "restored");
+      const [template] = await readdir(path.join(cache, "templates"));
+      const state = path.join(cache, "templates", template as string, "state");
+      // Cut short: QEMU stops reading it part way.
+      await truncate(state, 4096);
+      const second = (await c.workspaces.createWorkspace({ provider: "microvm", limits })).workspace!;
+      ids.push(second.id);
+      t.is(second.providerDetails.start, "booted");
+      t.is((await c.tools.bash({ workspaceId: second.id, command: "echo booted" })).stdout, "booted\n");
+      await t.throwsAsync(stat(path.join(cache, "templates", template as string)), { code: "ENOENT" });
+      const third = (await c.workspaces.createWorkspace({ provider: "microvm", limits })).workspace!;
+      ids.push(third.id);
+      t.is(third.providerDetails.start, "restored");
+      t.is((await c.tools.bash({ workspaceId: third.id, command: "echo restored" })).stdout, "restored\n");
+    } finally {
+      for (const id of ids) await c.workspaces.deleteWorkspace({ id }).catch(() => undefined);
+      await server.close();
+      await rm(cache, { recursive: true, force: true });
+    }
   });
 
   test.serial("microvm: the sandbox user reaches neither the channel, the disks, the settings nor the executor; the root filesystem is read-only; no network but loopback", async (t) => {
@@ -129,7 +194,7 @@ if (run) {
     }
   });
 
-  test.serial("microvm: a server restart reconnects to the running VM (same boot, files kept); a killed QEMU is reported and the next call boots it again from its disk", async (t) => {
+  test.serial("microvm: a server restart reconnects to the running VM (same boot, files kept); a killed QEMU is reported and the next call starts it again with its disk", async (t) => {
     // A data directory of the test's own: closing a server then leaves its workspaces alone.
     const dataDir = await mkdtemp(path.join(tmpdir(), "aw-test-"));
     const first = await startServer({ dataDir, env: { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_MICROVM_IMAGES: MICROVM_IMAGES, AGENT_WORKSPACE_LOG_LEVEL: process.env.AW_LOG ?? "error" } });
@@ -159,7 +224,7 @@ if (run) {
       t.not(await bootId(c, id), boot, "booted again");
       const after = (await c.workspaces.getWorkspace({ id })).workspace!;
       t.is(after.status, WorkspaceStatus.READY);
-      t.regex(after.statusMessage, /stopped unexpectedly and was booted again/);
+      t.regex(after.statusMessage, /stopped unexpectedly and was started again/);
     } finally {
       const c = second?.clients.grpc;
       if (c && id !== "") await c.workspaces.deleteWorkspace({ id }).catch(() => undefined);

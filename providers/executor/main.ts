@@ -16,7 +16,7 @@
  * Runs with the server's own Node binary and this directory bind-mounted read-only, so images
  * need nothing but a shell.
  */
-import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, unlinkSync } from "node:fs";
+import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { readdir } from "node:fs/promises";
@@ -32,7 +32,7 @@ import { findPerl, Launcher, wrapCommand } from "./launcher.ts";
 import { type LaunchSpec, runProcess } from "./process-runner.ts";
 import { Sealer } from "./seal.ts";
 import { loadManifest, loadPolicyLayer, type ProgramRules, ProgramSet } from "./programs.ts";
-import { type ExecRequest, F, FrameReader, FROM_SERVER, LIFETIME_FRAMES, MAX_CHUNK, type OpRequest, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
+import { type ExecRequest, F, FrameReader, FROM_SERVER, LIFETIME_FRAMES, MAX_CHUNK, type OpRequest, PARKED_MARKER, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
 import { Tunnels } from "./tunnels.ts";
 import type { ExecEvent } from "./types.ts";
 import { executorVersion } from "./version.ts";
@@ -59,16 +59,31 @@ const { values: args } = parseArgs({
     "idle-exit-ms": { type: "string" },
     /** File tools' writes reach the disk before they are answered (a VM: see JailedFs.durable). */
     "durable-writes": { type: "boolean" },
+    /**
+     * Load, then wait for the workspace's own arguments (uid, gid, enforce) on stdin before
+     * serving (`parkedArguments`): a VM's executor is started ahead of the connection that uses it
+     * (providers/microvm-guest.ts), and may be saved in a template snapshot while it waits.
+     */
+    parked: { type: "boolean" },
   },
   strict: true,
 });
 const SANDBOX = args.sandbox === true;
 const VERSION = Buffer.from(executorVersion());
 
+/** What only the workspace decides: its user and its enforcement (the command line's, or a parked executor's line). */
+interface WorkspaceArgs {
+  uid?: string;
+  gid?: string;
+  enforce?: string;
+  /** No command has run in this sandbox yet (its first executor): there is nothing to sweep. */
+  fresh?: boolean;
+}
+
 /** Privilege handling: `privileged` runs a spawn with effective root; identity outside a sandbox. */
-const identity = (() => {
-  const uid = Number(args.uid);
-  const gid = Number(args.gid);
+function makeIdentity(w: WorkspaceArgs): { user: { uid: number; gid: number } | undefined; privileged: (<T>(fn: () => T) => T) | undefined } {
+  const uid = Number(w.uid);
+  const gid = Number(w.gid);
   // Outside a sandbox, or told to run commands as root (AGENT_WORKSPACE_CONTAINER_UID=0), there is
   // no identity to switch to.
   if (!SANDBOX || process.getuid?.() !== 0 || !(uid > 0) || !(gid >= 0)) return { user: undefined, privileged: undefined };
@@ -92,23 +107,23 @@ const identity = (() => {
     }
   };
   return { user: { uid, gid }, privileged };
-})();
+}
 
 /** The sandbox's enforcement (see the `enforce` argument); empty outside a sandbox. */
-const enforcement = ((): { programs?: ProgramRules; files?: FileRules } => {
-  if (args.enforce === undefined) return {};
-  const parsed = JSON.parse(Buffer.from(args.enforce, "base64url").toString("utf8")) as { programs?: ProgramRules; files?: FileRules };
+function parseEnforcement(enforce: string | undefined): { programs?: ProgramRules; files?: FileRules } {
+  if (enforce === undefined) return {};
+  const parsed = JSON.parse(Buffer.from(enforce, "base64url").toString("utf8")) as { programs?: ProgramRules; files?: FileRules };
   const strings = (v: unknown) => Array.isArray(v) && v.every((x) => typeof x === "string");
   if (parsed.programs !== undefined && !(strings(parsed.programs.allow) && strings(parsed.programs.deny))) throw new Error("--enforce: malformed programs");
   if (parsed.files !== undefined && !(strings(parsed.files.deny) && strings(parsed.files.writeProtected))) throw new Error("--enforce: malformed files");
   return parsed;
-})();
+}
 
 /**
  * The programs this sandbox's commands may run, when its policy is an allowlist. A sandbox told
  * to enforce one that cannot (no manifest: the image was not prepared) runs no command at all.
  */
-const programs = ((): { set: ProgramSet } | { error: string } | undefined => {
+function loadPrograms(): { set: ProgramSet } | { error: string } | undefined {
   if (enforcement.programs === undefined) return undefined;
   if (!SANDBOX || identity.user === undefined) return { error: "programs can be enforced only in a sandbox whose commands run as another user" };
   try {
@@ -117,7 +132,35 @@ const programs = ((): { set: ProgramSet } | { error: string } | undefined => {
   } catch (err) {
     return { error: `the sandbox's image was not prepared for an allowlist (${err instanceof Error ? err.message : String(err)})` };
   }
-})();
+}
+
+// Set by `configure` (below), before the first frame is read.
+let identity: ReturnType<typeof makeIdentity>;
+let enforcement: ReturnType<typeof parseEnforcement>;
+let programs: ReturnType<typeof loadPrograms>;
+/** The sandbox's file rules for sweeps: the server's lists and the agent type's, fixed with the sandbox. */
+let sweepGuard: ReturnType<typeof guardFor>;
+/**
+ * The Perl that workspace launchers run on (launcher.ts): outside a sandbox, where commands run as
+ * this process's user, unless told to spawn; undefined where commands are spawned.
+ */
+let perl: string | undefined;
+/** Marker descriptors (a deleted empty file per command) live in a private directory. */
+let markerDir: string | undefined;
+
+/** Takes on the workspace's arguments. */
+function configure(w: WorkspaceArgs): void {
+  identity = makeIdentity(w);
+  enforcement = parseEnforcement(w.enforce);
+  programs = loadPrograms();
+  sweepGuard = guardFor(enforcement.files);
+  perl = !SANDBOX && identity.user === undefined && args.launcher !== "spawn" ? findPerl() : undefined;
+  try {
+    markerDir = mkdtempSync(path.join(tmpdir(), "aw-exec-"));
+  } catch {
+    markerDir = undefined;
+  }
+}
 
 /** Jailed file operations per workspace root (one, /workspace, in a sandbox). */
 const roots = new Map<string, JailedFs>();
@@ -155,9 +198,6 @@ function sealerFor(root: string, fs: JailedFs): Sealer | undefined {
   return s;
 }
 
-/** The sandbox's file rules for sweeps: the server's lists and the agent type's, fixed with the sandbox. */
-const sweepGuard = guardFor(enforcement.files);
-
 /** Seals what the command that just ended left behind (in a sandbox); a failure is logged, never the command's. */
 function sweepAfter(root: string): void {
   const fs = roots.get(root);
@@ -169,12 +209,6 @@ function sweepAfter(root: string): void {
     process.stderr.write(`executor: sweep failed: ${err instanceof Error ? err.message : String(err)}\n`);
   }
 }
-
-/**
- * The Perl that workspace launchers run on (launcher.ts): outside a sandbox, where commands run as
- * this process's user, unless told to spawn; undefined where commands are spawned.
- */
-const perl = !SANDBOX && identity.user === undefined && args.launcher !== "spawn" ? findPerl() : undefined;
 
 /** Launchers by workspace root and limits command (a workspace's limits fix its launcher). */
 const launchers = new Map<string, Launcher>();
@@ -196,15 +230,6 @@ function releaseLaunchers(root: string): void {
     l.close();
   }
 }
-
-/** Marker descriptors (a deleted empty file per command) live in a private directory. */
-const markerDir = (() => {
-  try {
-    return mkdtempSync(path.join(tmpdir(), "aw-exec-"));
-  } catch {
-    return undefined;
-  }
-})();
 
 /** A command or operation in progress. */
 interface Call {
@@ -289,10 +314,19 @@ function sweepSandbox(id: number): void {
   }
 }
 
-/** True when a process other than init and this one still exists. */
+/**
+ * True when a process of the sandbox user (other than init and this one) still exists. Others are
+ * not its to end: a VM's kernel threads and its relays (microvm-guest.ts) are in /proc too, and are
+ * told apart by their owner without reading their status.
+ */
 function othersLeft(): boolean {
+  const uid = identity.user?.uid;
   try {
-    return readdirSync("/proc").some((e) => /^\d+$/.test(e) && e !== "1" && Number(e) !== process.pid && !isZombie(e));
+    return readdirSync("/proc").some((e) => {
+      if (!/^\d+$/.test(e) || e === "1" || Number(e) === process.pid) return false;
+      if (uid !== undefined && statSync(`/proc/${e}`, { throwIfNoEntry: false })?.uid !== uid) return false;
+      return !isZombie(e);
+    });
   } catch {
     return false;
   }
@@ -534,15 +568,55 @@ function onEnd(id: number): void {
   }
 }
 
-// A sandbox's executor starts with no command of its own: whatever of the sandbox user still runs
-// was left by an executor before it that died (killed, OOM) mid-command. It goes now, before any
-// new command meets it.
-if (SANDBOX) sweepSandbox(0);
+/**
+ * A parked executor's workspace arguments: five decimal digits giving the length of a JSON array
+ * of `--uid`, `--gid` and `--enforce` with their values, then the array, read with blocking reads
+ * of exactly that much, so not a byte after it is taken before the frame reader below.
+ * End-of-file before it ends the process.
+ */
+function parkedArguments(): WorkspaceArgs {
+  /** Exactly `n` bytes of stdin (a blocking read); end-of-file first ends the process. */
+  const exactly = (n: number): Buffer => {
+    const buf = Buffer.alloc(n);
+    for (let at = 0; at < n; ) {
+      let got: number;
+      try {
+        got = readSync(0, buf, at, n - at, null);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === "EINTR") continue;
+        throw err;
+      }
+      if (got === 0) process.exit(0);
+      at += got;
+    }
+    return buf;
+  };
+  const length = Number(exactly(5).toString("latin1"));
+  if (!Number.isInteger(length) || length <= 0) throw new Error("parked executor: malformed argument length");
+  const line = JSON.parse(exactly(length).toString("utf8")) as unknown;
+  if (!Array.isArray(line) || !line.every((a) => typeof a === "string")) throw new Error("parked executor: malformed arguments");
+  const { values } = parseArgs({ args: line as string[], options: { uid: { type: "string" }, gid: { type: "string" }, enforce: { type: "string" }, fresh: { type: "boolean" } }, strict: true });
+  return values;
+}
 
 // Start libuv's thread pool now (it starts lazily on the first asynchronous fs call). Later, a
 // command may have used up the sandbox's process limit (a fork bomb), and a thread that cannot be
 // created then aborts Node, taking the executor down with the bomb.
 await readdir("/");
+
+// Everything above is loaded and evaluated; a parked executor waits here for its workspace, with
+// the server's own sensitive-file rules compiled (guardFor keeps them).
+if (args.parked === true) {
+  guardFor(undefined);
+  process.stderr.write(`${PARKED_MARKER}\n`);
+}
+const workspace: WorkspaceArgs = args.parked === true ? parkedArguments() : args;
+configure(workspace);
+
+// A sandbox's executor starts with no command of its own: whatever of the sandbox user still runs
+// was left by an executor before it that died (killed, OOM) mid-command. It goes now, before any
+// new command meets it.
+if (SANDBOX && workspace.fresh !== true) sweepSandbox(0);
 
 const reader = new FrameReader(undefined, { skipWake: true });
 

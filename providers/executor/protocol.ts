@@ -116,6 +116,12 @@ export const EXECUTOR_WRAPPER = [
   String.raw`while :; do a=$(oom); "$@"; s=$?; [ "$(oom)" = "$a" ]; o=$?; printf '\000\000\000\011\032\000\000\000\000%03d%d' "$s" "$o"; IFS= read -r _ || exit 0; done`,
 ].join(" ");
 
+/**
+ * The line a parked executor (`--parked`, providers/microvm-guest.ts) writes on its stderr once it
+ * has loaded and waits for its workspace's arguments: a VM may be saved as a template from then on.
+ */
+export const PARKED_MARKER = "aw-executor: parked";
+
 /** Frame types the executor may send; anything else from it is a protocol violation. */
 export const FROM_EXECUTOR = new Set<number>([
   F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN, F.IDLE, F.GONE, F.STAY,

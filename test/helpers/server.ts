@@ -81,13 +81,23 @@ export function bearer(key: string): Interceptor {
 }
 
 
+/** Where test servers keep microvm executor disks and templates, shared between them and between runs. */
+export const MICROVM_TEST_CACHE = process.env.AW_TEST_MICROVM_CACHE ?? path.join(tmpdir(), "aw-test-microvm-cache");
+
 /** Builds the app from configuration, as `server/main.ts` does, and serves it on 127.0.0.1:0. */
 export async function startServer(options: StartServerOptions = {}): Promise<TestServer> {
   const ownDir = options.dataDir === undefined;
   const dataDir = options.dataDir ?? (await mkdtemp(path.join(tmpdir(), "aw-test-")));
   const keys = options.apiKeys ?? [];
   const config = parseSettings(
-    { AGENT_WORKSPACE_DATA_DIR: dataDir, AGENT_WORKSPACE_LOG_LEVEL: "error", ...(keys.length > 0 ? { AGENT_WORKSPACE_API_KEYS: keys.join(",") } : {}), ...options.env },
+    {
+      AGENT_WORKSPACE_DATA_DIR: dataDir,
+      AGENT_WORKSPACE_LOG_LEVEL: "error",
+      // Every test server shares microvm executor disks and templates (a template costs a VM's boot).
+      AGENT_WORKSPACE_MICROVM_CACHE: MICROVM_TEST_CACHE,
+      ...(keys.length > 0 ? { AGENT_WORKSPACE_API_KEYS: keys.join(",") } : {}),
+      ...options.env,
+    },
     [],
   );
   const overrides: AppOverrides = { ...options.overrides };
