@@ -43,6 +43,10 @@ import { PARKED_MARKER } from "./executor/protocol.ts";
 export const GUEST_MOUNT = "/opt/agent-workspace";
 /** The virtio-serial port's name: the executor's channel. */
 export const CHANNEL_PORT = "aw-executor";
+/** The admin port's name (see STAGE2): root's commands from the host. */
+export const ADMIN_PORT = "aw-admin";
+/** The uid the guest's admin loop runs as (with every capability, out of the executor's reach). */
+export const ADMIN_UID = 65533;
 /** The fw_cfg item holding the workspace's settings (`name=value` lines, padded to FW_CFG_SIZE). */
 export const FW_CFG_NAME = "opt/agent-workspace/config";
 /**
@@ -63,11 +67,15 @@ export interface GuestSettings {
   enforce: string;
   /** Every writable filesystem mounted noexec (a command allowlist: executor/programs.ts). */
   noexec: boolean;
+  /** With `noexec`: the group that may enter /opt/agent-workspace (executor/programs.ts TOOLS_GID). */
+  tools?: number;
+  /** This VM prepares its (writable) root filesystem for allowlists, then powers off (`prepareRootfs`). */
+  prepare?: boolean;
 }
 
 /** The settings item's bytes: `name=value` lines of digits and base64url only, padded with newlines. */
 export function settingsItem(s: GuestSettings): Buffer {
-  const lines = [`pids=${s.pids}`, `memory=${s.memoryBytes}`, `uid=${s.uid}`, `gid=${s.gid}`, `enforce=${s.enforce}`, `noexec=${s.noexec ? 1 : 0}`];
+  const lines = [`pids=${s.pids}`, `memory=${s.memoryBytes}`, `uid=${s.uid}`, `gid=${s.gid}`, `enforce=${s.enforce}`, `noexec=${s.noexec ? 1 : 0}`, `tools=${s.tools ?? 0}`, `prepare=${s.prepare ? 1 : 0}`];
   for (const l of lines) if (!/^[a-z]+=[A-Za-z0-9_-]*$/.test(l)) throw new Error(`guest setting not encodable: ${l.slice(0, 40)}`);
   const text = `${lines.join("\n")}\n`;
   if (text.length > FW_CFG_SIZE) throw new Error("guest settings too long");
@@ -93,6 +101,26 @@ fail() { echo "aw-init: $*" >/dev/console; echo o >/proc/sysrq-trigger; sleep 10
 mount -t tmpfs -o nosuid,nodev,noexec,mode=0755,size=4m tmpfs /run || fail "mount /run"
 [ -x ${GUEST_SETUP} ] || fail "the root filesystem has no ${GUEST_SETUP}: rebuild it (scripts/build-vm-image.sh)"
 [ -r /sys/firmware/qemu_fw_cfg/by_name/${FW_CFG_NAME}/raw ] || fail "no settings (fw_cfg ${FW_CFG_NAME})"
+cfg=/sys/firmware/qemu_fw_cfg/by_name/${FW_CFG_NAME}/raw
+prepare=0
+while IFS== read -r k v; do [ "$k" = prepare ] && prepare=$v; done <"$cfg"
+if [ "$prepare" = 1 ]; then
+  # A VM that prepares a copy of the root filesystem for command allowlists (executor/prepare-image.ts,
+  # as a container does for a container image), in a chroot of the root filesystem alone (its
+  # /opt/agent-workspace is the directory, not the executor disk over it), then powers off.
+  mount -o remount,rw / || fail "remount the root filesystem read-write"
+  mkdir /run/prep && mount --bind / /run/prep && mount -t tmpfs -o mode=0755 tmpfs /run/prep/run && mkdir /run/prep/run/tools &&
+    mount --bind ${GUEST_MOUNT} /run/prep/run/tools && mount -t proc proc /run/prep/proc && mount --bind /dev /run/prep/dev || fail "prepare: mounts"
+  if out=$(chroot /run/prep /run/tools/node ${EXECUTOR_NODE_FLAGS.join(" ")} /run/tools/executor/prepare-image.js 2>&1); then r=ok; else r=failed; fi
+  umount /run/prep/dev /run/prep/proc /run/prep/run/tools /run/prep/run /run/prep
+  mount -o remount,ro / && sync
+  echo "aw-prepare: $r $out" | tr '\n' ' ' >/dev/console; echo >/dev/console
+  echo o >/proc/sysrq-trigger; sleep 10; exit 1
+fi
+# What a container's /dev has and devtmpfs does not: the standard streams (process substitution
+# needs /dev/fd) and pseudo-terminals.
+ln -sfn /proc/self/fd /dev/fd && ln -sfn /proc/self/fd/0 /dev/stdin && ln -sfn /proc/self/fd/1 /dev/stdout && ln -sfn /proc/self/fd/2 /dev/stderr || fail "/dev links"
+mkdir -p /dev/pts && mount -t devpts -o nosuid,noexec,newinstance,ptmxmode=0666,mode=0620,gid=5 devpts /dev/pts && ln -sfn pts/ptmx /dev/ptmx || fail "devpts"
 # A killed VM loses what its kernel had not written: tools' writes are synced (--durable-writes),
 # commands' reach the disk within about a second (and the disk is mounted with commit=1).
 echo 100 >/proc/sys/vm/dirty_expire_centisecs; echo 100 >/proc/sys/vm/dirty_writeback_centisecs
@@ -106,6 +134,35 @@ for d in /sys/bus/virtio/drivers/virtio_blk/virtio*; do
 done
 [ -n "$disk" ] || fail "no workspace disk"
 echo "$disk" >/sys/bus/virtio/drivers/virtio_blk/unbind || fail "unbind the workspace disk"
+
+# The admin port, a second virtio-serial port whose host side only root may open (admin.sock in the
+# VM's directory): the host's root runs a command in the guest with every capability, as
+# "docker exec -u 0" does in a container ("aw-admin BASE64", answered "aw-admin-done STATUS OUT ERR",
+# both base64; the command runs as root). The server never uses it; tests look with it at what the
+# sandbox sealed. Its loop runs outside the workspace's cgroup, as uid ${ADMIN_UID} with ambient
+# capabilities: neither the executor (real uid root), whose sweeps end every process it may signal,
+# nor the sandbox user may signal it.
+admin=
+for p in /sys/class/virtio-ports/*; do
+  n=; read -r n <"$p/name" 2>/dev/null; [ "$n" = ${ADMIN_PORT} ] && admin=/dev/$\{p##*/}
+done
+[ -n "$admin" ] || fail "no admin port"
+mkfifo -m 600 /run/aw-admin-tick || fail "fifos"
+AW_ADMIN=$admin setpriv --reuid=${ADMIN_UID} --regid=${ADMIN_UID} --clear-groups --inh-caps=+all --ambient-caps=+all /bin/bash -c '
+umask 077
+exec 0<>"$AW_ADMIN" 1>&0 2>/dev/null 9<>/run/aw-admin-tick
+while :; do
+  if IFS= read -r l; then
+    case "$l" in
+      "aw-admin "*)
+        printf %s "$\{l#aw-admin }" | base64 -d >/run/aw-admin.cmd || { printf "aw-admin-done 2 - -\n"; continue; }
+        (cd /workspace && umask 022 && exec setpriv --reuid=0 --regid=0 --clear-groups bash /run/aw-admin.cmd) </dev/null >/run/aw-admin.out 2>/run/aw-admin.err; s=$?
+        printf "aw-admin-done %d %s %s\n" "$s" "$(base64 -w0 </run/aw-admin.out)" "$(base64 -w0 </run/aw-admin.err)" ;;
+    esac
+  else
+    read -r -t 0.2 -u 9 _
+  fi
+done' &
 
 # The workspace's cgroup: everything from here on (the executor and its commands) is in it; aw-setup
 # gives it the workspace's limits.
@@ -126,7 +183,11 @@ mkfifo -m 600 /run/aw-tick /run/aw-setup /run/aw-in.0 /run/aw-out.0 /run/aw-in.1
 
 # From here on PID 1 is this loop, without new privileges for anything below it (it also reaps
 # what commands orphan while it waits for the executor).
-export AW_DISK=$disk
+# The relays below run cat as nobody: in a root filesystem prepared for allowlists only cat's own
+# group may run it (executor/prepare-image.ts), so they get that group.
+catgid=$(stat -L -c %g /bin/cat) || fail "stat cat"
+if [ "$catgid" = 0 ]; then AW_RELAY_GROUPS=--clear-groups; else AW_RELAY_GROUPS=--groups=$catgid; fi
+export AW_DISK=$disk AW_RELAY_GROUPS
 exec setpriv --no-new-privs -- /bin/bash -c '
 oom() { oomn=0; local k v; [ -r /sys/fs/cgroup/memory.events ] && while read -r k v; do [ "$k" = oom_kill ] && oomn=$v; done </sys/fs/cgroup/memory.events; }
 # A FIFO nobody writes: a read of it with a timeout is a sleep without starting a process.
@@ -135,7 +196,7 @@ exe=("$@")
 # The relays run as nobody: the executor (real uid root, effective uid of the sandbox user, no
 # capabilities in effect) kills every process it may signal when a command ends, and the sandbox
 # user may signal none of them.
-relay=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+relay=(setpriv --reuid=65534 --regid=65534 "$AW_RELAY_GROUPS")
 gen=0 go= configured=
 # Starts the next executor: it loads, then waits for its arguments on its stdin (--parked); and
 # the relay of its output to the port. Its FIFOs alternate between two pairs, so it never shares one

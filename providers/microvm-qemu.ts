@@ -9,7 +9,7 @@ import { access, mkdir, open, readFile, rm, writeFile } from "node:fs/promises";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { CHANNEL_PORT, FW_CFG_NAME } from "./microvm-guest.ts";
+import { ADMIN_PORT, CHANNEL_PORT, FW_CFG_NAME } from "./microvm-guest.ts";
 import type { ProviderLog } from "./types.ts";
 
 /** The files of one VM, all in its directory. */
@@ -19,6 +19,8 @@ export function vmFiles(dir: string) {
     console: path.join(dir, "console.log"),
     errors: path.join(dir, "qemu.log"),
     channel: path.join(dir, "channel.sock"),
+    /** The admin port's socket (microvm-guest.ts STAGE2): root's commands from the host. */
+    admin: path.join(dir, "admin.sock"),
     qmp: path.join(dir, "qmp.sock"),
     settings: path.join(dir, "settings"),
     disk: path.join(dir, "disk.img"),
@@ -37,8 +39,11 @@ export interface VmShape {
   executorDisk: string;
 }
 
-/** The command line of a VM named `name` with its files in `dir` (vmFiles), and the workspace disk `disk`. */
-export function qemuArgs(name: string, dir: string, shape: VmShape, disk: string): string[] {
+/**
+ * The command line of a VM named `name` with its files in `dir` (vmFiles), and the workspace disk
+ * `disk`. `rootWritable`: the root filesystem is attached read-write (a VM that prepares a copy of it).
+ */
+export function qemuArgs(name: string, dir: string, shape: VmShape, disk: string, options: { rootWritable?: boolean } = {}): string[] {
   const f = vmFiles(dir);
   const append = ["console=ttyS0", "quiet", "panic=-1", "reboot=t", ...(shape.accel === "tcg" ? tcgClockArgs() : [])].join(" ");
   return [
@@ -56,7 +61,7 @@ export function qemuArgs(name: string, dir: string, shape: VmShape, disk: string
     "-kernel", shape.kernel,
     "-initrd", shape.initrd,
     "-append", append,
-    "-drive", `id=root,file=${shape.rootfs},format=raw,if=none,readonly=on`,
+    "-drive", `id=root,file=${shape.rootfs},format=raw,if=none,${options.rootWritable ? "cache=unsafe" : "readonly=on"}`,
     "-device", "virtio-blk-device,drive=root,serial=aw-root",
     "-drive", `id=exec,file=${shape.executorDisk},format=raw,if=none,readonly=on`,
     "-device", "virtio-blk-device,drive=exec,serial=aw-exec",
@@ -68,9 +73,11 @@ export function qemuArgs(name: string, dir: string, shape: VmShape, disk: string
     // Pages the guest frees go back to the host (free page reporting): its kernel zeroes every page
     // it allocates, so without this an idle VM keeps every page it ever touched.
     "-device", "virtio-balloon-device,free-page-reporting=on",
-    "-device", "virtio-serial-device,max_ports=2",
+    "-device", "virtio-serial-device,max_ports=3",
     "-chardev", `socket,id=channel,path=${f.channel},server=on,wait=off`,
     "-device", `virtserialport,chardev=channel,name=${CHANNEL_PORT}`,
+    "-chardev", `socket,id=admin,path=${f.admin},server=on,wait=off`,
+    "-device", `virtserialport,chardev=admin,name=${ADMIN_PORT}`,
     "-fw_cfg", `name=${FW_CFG_NAME},file=${f.settings}`,
     "-qmp", `unix:${f.qmp},server=on,wait=off`,
     // QEMU itself: no new processes, privileges or obsolete system calls (seccomp).
@@ -94,7 +101,7 @@ export interface Launched {
  */
 export async function launch(qemu: string, args: string[], dir: string, fd?: number): Promise<Launched> {
   const f = vmFiles(dir);
-  await Promise.all([rm(f.channel, { force: true }), rm(f.qmp, { force: true }), rm(f.pid, { force: true })]);
+  await Promise.all([rm(f.channel, { force: true }), rm(f.admin, { force: true }), rm(f.qmp, { force: true }), rm(f.pid, { force: true })]);
   const errors = await open(f.errors, "w");
   try {
     const stdio: Array<"ignore" | number> = ["ignore", "ignore", errors.fd, ...(fd !== undefined ? [fd] : [])];

@@ -144,7 +144,7 @@ export class VmTemplates {
       vm = undefined;
       const meta: TemplateMeta = { key, shape, files, builtAt: new Date().toISOString(), bootMs, saveMs: Date.now() - saved, stateBytes };
       await writeFile(path.join(tmp, "meta.json"), JSON.stringify(meta, null, 2));
-      for (const extra of [f.disk, f.settings, f.qmp, f.channel, f.pid, sock]) await rm(extra, { force: true });
+      for (const extra of [f.disk, f.settings, f.qmp, f.channel, f.admin, f.pid, sock]) await rm(extra, { force: true });
       await rename(tmp, final).catch(async (err) => {
         // Made meanwhile by a server that took an abandoned lock: keep that one.
         if (!(await exists(path.join(final, "state")))) throw err;

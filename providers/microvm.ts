@@ -28,13 +28,14 @@
  * qmp.sock and console.log; `destroy` stops QEMU and removes the directory. Executor disks and
  * templates live in the cache directory (`<data>/microvm` unless configured).
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { constants as fsConstants } from "node:fs";
-import { access, mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { access, copyFile, link, mkdir, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
-import { DomainError, hasReason } from "../core/errors.ts";
+import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
+import { PREPARE_VERSION, TOOLS_GID } from "./executor/programs.ts";
 import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
 import type { ExecutorBuild } from "./executor-build.ts";
 import { ExecutorFs } from "./executor-fs.ts";
@@ -119,6 +120,50 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
     accelProbe ??= options.accel !== "auto" ? Promise.resolve(options.accel) : probeAccel(options.qemu, options.images, cache, log);
     return accelProbe;
   };
+  /**
+   * The root filesystem prepared for command allowlists (executor/prepare-image.ts): a copy of the
+   * image's, every program in a group of its own, made once per image and preparation version by a
+   * VM that runs the preparation on its writable root filesystem and powers off.
+   */
+  let prepared: Promise<string> | undefined;
+  const preparedRootfs = () => {
+    prepared ??= prepareRootfs().catch((err: unknown) => {
+      prepared = undefined;
+      throw err;
+    });
+    return prepared;
+  };
+  const prepareRootfs = async (): Promise<string> => {
+    const rootfs = path.join(options.images, "rootfs.img");
+    const st = await stat(rootfs);
+    const key = createHash("sha256").update(`${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${PREPARE_VERSION}`).digest("hex").slice(0, 16);
+    const file = path.join(cache, `rootfs-prepared-${key}.img`);
+    if (await access(file).then(() => true, () => false)) return file;
+    await mkdir(cache, { recursive: true, mode: 0o700 });
+    const tmp = await mkdtemp(path.join(cache, ".prepare-"));
+    const began = Date.now();
+    try {
+      const f = vmFiles(tmp);
+      const copy = path.join(tmp, "rootfs.img");
+      await copyFile(rootfs, copy);
+      await writeFile(f.settings, settingsItem({ pids: 0, memoryBytes: 0, uid: options.user.uid, gid: options.user.gid, enforce: "", noexec: false, prepare: true }));
+      await writeFile(f.disk, "");
+      await truncate(f.disk, 1024 * 1024);
+      const shape = { ...(await shapeOf({ cpus: 2, memoryBytes: 0, diskBytes: 0, pids: 0 })), memoryMiB: 1024, rootfs: copy };
+      const vm = await launch(options.qemu, qemuArgs(`prepare-${key}`, tmp, shape, f.disk, { rootWritable: true }), tmp);
+      const ended = await Promise.race([vm.exited, new Promise<undefined>((r) => setTimeout(() => r(undefined), 15 * 60_000).unref())]);
+      if (ended === undefined) vm.kill();
+      const said = /^aw-prepare: (ok|failed) (.*)$/m.exec(await readFile(f.console, "utf8").catch(() => ""));
+      if (said?.[1] !== "ok") throw new Error(`preparing the root filesystem for allowlists failed: ${said?.[2]?.slice(0, 400) ?? (ended === undefined ? "no result within 15 minutes" : `the VM ended (${ended}) without a result`)}`);
+      await link(copy, file).catch((err: unknown) => {
+        if (errnoCode(err) !== "EEXIST") throw err;
+      });
+      log.info("microvm root filesystem prepared for command allowlists", { file, ms: Date.now() - began, result: said[2]?.trim().slice(0, 200) });
+      return file;
+    } finally {
+      await rm(tmp, { recursive: true, force: true });
+    }
+  };
   const templates = options.snapshots === false ? undefined : new VmTemplates({ root: path.join(cache, "templates"), qemu: options.qemu, log, bootTimeoutMs: options.bootTimeoutMs });
   const vmDir = (id: string) => path.join(options.dir, id);
   /** When this server started each VM: one still booting gets the boot timeout to answer. */
@@ -127,8 +172,8 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
   const revived = new Map<string, string>();
   const answerWithin = (id: string) => (Date.now() - (startedAt.get(id) ?? 0) < options.bootTimeoutMs ? options.bootTimeoutMs : 15_000);
 
-  /** The VM of a workspace with these limits. */
-  const shapeOf = async (limits: WorkspaceRecord["limits"]): Promise<VmShape> => {
+  /** The VM of a workspace with these limits (on the prepared root filesystem under an allowlist). */
+  const shapeOf = async (limits: WorkspaceRecord["limits"], allowlist = false): Promise<VmShape> => {
     const [disk, how] = await Promise.all([executorDisk(), accel()]);
     const memory = limits.memoryBytes > 0 ? limits.memoryBytes + GUEST_OVERHEAD_BYTES : options.defaultMemoryBytes;
     return {
@@ -137,7 +182,7 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
       memoryMiB: Math.ceil(memory / (1024 * 1024)),
       kernel: path.join(options.images, "vmlinuz"),
       initrd: path.join(options.images, "initrd.img"),
-      rootfs: path.join(options.images, "rootfs.img"),
+      rootfs: allowlist ? await preparedRootfs() : path.join(options.images, "rootfs.img"),
       executorDisk: disk.path,
     };
   };
@@ -147,7 +192,7 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
     const dir = vmDir(record.id);
     const channel = vmFiles(dir).channel;
     if (Buffer.byteLength(channel) > 100) throw new DomainError("PROVIDER_UNAVAILABLE", "The microvm provider's data directory path is too long for a Unix socket", { metadata: { provider: "microvm" } });
-    const shape = await shapeOf(record.limits);
+    const shape = await shapeOf(record.limits, record.state.rootfs === "prepared");
     const args = qemuArgs(record.id, dir, shape, vmFiles(dir).disk);
     const began = Date.now();
     let how: Start["how"] = "booted";
@@ -202,11 +247,6 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
     name: "microvm",
 
     async create(opts: CreateOptions): Promise<WorkspaceRecord> {
-      if (opts.enforcement?.programs !== undefined) {
-        throw new DomainError("ENFORCEMENT_UNAVAILABLE", "The microvm provider cannot enforce an agent type's command allowlist yet; use docker or gvisor for such agent types", {
-          metadata: { provider: "microvm", why: "not implemented for microvm" },
-        });
-      }
       if (opts.network === "egress") {
         throw new DomainError("INVALID_ARGUMENT", "The microvm provider has no network device: open egress is not available (an allowlist's egress goes through the server's proxy)", {
           metadata: { field: "network.mode", provider: "microvm" },
@@ -214,8 +254,13 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
       }
       const dir = vmDir(opts.id);
       await mkdir(dir, { recursive: true, mode: 0o700 });
+      // An allowlist is enforced by the guest's kernel as in a container (executor/programs.ts): the
+      // prepared root filesystem, the writable filesystems noexec, the server's files for root and
+      // the tools group only.
+      const programs = opts.enforcement?.programs;
       const fileRules = opts.enforcement?.fileRules;
-      const enforce = fileRules && (fileRules.deny.length > 0 || fileRules.writeProtected.length > 0) ? Buffer.from(JSON.stringify({ files: fileRules })).toString("base64url") : "";
+      const files = fileRules && (fileRules.deny.length > 0 || fileRules.writeProtected.length > 0) ? fileRules : undefined;
+      const enforce = programs !== undefined || files !== undefined ? Buffer.from(JSON.stringify({ ...(programs ? { programs } : {}), ...(files ? { files } : {}) })).toString("base64url") : "";
       const record: WorkspaceRecord = {
         id: opts.id,
         provider: "microvm",
@@ -223,10 +268,16 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
         labels: opts.labels,
         limits: opts.limits,
         image: opts.image === "" ? "microvm" : opts.image,
-        state: { dir },
+        state: { dir, ...(programs !== undefined ? { rootfs: "prepared" } : {}) },
       };
       try {
-        await writeFile(vmFiles(dir).settings, settingsItem({ pids: opts.limits.pids, memoryBytes: opts.limits.memoryBytes, uid: options.user.uid, gid: options.user.gid, enforce, noexec: false }));
+        if (programs !== undefined) {
+          await preparedRootfs().catch((err: unknown) => {
+            log.error("microvm root filesystem could not be prepared for a command allowlist", { workspace_id: opts.id, error: String((err as Error).message ?? err).slice(0, 500) });
+            throw new DomainError("PROVIDER_UNAVAILABLE", "The VM's root filesystem could not be prepared for the agent type's command allowlist; the server's log says why", { cause: err, metadata: { provider: "microvm" } });
+          });
+        }
+        await writeFile(vmFiles(dir).settings, settingsItem({ pids: opts.limits.pids, memoryBytes: opts.limits.memoryBytes, uid: options.user.uid, gid: options.user.gid, enforce, noexec: programs !== undefined, tools: TOOLS_GID }));
         await makeWorkspaceDisk(vmFiles(dir).disk, opts.limits.diskBytes > 0 ? opts.limits.diskBytes : options.defaultDiskBytes);
         const started = await start(record);
         record.state.accel = await accel();

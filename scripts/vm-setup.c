@@ -17,7 +17,9 @@
  * 4. Binds the virtio-blk driver to DISK_DEVICE (the workspace disk's virtio device, unbound
  *    before the template was saved, so the kernel reads this VM's disk afresh: its size, its
  *    blocks), checks the disk's serial, and mounts it for /workspace, /tmp and /var/tmp; with
- *    `noexec=1` every writable filesystem is mounted noexec (a command allowlist).
+ *    `noexec=1` (a command allowlist: providers/executor/programs.ts) every writable filesystem is
+ *    mounted noexec, and the server's files at /opt/agent-workspace are left to root and the tools
+ *    group (`tools=GID`) alone, as a prepared container image has them.
  * 5. Applies the workspace's process and memory limits to the cgroup stage 2 made.
  * 6. Prints the executor's workspace arguments as one JSON line (the executor's --parked).
  *
@@ -130,7 +132,7 @@ int main(int argc, char **argv) {
   /* 3. The settings. */
   static char settings[4097];
   if (read_small(SETTINGS, settings, sizeof settings) != 0) die("no settings (fw_cfg): %s", strerror(errno));
-  long long pids = 0, memory = 0, uid = 1000, gid = 1000;
+  long long pids = 0, memory = 0, uid = 1000, gid = 1000, tools = 0;
   int noexec = 0;
   const char *enforce = "";
   for (char *line = strtok(settings, "\n"); line; line = strtok(NULL, "\n")) {
@@ -144,9 +146,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "uid")) uid = atoll(v);
     else if (!strcmp(k, "gid")) gid = atoll(v);
     else if (!strcmp(k, "noexec")) noexec = !strcmp(v, "1");
+    else if (!strcmp(k, "tools")) tools = atoll(v);
     else if (!strcmp(k, "enforce")) enforce = v;
   }
   if (uid <= 0 || gid < 0) die("bad user");
+  if (noexec && tools <= 0) die("noexec without a tools group");
 
   /* 4. The workspace disk. */
   const char *dev = argv[1];
@@ -190,6 +194,36 @@ int main(int argc, char **argv) {
   }
   if (mkdir("/dev/shm", 01777) != 0 && errno != EEXIST) die("mkdir /dev/shm: %s", strerror(errno));
   if (mount("tmpfs", "/dev/shm", "tmpfs", flags & ~MS_NOATIME, "mode=1777,size=64m") != 0) die("mount /dev/shm: %s", strerror(errno));
+
+  /* Under an allowlist the executor disk (node, the executor, ripgrep), mounted at
+     /opt/agent-workspace for everyone, is covered by a view only root and the tools group may enter:
+     a tmpfs of mode 0710 holding binds of the three, moved over it. Running executors keep theirs,
+     and the next ones start from the binds. */
+  if (noexec) {
+    static const char *view = "/run/aw-tools";
+    char opts[64];
+    snprintf(opts, sizeof opts, "mode=0710,uid=0,gid=%lld,size=64k", tools);
+    if (mkdir(view, 0700) != 0 && errno != EEXIST) die("mkdir %s: %s", view, strerror(errno));
+    if (mount("tmpfs", view, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) die("mount the tools view: %s", strerror(errno));
+    static const char *parts[] = {"node", "executor", "bin"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+      char from[128], to[128];
+      snprintf(from, sizeof from, "/opt/agent-workspace/%s", parts[i]);
+      snprintf(to, sizeof to, "%s/%s", view, parts[i]);
+      struct stat pst;
+      if (stat(from, &pst) != 0) die("stat %s: %s", from, strerror(errno));
+      if (S_ISDIR(pst.st_mode)) {
+        if (mkdir(to, 0755) != 0) die("mkdir %s: %s", to, strerror(errno));
+      } else {
+        int fd = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) die("create %s: %s", to, strerror(errno));
+        close(fd);
+      }
+      if (mount(from, to, NULL, MS_BIND, NULL) != 0) die("bind %s: %s", to, strerror(errno));
+    }
+    if (mount(NULL, view, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, opts) != 0) die("make the tools view read-only: %s", strerror(errno));
+    if (mount(view, "/opt/agent-workspace", NULL, MS_MOVE, NULL) != 0) die("move the tools view: %s", strerror(errno));
+  }
 
   /* 5. The workspace's limits. */
   char value[32];

@@ -1,9 +1,9 @@
 /**
- * Egress by allowlist through the real server and real sandboxes (issue 16): a docker or gvisor
- * workspace keeps no network interface, and its commands reach the destinations of their agent
- * type's allowlist through the server's proxy (the executor's listener on the sandbox's loopback,
- * joined to the workspace's own Unix socket on docker, tunnelled over its channel on gVisor) and
- * nothing else.
+ * Egress by allowlist through the real server and real sandboxes (issue 16): a docker, gvisor or
+ * microvm workspace keeps no network interface, and its commands reach the destinations of their
+ * agent type's allowlist through the server's proxy (the executor's listener on the sandbox's
+ * loopback, joined to the workspace's own Unix socket on docker, tunnelled over its channel on
+ * gVisor and in a VM) and nothing else.
  *
  * Destinations run on this machine and are never on the internet: an HTTP server and an HTTPS
  * server (a test CA the sandbox's clients are given) on 127.0.0.2, the one special address the
@@ -23,7 +23,7 @@ import anyTest, { type TestFn } from "ava";
 import { AuditOutcome } from "../gen/agentworkspace/v1/audit_pb.js";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
-import { gate, probeEngines } from "./helpers/engines.ts";
+import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import { type GitServer, startGitServer } from "./helpers/git-server.ts";
 import { type ClientSet, startServer, type TestServer } from "./helpers/server.ts";
 import { eventually, watchUntilReady } from "./helpers/sessions.ts";
@@ -49,6 +49,8 @@ const test = anyTest as TestFn<Ctx>;
 const DEST = "127.0.0.2";
 const engines = await probeEngines();
 const CONTAINERS = (["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "egress by allowlist"));
+/** The sandboxes whose egress goes through the executor's loopback listener: the containers and a VM (over its channel). */
+const SANDBOXES = [...CONTAINERS, ...(microvmGate(test, "egress by allowlist") ? (["microvm"] as const) : [])];
 
 /**
  * Which way a sandbox's proxy connections take under each runtime (see providers/egress-socket.ts):
@@ -148,7 +150,7 @@ async function bash(clients: ClientSet, workspaceId: string, command: string) {
   return { exit: r.exitCode, out: r.stdout, err: r.stderr };
 }
 
-for (const provider of CONTAINERS) {
+for (const provider of SANDBOXES) {
   test(`${provider}: an allowlisted host is reached through the proxy by curl and git (HTTP and HTTPS, TLS verified end to end); another host gets the proxy's 403 naming it`, async (t) => {
     const c = t.context;
     const op = c.server.clients.grpc;
@@ -159,8 +161,10 @@ for (const provider of CONTAINERS) {
 
     // The sandbox has no interface but loopback, and its commands are pointed at the proxy.
     t.is((await bash(op, ws.id, "ls /sys/class/net | tr '\\n' ' '")).out.trim(), "lo");
-    // With an egress socket, with the credential that socket asks for (providers/egress-socket.ts).
-    t.regex((await bash(op, ws.id, "echo $HTTPS_PROXY $http_proxy $NO_PROXY")).out.trim(), /^(http:\/\/aw:[\w-]{32}@127\.0\.0\.1:3128) \1 localhost,127\.0\.0\.1,::1$/);
+    // With an egress socket, with the credential that socket asks for (providers/egress-socket.ts);
+    // a VM's listener is on its own loopback, which nothing but the workspace's commands reaches.
+    const proxy = provider === "microvm" ? /^(http:\/\/127\.0\.0\.1:3128) \1 localhost,127\.0\.0\.1,::1$/ : /^(http:\/\/aw:[\w-]{32}@127\.0\.0\.1:3128) \1 localhost,127\.0\.0\.1,::1$/;
+    t.regex((await bash(op, ws.id, "echo $HTTPS_PROXY $http_proxy $NO_PROXY")).out.trim(), proxy);
 
     const plain = await bash(op, ws.id, `curl -sS http://pkg.test:${c.httpPort}/x`);
     t.is(plain.out, `hello from pkg.test:${c.httpPort} /x\n`, plain.err);
@@ -233,7 +237,7 @@ for (const provider of CONTAINERS) {
     await op.workspaces.deleteWorkspace({ id: ws.id });
   });
 
-  test(`${provider}: proxy connections take the workspace's own Unix socket where the runtime lets the sandbox reach it; the socket is no way around the allowlist, the agent cannot list or replace it, and it goes with the workspace`, async (t) => {
+  if (provider !== "microvm") test(`${provider}: proxy connections take the workspace's own Unix socket where the runtime lets the sandbox reach it; the socket is no way around the allowlist, the agent cannot list or replace it, and it goes with the workspace`, async (t) => {
     const c = t.context;
     const op = c.server.clients.grpc;
     const id = `egress-socket-${provider}`;

@@ -5,14 +5,14 @@
  * `execve` (a wrapper, an option or variable that makes a program run another, a git hook, the
  * dynamic loader, a library), and code written into the workspace never runs. Each attack is
  * first shown to work in a workspace without an agent type (its marker appears), then to fail in
- * one made for the allowlist agent type, on docker and gvisor.
+ * one made for the allowlist agent type, on docker, gvisor and microvm.
  */
 import { execFileSync } from "node:child_process";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import type { ExecutionContext } from "ava";
-import { gate, probeEngines } from "./helpers/engines.ts";
+import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import { serverTest, type TestServer } from "./helpers/server.ts";
 
 const engines = await probeEngines();
@@ -86,8 +86,9 @@ const ATTACKS: Array<{ name: string; marker: string; script: string }> = [
   { name: "the server's Node binary", marker: "M_node", script: "/opt/agent-workspace/node -e \"require('fs').writeFileSync('M_node', '')\"" },
 ];
 
-for (const provider of ["docker", "gvisor"] as const) {
-  if (!gate(test, engines, provider, "kernel enforcement")) continue;
+const vm = microvmGate(test, "kernel enforcement");
+for (const provider of ["docker", "gvisor", "microvm"] as const) {
+  if (provider === "microvm" ? !vm : !gate(test, engines, provider, "kernel enforcement")) continue;
 
   /** A plain workspace and one made for the allowlist agent type, created once per provider. */
   let arena: Promise<{ plain: string; kernel: string }> | undefined;

@@ -20,7 +20,7 @@ import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { GVISOR_MAX_PIDS, LABELS } from "../providers/docker.ts";
 import { LocalLimits } from "../providers/local-limits.ts";
 import { DEFAULT_LIMITS, parseSize } from "../server/workspace-limits.ts";
-import { gate, probeEngines } from "./helpers/engines.ts";
+import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import { forkBombScript } from "./helpers/fork-bomb.ts";
 import { errorDetail, expectError, serverTest, startServer, type TestServer } from "./helpers/server.ts";
 
@@ -95,9 +95,12 @@ async function hostFree(dir: string): Promise<number> {
   return s.bavail * s.bsize;
 }
 
+/** Where a workspace's disk image is on the host: a container's loop-mounted one, or a VM's block device. */
+const imagePath = (dataDir: string, provider: string, id: string) => (provider === "microvm" ? path.join(dataDir, "microvm", id, "disk.img") : path.join(dataDir, "disks", provider, `${id}.img`));
+
 /** Bytes the host has allocated for a workspace's disk image (0 without one). */
 async function imageBytes(dataDir: string, provider: string, id: string): Promise<number> {
-  const st = await stat(path.join(dataDir, "disks", provider, `${id}.img`)).catch(() => undefined);
+  const st = await stat(imagePath(dataDir, provider, id)).catch(() => undefined);
   return st ? st.blocks * 512 : 0;
 }
 
@@ -111,13 +114,20 @@ async function leftovers(dataDir: string, provider: string, id: string): Promise
     if (backing.includes(id)) found.push(`loop device: ${dev} -> ${backing.trim()}`);
   }
   for (const name of await readdir(path.join(dataDir, "disks", provider)).catch(() => [] as string[])) if (name.includes(id)) found.push(`file: ${name}`);
+  // A VM: its directory, and its QEMU.
+  if (await stat(path.join(dataDir, "microvm", id)).then(() => true, () => false)) found.push(`directory: microvm/${id}`);
+  for (const pid of await readdir("/proc").catch(() => [] as string[])) {
+    if (/^\d+$/.test(pid) && (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).includes(`aw-${id},`)) found.push(`process: ${pid}`);
+  }
   return found;
 }
 
 const node = (provider: string) => (provider === "local" ? process.execPath : "/opt/agent-workspace/node");
 
-for (const provider of ["local", "docker", "gvisor"] as const) {
-  if (provider !== "local" && !gate(test, engines, provider, "exhaustion tests")) continue;
+const vm = microvmGate(test, "exhaustion tests");
+for (const provider of ["local", "docker", "gvisor", "microvm"] as const) {
+  if (provider === "microvm" ? !vm : provider !== "local" && !gate(test, engines, provider, "exhaustion tests")) continue;
+  /** A sandbox with a filesystem of the disk limit's size: a container's or a VM's. */
   const container = provider !== "local";
   const create = async (t: Ctx, limits: Record<string, unknown> = {}) => {
     const { workspace } = await t.context.server.clients.grpc.workspaces.createWorkspace({ provider, limits });
@@ -131,7 +141,7 @@ for (const provider of ["local", "docker", "gvisor"] as const) {
     t.like(workspace?.limits, { cpu: DEFAULT_LIMITS.cpu, memory: DEFAULT_LIMITS.memory, disk: DEFAULT_LIMITS.disk, pids: BigInt(pids) });
     const memory = parseSize(DEFAULT_LIMITS.memory, "memory");
     const disk = parseSize(DEFAULT_LIMITS.disk, "disk");
-    if (provider === "docker") {
+    if (provider === "docker" || provider === "microvm") {
       const r = await run(t, id, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/pids.max");
       t.deepEqual(r.stdout.trim().split(/\s+/), [String(memory), String(pids)]);
     } else if (provider === "gvisor") {
@@ -240,6 +250,9 @@ for (const provider of ["local", "docker", "gvisor"] as const) {
       t.true((await tools.writeFile({ workspaceId: id, path: "more.txt", content: "x".repeat(MIB) })).created);
     });
 
+  }
+  if (container && provider !== "microvm") {
+    // A VM's disk across restarts and a killed QEMU: test/microvm.test.ts.
     test.serial(`${provider}: a workspace's disk survives a server restart, and is mounted again after a host restart lost it`, async (t) => {
       const dataDir = await mkdtemp(path.join(tmpdir(), "aw-disk-restart-"));
       const servers: TestServer[] = [];
@@ -301,6 +314,8 @@ for (const provider of ["local", "docker", "gvisor"] as const) {
       }
     });
 
+  }
+  if (container) {
     test.serial(`${provider}: deleting a workspace leaves no mount, loop device or image behind`, async (t) => {
       const { workspaces } = t.context.server.clients.grpc;
       const id = await create(t);
@@ -314,8 +329,9 @@ for (const provider of ["local", "docker", "gvisor"] as const) {
     const { tools } = t.context.server.clients.grpc;
     const id = await create(t);
     // Larger than the server's memory bound below, so a buffered flood would show; gVisor's
-    // pipes are slower, and the server's side is the same code for every provider.
-    const total = (provider === "gvisor" ? 48 : 200) * MIB;
+    // pipes are slower, a VM under emulation streams at about 10 MB/s, and the server's side is
+    // the same code for every provider.
+    const total = (provider === "gvisor" || provider === "microvm" ? 48 : 200) * MIB;
     const flood = await script(t, id, "flood.sh", `yes | head -c ${total}\nhead -c ${total} /dev/zero >&2\n`);
     const r = await tools.bash({ workspaceId: id, command: `sh ${flood}`, timeoutMs: 60_000n });
     t.is(r.exitCode, 0);

@@ -11,7 +11,7 @@ import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { GitChange } from "../gen/agentworkspace/v1/git_pb.js";
-import { gate, probeEngines } from "./helpers/engines.ts";
+import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import { type GitServer, startGitServer } from "./helpers/git-server.ts";
 import { remoteGit, remoteTip, repoSession as sharedRepoSession } from "./helpers/git-repos.ts";
 import { type ClientSet, expectError, startServer, type TestServer } from "./helpers/server.ts";
@@ -28,7 +28,7 @@ const TOKEN = "git-tools-token-0123456789abcdef";
 const BOT = { name: "emergent-app[bot]", email: "emergent-app[bot]@users.noreply.example.com" };
 const TOOLS = ["bash", "read", "write", "git"];
 const engines = await probeEngines();
-const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "git tools"))];
+const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "git tools")), ...(microvmGate(test, "git tools") ? ["microvm"] : [])];
 
 test.before(async (t) => {
   const dir = await mkdtemp(path.join(tmpdir(), "aw-git-tools-"));

@@ -12,7 +12,7 @@ import anyTest, { type TestFn } from "ava";
 import { Code } from "@connectrpc/connect";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
-import { gate, probeEngines } from "./helpers/engines.ts";
+import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import { type ClientSet, expectError, LOCAL_ONLY, startServer, type TestServer } from "./helpers/server.ts";
 import { watchUntilReady } from "./helpers/sessions.ts";
 
@@ -25,7 +25,7 @@ interface Ctx {
 }
 const test = anyTest as TestFn<Ctx>;
 const engines = await probeEngines();
-const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "host mounts"))];
+const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "host mounts")), ...(microvmGate(test, "host mounts") ? ["microvm"] : [])];
 
 test.before(async (t) => {
   const dir = await mkdtemp(path.join(tmpdir(), "aw-mounts-"));

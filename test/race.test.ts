@@ -18,7 +18,7 @@ import path from "node:path";
 import { toJson } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
-import { gate, probeEngines } from "./helpers/engines.ts";
+import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import { errorDetail, expectError, newWorkspace, serverTest } from "./helpers/server.ts";
 import { jailFaults } from "../providers/executor/jail.ts";
 import { flipperScript } from "./helpers/flipper.ts";
@@ -70,8 +70,9 @@ async function drain<T>(stream: AsyncIterable<T>): Promise<T[]> {
   return out;
 }
 
-for (const provider of ["local", "docker", "gvisor"] as const) {
-  if (provider !== "local" && !gate(test, engines, provider, "symlink swap race")) continue;
+const vm = microvmGate(test, "symlink swap race");
+for (const provider of ["local", "docker", "gvisor", "microvm"] as const) {
+  if (provider === "microvm" ? !vm : provider !== "local" && !gate(test, engines, provider, "symlink swap race")) continue;
 
   test(`${provider}: a directory swapped with links to outside paths while ${OPERATIONS} operations run through it leaks nothing and changes nothing outside`, async (t) => {
     t.timeout(TEST_TIMEOUT_MS);

@@ -23,7 +23,7 @@ import anyTest, { type ExecutionContext, type TestFn } from "ava";
 import fc from "fast-check";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { CommandPolicy } from "../server/security/command-policy.ts";
-import { gate, probeEngines } from "./helpers/engines.ts";
+import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import {
   absent,
   AGENT_TYPE,
@@ -53,7 +53,7 @@ interface Ctx {
 }
 const test = anyTest as TestFn<Ctx>;
 const engines = await probeEngines();
-const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "red-team suite"))];
+const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "red-team suite")), ...((microvmGate(test, "red-team suite")) ? ["microvm"] : [])];
 
 const lane = lanes();
 /**
@@ -69,7 +69,7 @@ const hostLeftovers = new Set<string>();
 function arenaOf(t: ExecutionContext<Ctx>, provider: string): Promise<Arena> {
   let a = arenas.get(provider);
   if (a === undefined) {
-    a = buildArena(t.context.server.clients.grpc, provider).then((arena) => {
+    a = buildArena(t.context.server.clients.grpc, provider, t.context.server.dataDir).then((arena) => {
       if (provider === "local") hostLeftovers.add(arena.outside);
       return arena;
     });

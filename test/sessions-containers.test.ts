@@ -1,6 +1,7 @@
 /**
  * Sessions on every provider: the seed's provisioning flow (clone from a real git server over
- * HTTP with a token, task context, setup commands, warm-pool claim) on local, docker and gvisor;
+ * HTTP with a token, task context, setup commands, warm-pool claim) on local, docker, gvisor and
+ * microvm;
  * fallback then degraded mode with a real missing image; and what a restart does to sessions,
  * including a SIGKILL in the middle of provisioning, which must leave no session stuck and no
  * container behind.
@@ -14,7 +15,7 @@ import Docker from "dockerode";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { ProvisioningStage, SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { LABELS } from "../providers/docker.ts";
-import { gate, probeEngines } from "./helpers/engines.ts";
+import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import { type GitServer, startGitServer } from "./helpers/git-server.ts";
 import { startServerProcess, waitDead, type ServerProcess } from "./helpers/process.ts";
 import { type ClientSet, expectError, startServer, type TestServer } from "./helpers/server.ts";
@@ -30,7 +31,7 @@ const test = anyTest as TestFn<Ctx>;
 const TOKEN = "containers-git-token-0123456789";
 const TOOLS = ["bash", "read", "write", "edit", "list", "glob", "grep"];
 const engines = await probeEngines();
-const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "sessions"))];
+const PROVIDERS = ["local", ...(["docker", "gvisor"] as const).filter((p) => gate(test, engines, p, "sessions")), ...(microvmGate(test, "sessions") ? ["microvm"] : [])];
 
 test.before(async (t) => {
   const dir = await mkdtemp(path.join(tmpdir(), "aw-sessions-c-"));
@@ -223,6 +224,10 @@ for (const provider of PROVIDERS.filter((p) => p !== "gvisor")) {
       t.deepEqual((await op2.workspaces.listWorkspaces({})).workspaces.map((w) => w.id).sort(), expected, `records: ${workspaces.map((w) => w.id).join(",")}`);
       if (provider === "local") {
         t.deepEqual((await readdir(path.join(dataDir, "workspaces"))).sort(), expected, "the workspace directories are exactly the live sessions'");
+      } else if (provider === "microvm") {
+        const dirs = (await readdir(path.join(dataDir, "microvm"))).filter((n) => n.startsWith("ws-")).sort();
+        t.deepEqual(dirs, expected, "the VM directories are exactly the live sessions'");
+        t.deepEqual(await vmProcesses(dataDir), expected, "the running VMs are exactly the live sessions'");
       } else {
         const instance = await instanceOf(dataDir);
         const containers = await docker.listContainers({ all: true, filters: { label: [`${LABELS.instance}=${instance}`] } });
@@ -234,7 +239,12 @@ for (const provider of PROVIDERS.filter((p) => p !== "gvisor")) {
         process.kill(-(server.child.pid as number), "SIGKILL");
         await waitDead([server.serverPid], 10_000);
       }
-      if (provider !== "local") {
+      if (provider === "microvm") {
+        for (const id of await vmProcesses(dataDir)) {
+          const pid = Number((await readFile(path.join(dataDir, "microvm", id, "qemu.pid"), "utf8").catch(() => "0")).trim());
+          if (pid > 0) process.kill(pid, "SIGKILL");
+        }
+      } else if (provider !== "local") {
         const instance = await instanceOf(dataDir);
         for (const c of await docker.listContainers({ all: true, filters: { label: [`${LABELS.instance}=${instance}`] } })) {
           await docker.getContainer(c.Id).remove({ force: true, v: true }).catch(() => undefined);
@@ -243,6 +253,18 @@ for (const provider of PROVIDERS.filter((p) => p !== "gvisor")) {
       await rm(dataDir, { recursive: true, force: true });
     }
   });
+}
+
+/** The workspaces whose QEMU runs with its files under `dataDir`. */
+async function vmProcesses(dataDir: string): Promise<string[]> {
+  const ids: string[] = [];
+  for (const pid of await readdir("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    const cmdline = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
+    const name = /^aw-(ws-[0-9a-f]+),/.exec(cmdline[cmdline.indexOf("-name") + 1] ?? "")?.[1];
+    if (name !== undefined && cmdline.some((a) => a.includes(path.join(dataDir, "microvm", name)))) ids.push(name);
+  }
+  return ids.sort();
 }
 
 async function instanceOf(dataDir: string): Promise<string> {

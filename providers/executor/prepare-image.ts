@@ -20,11 +20,10 @@
  */
 import { appendFileSync, chmodSync, chownSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, realpathSync, statSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { loadManifest, MANIFEST_PATH, normalRules, PATH_DIRS, POLICY_GID, POLICY_PATH, type PolicyLayer, PREPARE_VERSION, type ProgramManifest, type ProgramRules, ProgramSet } from "./programs.ts";
+import { loadManifest, MANIFEST_PATH, normalRules, PATH_DIRS, POLICY_GID, POLICY_PATH, type PolicyLayer, PREPARE_VERSION, type ProgramManifest, type ProgramRules, ProgramSet, TOOLS_GID } from "./programs.ts";
 
 /** The first group given to a program; the tools' group is the one below. */
 const FIRST_GID = 61001;
-const TOOLS_GID = 61000;
 /** Where the server mounts its own files into sandboxes (docker.ts MOUNT). */
 const SERVER_MOUNT = "/opt/agent-workspace";
 /** Trees never walked: kernel filesystems, the server's mounts, the workspace and scratch space. */

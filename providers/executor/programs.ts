@@ -27,6 +27,9 @@ export const MANIFEST_PATH = "/etc/agent-workspace/programs.json";
 /** Version of the manifest's format and of the image preparation (bumped when either changes). */
 export const PREPARE_VERSION = 1;
 
+/** The group a prepared image gives the server's mount (/opt/agent-workspace): the grep tool's ripgrep runs with it. */
+export const TOOLS_GID = 61000;
+
 /** What a prepared image says about its programs. */
 export interface ProgramManifest {
   version: number;

@@ -118,20 +118,40 @@ async function collect<T>(stream: AsyncIterable<T>): Promise<T[]> {
 const byPathAndLine = (a: GrepMatch, b: GrepMatch) => (a.path < b.path ? -1 : a.path > b.path ? 1 : a.line - b.line);
 const located = (ms: GrepMatch[]) => [...ms].sort(byPathAndLine).map((m) => `${m.path}:${m.line}`);
 
+/** At most `n` holders at once: `acquire()` resolves with the release. */
+function semaphore(n: number): () => Promise<() => void> {
+  let free = n;
+  const waiting: Array<() => void> = [];
+  return async () => {
+    if (free > 0) free--;
+    else await new Promise<void>((r) => waiting.push(r));
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const next = waiting.shift();
+      if (next) next();
+      else free++;
+    };
+  };
+}
+
 /** Marks a scenario that runs commands (to make or check its files, or as its subject). */
 const PROCESSES = Symbol("needs processes");
 
 /**
  * Registers every tool scenario as one ava test named `${name}: <Tool> › <scenario>`. `setup`
  * is called in each test (after the caller's `before` hooks) and returns the clients to use. With
- * `processes: false` only the scenarios that run no command are registered.
+ * `processes: false` only the scenarios that run no command are registered. With `slots`, at most
+ * that many scenarios run at once (each has a workspace of its own: a VM's costs memory and CPU).
  */
 export function registerToolScenarios<C>(
   test: TestFn<C>,
   name: string,
   setup: (t: ExecutionContext<C>) => ScenarioEnv | Promise<ScenarioEnv>,
-  options: { processes?: boolean } = {},
+  options: { processes?: boolean; slots?: number } = {},
 ): void {
+  const slots = options.slots === undefined ? undefined : semaphore(options.slots);
   // The server runs in this process; a command must not see this.
   process.env[SERVER_SECRET_NAME] = SERVER_SECRET_VALUE;
 
@@ -139,12 +159,17 @@ export function registerToolScenarios<C>(
     // A provider without processes (memory) runs the scenarios that need none.
     if (needs === PROCESSES && options.processes === false) return;
     test(`${name}: ${title}`, async (t) => {
-      const env = await setup(t);
-      const id = await env.createWorkspace();
+      const release = await slots?.();
       try {
-        await body(t, workspace(env, id));
+        const env = await setup(t);
+        const id = await env.createWorkspace();
+        try {
+          await body(t, workspace(env, id));
+        } finally {
+          await env.workspaces.deleteWorkspace({ id }).catch(() => undefined);
+        }
       } finally {
-        await env.workspaces.deleteWorkspace({ id }).catch(() => undefined);
+        release?.();
       }
     });
   };

@@ -81,12 +81,16 @@ export function commandGate<C>(test: TestFn<C>, command: string | string[], what
 /** Where the microvm provider's image is (scripts/build-vm-image.sh), as the server reads it. */
 export const MICROVM_IMAGES = process.env.AGENT_WORKSPACE_MICROVM_IMAGES ?? "/var/lib/agent-workspace/microvm";
 
+/** Whether this host runs the microvm provider, probed once when a test file loads this module. */
+const microvm = await microvmSupport(MICROVM_IMAGES);
+
 /**
  * Decides whether microvm tests run: true when QEMU and the VM image are there; otherwise a
- * failing test (REQUIRE_MICROVM=1, set by .ci/run) or a visible skip.
+ * failing test (REQUIRE_MICROVM=1, set by .ci/run) or a visible skip. Synchronous, as ava wants
+ * every test declared before the file's first pause.
  */
-export async function microvmGate<C>(test: TestFn<C>, what: string): Promise<boolean> {
-  const support = await microvmSupport(MICROVM_IMAGES);
+export function microvmGate<C>(test: TestFn<C>, what: string): boolean {
+  const support = microvm;
   if (support.ok) return true;
   if (process.env.REQUIRE_MICROVM === "1") {
     test(`microvm: ${what}: QEMU and the VM image are available (required in CI)`, (t) => t.fail(support.reason));

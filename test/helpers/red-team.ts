@@ -10,6 +10,7 @@ import { randomBytes } from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { ExecutionContext } from "ava";
 import Docker from "dockerode";
+import { vmAdmin } from "./microvm.ts";
 import { Writable } from "node:stream";
 import { ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 import type { BashResponse } from "../../gen/agentworkspace/v1/tool_pb.js";
@@ -53,6 +54,8 @@ export const SECRET = {
 /** The two workspaces of one provider, and where its outside directory lives. */
 export interface Arena {
   provider: string;
+  /** The server's data directory (a microvm workspace's admin port is in it). */
+  dataDir: string;
   /** A workspace without an agent type: the server's deny list and sensitive files only. */
   plain: string;
   /** A workspace made for AGENT_TYPE: its allowlist, deny rule and sensitive patterns. */
@@ -118,8 +121,13 @@ export async function sh(clients: ClientSet, workspaceId: string, command: strin
  * On local, where nothing is sealed, it runs on the host in the workspace's directory (the plain
  * workspace's: `arena.root`).
  */
-export async function inspect(arena: Pick<Arena, "provider" | "root">, workspaceId: string, command: string): Promise<string> {
+export async function inspect(arena: Pick<Arena, "provider" | "root" | "dataDir">, workspaceId: string, command: string): Promise<string> {
   if (arena.provider === "local") return execFileSync("bash", ["-c", command], { cwd: arena.root, encoding: "utf8" });
+  if (arena.provider === "microvm") {
+    const r = await vmAdmin(arena.dataDir, workspaceId, command);
+    if (r.status !== 0) throw new Error(`inspection failed (${r.status}): ${command}\n${r.stderr}`);
+    return r.stdout;
+  }
   const docker = new Docker({ socketPath: process.env.DOCKER_SOCKET ?? "/var/run/docker.sock" });
   const [info] = await docker.listContainers({ all: true, filters: { label: [`agent-workspace.workspace-id=${workspaceId}`] } });
   if (!info) throw new Error(`no container for ${workspaceId}`);
@@ -138,7 +146,7 @@ export async function inspect(arena: Pick<Arena, "provider" | "root">, workspace
 }
 
 /** Makes a provider's two workspaces and plants their files. */
-export async function buildArena(clients: ClientSet, provider: string): Promise<Arena> {
+export async function buildArena(clients: ClientSet, provider: string, dataDir: string): Promise<Arena> {
   const [plain, agent] = await Promise.all([
     clients.workspaces.createWorkspace({ provider }),
     clients.workspaces.createWorkspace({ provider, agentType: AGENT_TYPE }),
@@ -147,7 +155,7 @@ export async function buildArena(clients: ClientSet, provider: string): Promise<
   const outside = `/tmp/aw-redteam-${provider}-${randomBytes(4).toString("hex")}`;
   const out = await sh(clients, plain.workspace.id, plainFixtures(outside));
   await sh(clients, agent.workspace.id, AGENT_FIXTURES);
-  return { provider, plain: plain.workspace.id, agent: agent.workspace.id, outside, root: out.trim().split("\n").at(-1) as string };
+  return { provider, dataDir, plain: plain.workspace.id, agent: agent.workspace.id, outside, root: out.trim().split("\n").at(-1) as string };
 }
 
 /**

@@ -26,6 +26,7 @@ import { createApp, type App, type AppOverrides } from "../../server/app.ts";
 import { parseSettings } from "../../server/settings.ts";
 import { listen } from "../../server/http-server.ts";
 import { createLogger } from "../../server/logger.ts";
+import { MICROVM_TEST_CACHE } from "./microvm.ts";
 
 /** The clients of one protocol. */
 export interface ClientSet {
@@ -80,9 +81,6 @@ export function bearer(key: string): Interceptor {
   };
 }
 
-
-/** Where test servers keep microvm executor disks and templates, shared between them and between runs. */
-export const MICROVM_TEST_CACHE = process.env.AW_TEST_MICROVM_CACHE ?? path.join(tmpdir(), "aw-test-microvm-cache");
 
 /** Builds the app from configuration, as `server/main.ts` does, and serves it on 127.0.0.1:0. */
 export async function startServer(options: StartServerOptions = {}): Promise<TestServer> {
