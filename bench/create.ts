@@ -5,16 +5,22 @@
  * - local: `mkdir` of a directory;
  * - docker, gvisor: dockerode createVolume + createContainer + start of a container of the same
  *   image and runtime with the providers' essentials (no network, the volume on /workspace)
- *   running `sleep infinity`, removed again after each call.
+ *   running `sleep infinity`, removed again after each call;
+ * - microvm: QEMU alone restoring the template the server's workspaces are made from (started with
+ *   the same command line and the state as its incoming migration, until it runs), killed again:
+ *   what a restore costs before the guest is made the workspace's and its executor answers.
  * There are no warm pools yet, so every creation is cold (after one unmeasured creation of each
  * series). Reported: p50 over 8 creations (3 with --quick), for information (no fixed goal).
  * With a container provider, also the part of a creation and a deletion that a container
  * workspace's disk image costs (providers/disk-image.ts: a sparse image of the default disk limit,
  * mkfs.ext4, mount; unmount, delete), p50 over 20 (5 with --quick), for information.
  */
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { DiskImages } from "../providers/disk-image.ts";
+import { settingsItem } from "../providers/microvm-guest.ts";
+import { qemuArgs, vmFiles, type VmShape } from "../providers/microvm-qemu.ts";
+import { restore } from "../providers/microvm-templates.ts";
 import { DEFAULT_LIMITS, parseSize } from "../server/workspace-limits.ts";
 import { type BenchContext, type Measure, type SectionResult, createWorkspace, interleave } from "./context.ts";
 import { dockerClient, providerContainerSpec, startRawContainer } from "./docker.ts";
@@ -43,6 +49,7 @@ function createThroughApi(ctx: BenchContext, provider: string): Measure {
 
 /** The raw baseline of `provider`, with its name (also section (k)'s). */
 export function rawCreate(ctx: BenchContext, provider: string): { name: string; measure: Measure } {
+  if (provider === "microvm") return rawRestore(ctx);
   if (provider === "local") {
     let n = 0;
     return {
@@ -67,6 +74,39 @@ export function rawCreate(ctx: BenchContext, provider: string): { name: string; 
       const raw = await startRawContainer(docker, spec);
       const ms = performance.now() - t0;
       await raw.remove();
+      return ms;
+    },
+  };
+}
+
+/**
+ * QEMU restoring the server's most recently used template (the server made it for the workspaces
+ * it created before this measure's first call) in a directory of its own, with a sparse disk of its
+ * own, until it runs; then killed. The template's files are the server's cache (its data directory).
+ */
+function rawRestore(ctx: BenchContext): { name: string; measure: Measure } {
+  let n = 0;
+  return {
+    name: "QEMU restore of the template",
+    measure: async () => {
+      const root = path.join(ctx.dataDir, "microvm", "templates");
+      const names = (await readdir(root)).filter((d) => /^[0-9a-f]{24}$/.test(d));
+      const newest = (await Promise.all(names.map(async (d) => ({ d, t: (await stat(path.join(root, d))).mtimeMs })))).sort((a, b) => b.t - a.t)[0];
+      if (newest === undefined) throw new Error(`no template in ${root}`);
+      const shape = (JSON.parse(await readFile(path.join(root, newest.d, "meta.json"), "utf8")) as { shape: VmShape }).shape;
+      const dir = path.join(ctx.dataDir, "bench-raw-vm", `v${n++}`);
+      await mkdir(dir, { recursive: true });
+      const f = vmFiles(dir);
+      await writeFile(f.settings, settingsItem({ pids: 0, memoryBytes: 0, uid: 1000, gid: 1000, enforce: "", noexec: false }));
+      await writeFile(f.disk, "");
+      await truncate(f.disk, 64 * 1024 * 1024);
+      const qemu = "/usr/bin/qemu-system-x86_64";
+      const t0 = performance.now();
+      const vm = await restore(qemu, qemuArgs(`bench-raw-${n}`, dir, shape, f.disk), dir, path.join(root, newest.d, "state"));
+      const ms = performance.now() - t0;
+      vm.kill();
+      await vm.exited;
+      await rm(dir, { recursive: true, force: true });
       return ms;
     },
   };

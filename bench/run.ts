@@ -20,7 +20,7 @@
  * stalled one; (n) `egress` — a 100 MB download and the time to first byte through the egress
  * proxy vs straight (and through docker and gvisor workspaces); (o) `git`; (p) `mounts`; (q) `enforcement` — a no-op Bash under
  * an allowlist (setpriv, program groups) and in a workspace of 20,000 files (the sweep) vs a plain one, on
- * docker and gvisor; (r) `client-ts` — the TypeScript client's per-call overhead over raw connect-es; (s) `mcp` — the MCP bridge's file tools (stdio and /mcp) vs the reference MCP filesystem server; (t) `changes` — a no-op Bash with and without the change scan that follows a watched command, in 10 and in 10,000 files; (u) `microvm` — the microvm provider against gvisor (cold create, small operations, a 100 MB stream, idle memory). `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p), (q) and (t).
+ * docker and gvisor; (r) `client-ts` — the TypeScript client's per-call overhead over raw connect-es; (s) `mcp` — the MCP bridge's file tools (stdio and /mcp) vs the reference MCP filesystem server; (t) `changes` — a no-op Bash with and without the change scan that follows a watched command, in 10 and in 10,000 files; (u) `microvm` — the microvm provider against gvisor (create restored from a template, and a cold boot with snapshots off; small operations, a 100 MB stream, idle memory). `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p), (q) and (t).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -60,7 +60,7 @@ import { benchThroughput } from "./throughput.ts";
 const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
-const KNOWN_PROVIDERS = ["local", "docker", "gvisor"];
+const KNOWN_PROVIDERS = ["local", "docker", "gvisor", "microvm"];
 /** Section letters and their names, in running order. */
 const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "client-ts", s: "mcp", t: "changes", u: "microvm" } as const;
 type Section = keyof typeof NAMES;
@@ -104,7 +104,7 @@ function parseOptions() {
         "  r|client-ts  the TypeScript client's per-call overhead over raw connect-es (ReadFile, no-op Bash)\n" +
         "  s|mcp       the MCP bridge's read/write/edit/list (stdio and /mcp) vs the reference MCP filesystem server\n" +
         "  t|changes   a no-op Bash with and without the change scan of a watched command\n" +
-        "  u|microvm   the microvm provider vs gvisor: cold create, no-op Bash, ReadFile, WriteFile, a 100 MB stream, idle memory\n" +
+        "  u|microvm   the microvm provider vs gvisor: create (restored, and cold with snapshots off), no-op Bash, ReadFile, WriteFile, a 100 MB stream, idle memory\n" +
         "  --providers applies to a, d, g, h, i, j, k, n, p and q\n",
     );
     process.exit(0);
@@ -162,7 +162,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     h: { providers, workspaces: quick ? 10 : 50, settleMs: quick ? 1000 : 3000, executorIdleMs: 0 },
     i: { providers, runs: quick ? 3 : 10 },
     j: { providers, iterations: quick ? 3 : 8 },
-    k: { providers, iterations: quick ? { local: 5, docker: 3, gvisor: 2 } : { local: 20, docker: 10, gvisor: 6 }, poolSize: 3 },
+    k: { providers, iterations: quick ? { local: 5, docker: 3, gvisor: 2, microvm: 3 } : { local: 20, docker: 10, gvisor: 6, microvm: 10 }, poolSize: 3 },
     l: { iterations: quick ? 200 : 2000, warmup: quick ? 20 : 200 },
     m: { iterations: quick ? 200 : 1000, warmup: quick ? 20 : 100 },
     n: { downloads: quick ? 2 : 5, requests: quick ? 20 : 100 },
@@ -172,7 +172,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     r: { iterations: quick ? 300 : 2000, warmup: quick ? 50 : 200 },
     s: { iterations: quick ? 100 : 500, warmup: quick ? 20 : 50 },
     t: { providers, iterations: quick ? 20 : 100, warmup: quick ? 3 : 10 },
-    u: { creations: quick ? 2 : 3, iterations: quick ? 20 : 100, drains: quick ? 1 : 3 },
+    u: { creations: quick ? 5 : 20, coldBoots: quick ? 1 : 3, iterations: quick ? 20 : 100, drains: quick ? 1 : 3 },
   };
 }
 

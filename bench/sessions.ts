@@ -7,8 +7,8 @@
  *   response names the session; the stream replays the events so far, so none is missed). Each
  *   session is ended again, untimed. Interleaved round-robin with the raw baseline of section (j):
  *   `mkdir` (local), dockerode createVolume + createContainer + start of a `sleep infinity`
- *   container of the same image and runtime (docker, gvisor), removed again, untimed. One
- *   unmeasured round first.
+ *   container of the same image and runtime (docker, gvisor), QEMU restoring the template alone
+ *   (microvm), removed again, untimed. One unmeasured round first.
  * - pool: an agent type like the cold one with `warm_pool_size` 3. Before each claim the pool is
  *   left to settle: `ListWorkspaces` (polled every 25 ms) shows exactly 3 READY workspaces of the
  *   agent type without a session, twice in a row, one of them new since the last claim (the

@@ -14,7 +14,7 @@
  * builder's pid), and servers sharing the root (AGENT_WORKSPACE_MICROVM_CACHE) share templates.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { createWriteStream } from "node:fs";
+import { createWriteStream, readFileSync } from "node:fs";
 import { mkdir, open, readdir, readFile, rename, rm, stat, truncate, utimes, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
@@ -83,8 +83,10 @@ export class VmTemplates {
   async #key(shape: VmShape): Promise<{ key: string; files: Record<string, string> }> {
     const files: Record<string, string> = {};
     for (const f of [shape.kernel, shape.initrd, shape.rootfs, shape.executorDisk, this.#o.qemu]) files[f] = await identity(f);
+    // Under KVM the guest sees the host's CPU (-cpu host): a template is for one CPU model.
+    const cpu = shape.accel === "kvm" ? hostCpu() : "";
     const key = createHash("sha256")
-      .update(JSON.stringify({ format: TEMPLATE_FORMAT, shape, files, args: qemuArgs("template", "/", shape, "/disk") }))
+      .update(JSON.stringify({ format: TEMPLATE_FORMAT, shape, files, cpu, args: qemuArgs("template", "/", shape, "/disk") }))
       .digest("hex")
       .slice(0, 24);
     return { key, files };
@@ -94,24 +96,11 @@ export class VmTemplates {
     const { root, log } = this.#o;
     await mkdir(root, { recursive: true, mode: 0o700 });
     const final = path.join(root, key);
-    const lock = path.join(root, `${key}.lock`);
-    // Another server building it: wait for it (or for its lock to be abandoned).
-    for (const deadline = Date.now() + 2 * this.#o.bootTimeoutMs; ; ) {
-      try {
-        await writeFile(lock, String(process.pid), { flag: "wx" });
-        break;
-      } catch (err) {
-        if (errnoCode(err) !== "EEXIST") throw err;
-      }
-      if (await exists(path.join(final, "state"))) return path.join(final, "state");
-      const owner = Number((await readFile(lock, "utf8").catch(() => "")).trim());
-      if (!(owner > 0) || !alive(owner) || Date.now() > deadline) await rm(lock, { force: true });
-      else await new Promise((r) => setTimeout(r, 200));
-    }
+    const lock = await buildLock(path.join(root, `${key}.lock`), () => exists(path.join(final, "state")), 2 * this.#o.bootTimeoutMs);
+    if (lock === undefined) return path.join(final, "state");
     const tmp = path.join(root, `.build-${randomBytes(6).toString("hex")}`);
     let vm: Awaited<ReturnType<typeof launch>> | undefined;
     try {
-      if (await exists(path.join(final, "state"))) return path.join(final, "state");
       await mkdir(tmp, { mode: 0o700 });
       const f = vmFiles(tmp);
       const sock = path.join(tmp, "migrate.sock");
@@ -155,7 +144,7 @@ export class VmTemplates {
     } finally {
       vm?.kill();
       await rm(tmp, { recursive: true, force: true });
-      await rm(lock, { force: true });
+      await lock.release();
     }
   }
 
@@ -172,6 +161,41 @@ export class VmTemplates {
       }
     }
   }
+}
+
+/** The host CPU's model and flags, as /proc/cpuinfo gives them for its first CPU. */
+function hostCpu(): string {
+  try {
+    const first = readFileSync("/proc/cpuinfo", "utf8").split("\n\n")[0] ?? "";
+    return first.split("\n").filter((l) => /^(vendor_id|cpu family|model|model name|stepping|flags)\s*:/.test(l)).join("\n");
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * One builder at a time across servers sharing a cache: takes the lock file `lock` (holding the
+ * builder's pid), or, while another live process holds it, waits until `done()` (the other built
+ * it: resolves undefined) or the lock is abandoned (its process gone, or `timeoutMs` passed).
+ */
+export async function buildLock(lock: string, done: () => Promise<boolean>, timeoutMs: number): Promise<{ release(): Promise<void> } | undefined> {
+  for (const deadline = Date.now() + timeoutMs; ; ) {
+    try {
+      await writeFile(lock, String(process.pid), { flag: "wx" });
+      break;
+    } catch (err) {
+      if (errnoCode(err) !== "EEXIST") throw err;
+    }
+    if (await done()) return undefined;
+    const owner = Number((await readFile(lock, "utf8").catch(() => "")).trim());
+    if (!(owner > 0) || !alive(owner) || Date.now() > deadline) await rm(lock, { force: true });
+    else await new Promise((r) => setTimeout(r, 200));
+  }
+  if (await done()) {
+    await rm(lock, { force: true });
+    return undefined;
+  }
+  return { release: () => rm(lock, { force: true }) };
 }
 
 /** A file's identity: device, inode, size and modification time ("missing" when it is gone). */

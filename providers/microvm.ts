@@ -41,7 +41,7 @@ import type { ExecutorBuild } from "./executor-build.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { buildExecutorDisk, type ExecutorDisk, GUEST_MOUNT, makeWorkspaceDisk, settingsItem } from "./microvm-guest.ts";
 import { findTool, launch, probeAccel, qemuArgs, runningPid, stopVm, vmFiles, type VmShape } from "./microvm-qemu.ts";
-import { restore, VmTemplates } from "./microvm-templates.ts";
+import { buildLock, restore, VmTemplates } from "./microvm-templates.ts";
 import { proxyUrlFor } from "./proxy-credential.ts";
 import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
@@ -138,8 +138,11 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
     const st = await stat(rootfs);
     const key = createHash("sha256").update(`${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${PREPARE_VERSION}`).digest("hex").slice(0, 16);
     const file = path.join(cache, `rootfs-prepared-${key}.img`);
-    if (await access(file).then(() => true, () => false)) return file;
+    const made = () => access(file).then(() => true, () => false);
+    if (await made()) return file;
     await mkdir(cache, { recursive: true, mode: 0o700 });
+    const lock = await buildLock(`${file}.lock`, made, 20 * 60_000);
+    if (lock === undefined) return file;
     const tmp = await mkdtemp(path.join(cache, ".prepare-"));
     const began = Date.now();
     try {
@@ -159,9 +162,14 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
         if (errnoCode(err) !== "EEXIST") throw err;
       });
       log.info("microvm root filesystem prepared for command allowlists", { file, ms: Date.now() - began, result: said[2]?.trim().slice(0, 200) });
+      // Those of images or preparations gone by: a VM still running one keeps its open file.
+      for (const name of await readdir(cache)) {
+        if (/^rootfs-prepared-[0-9a-f]{16}\.img$/.test(name) && name !== path.basename(file)) await rm(path.join(cache, name), { force: true });
+      }
       return file;
     } finally {
       await rm(tmp, { recursive: true, force: true });
+      await lock.release();
     }
   };
   const templates = options.snapshots === false ? undefined : new VmTemplates({ root: path.join(cache, "templates"), qemu: options.qemu, log, bootTimeoutMs: options.bootTimeoutMs });

@@ -139,7 +139,8 @@ for (const provider of PROVIDERS) {
     }
   });
 
-  test(`${provider}: include globs, a file mount, mount_path, and follow_symlinks inside the roots only`, async (t) => {
+  // microvm runs one scenario of each kind here (issue 30), each VM's commands being emulated
+  if (provider !== "microvm") test(`${provider}: include globs, a file mount, mount_path, and follow_symlinks inside the roots only`, async (t) => {
     const c = t.context.server.clients.grpc;
     const { workspace } = await c.workspaces.createWorkspace({
       provider,

@@ -81,6 +81,9 @@ function arenaOf(t: ExecutionContext<Ctx>, provider: string): Promise<Arena> {
 test.before(async (t) => {
   t.context.server = await startServer();
   await createRedTeamAgentType(t.context.server.clients.grpc);
+  // Every provider's arena is made now, outside any test's time limit: a VM's (its allowlist's
+  // prepared root filesystem and templates included) can take minutes on a loaded machine.
+  for (const provider of PROVIDERS) void arenaOf(t, provider).catch(() => undefined);
 });
 
 test.after.always("the server survived the whole suite: it answers, the suite's workspaces still work, a fresh workspace works on every provider", async (t) => {

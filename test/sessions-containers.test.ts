@@ -94,7 +94,8 @@ for (const provider of PROVIDERS) {
     await expectError(t, op.workspaces.getWorkspace({ id: session.workspaceId }), Code.NotFound, ErrorReason.WORKSPACE_NOT_FOUND);
   });
 
-  test(`${provider}: no repository gives an empty /workspace; a failing setup command and one past its timeout each leave the session ACTIVE with a warning`, async (t) => {
+  // microvm runs one scenario of each kind here (issue 30), each VM's commands being emulated
+  if (provider !== "microvm") test(`${provider}: no repository gives an empty /workspace; a failing setup command and one past its timeout each leave the session ACTIVE with a warning`, async (t) => {
     const { server } = t.context;
     const op = server.clients.grpc;
     const failing = newId(`${provider}-fail`);
@@ -169,7 +170,8 @@ function processClients(url: string): ClientSet {
   return clientsWithToken(url, "");
 }
 
-for (const provider of PROVIDERS.filter((p) => p !== "gvisor")) {
+// microvm: a restart with a running VM is test/microvm.test.ts's.
+for (const provider of PROVIDERS.filter((p) => p !== "gvisor" && p !== "microvm")) {
   test(`${provider}: sessions survive a restart; a SIGKILL in the middle of provisioning leaves no session stuck and nothing leaked`, async (t) => {
     const { git, credentials } = t.context;
     const dataDir = await mkdtemp(path.join(tmpdir(), "aw-sess-restart-"));
@@ -224,10 +226,6 @@ for (const provider of PROVIDERS.filter((p) => p !== "gvisor")) {
       t.deepEqual((await op2.workspaces.listWorkspaces({})).workspaces.map((w) => w.id).sort(), expected, `records: ${workspaces.map((w) => w.id).join(",")}`);
       if (provider === "local") {
         t.deepEqual((await readdir(path.join(dataDir, "workspaces"))).sort(), expected, "the workspace directories are exactly the live sessions'");
-      } else if (provider === "microvm") {
-        const dirs = (await readdir(path.join(dataDir, "microvm"))).filter((n) => n.startsWith("ws-")).sort();
-        t.deepEqual(dirs, expected, "the VM directories are exactly the live sessions'");
-        t.deepEqual(await vmProcesses(dataDir), expected, "the running VMs are exactly the live sessions'");
       } else {
         const instance = await instanceOf(dataDir);
         const containers = await docker.listContainers({ all: true, filters: { label: [`${LABELS.instance}=${instance}`] } });
@@ -239,12 +237,7 @@ for (const provider of PROVIDERS.filter((p) => p !== "gvisor")) {
         process.kill(-(server.child.pid as number), "SIGKILL");
         await waitDead([server.serverPid], 10_000);
       }
-      if (provider === "microvm") {
-        for (const id of await vmProcesses(dataDir)) {
-          const pid = Number((await readFile(path.join(dataDir, "microvm", id, "qemu.pid"), "utf8").catch(() => "0")).trim());
-          if (pid > 0) process.kill(pid, "SIGKILL");
-        }
-      } else if (provider !== "local") {
+      if (provider !== "local") {
         const instance = await instanceOf(dataDir);
         for (const c of await docker.listContainers({ all: true, filters: { label: [`${LABELS.instance}=${instance}`] } })) {
           await docker.getContainer(c.Id).remove({ force: true, v: true }).catch(() => undefined);
@@ -253,18 +246,6 @@ for (const provider of PROVIDERS.filter((p) => p !== "gvisor")) {
       await rm(dataDir, { recursive: true, force: true });
     }
   });
-}
-
-/** The workspaces whose QEMU runs with its files under `dataDir`. */
-async function vmProcesses(dataDir: string): Promise<string[]> {
-  const ids: string[] = [];
-  for (const pid of await readdir("/proc")) {
-    if (!/^\d+$/.test(pid)) continue;
-    const cmdline = (await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
-    const name = /^aw-(ws-[0-9a-f]+),/.exec(cmdline[cmdline.indexOf("-name") + 1] ?? "")?.[1];
-    if (name !== undefined && cmdline.some((a) => a.includes(path.join(dataDir, "microvm", name)))) ids.push(name);
-  }
-  return ids.sort();
 }
 
 async function instanceOf(dataDir: string): Promise<string> {
