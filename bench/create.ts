@@ -102,7 +102,7 @@ function rawRestore(ctx: BenchContext): { name: string; measure: Measure } {
       await truncate(f.disk, 64 * 1024 * 1024);
       const qemu = "/usr/bin/qemu-system-x86_64";
       const t0 = performance.now();
-      const vm = await restore(qemu, qemuArgs(`bench-raw-${n}`, dir, shape, f.disk), dir, path.join(root, newest.d, "state"));
+      const vm = await restore(qemu, qemuArgs(`bench-raw-${n}`, dir, shape, f.disk), dir, path.join(root, newest.d, "state"), 120_000);
       const ms = performance.now() - t0;
       vm.kill();
       await vm.exited;

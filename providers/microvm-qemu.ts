@@ -97,6 +97,15 @@ export interface Launched {
   kill(): void;
 }
 
+/** QEMU did not get as far as answering on its monitor; `exited` when it ended (rather than hung). */
+export class QemuDidNotStart extends Error {
+  readonly exited: boolean;
+  constructor(message: string, exited: boolean) {
+    super(message);
+    this.exited = exited;
+  }
+}
+
 /**
  * Starts QEMU detached (in a session of its own, so it outlives this process) with `args`, its
  * stderr into `errorsFile`, and `fd` as its descriptor 3 when given; resolves once its monitor
@@ -127,7 +136,7 @@ export async function launch(qemu: string, args: string[], dir: string, fd?: num
     if (failed !== undefined) {
       if (running()) child.kill("SIGKILL");
       const why = (await readFile(f.errors, "utf8").catch(() => "")).trim().slice(0, 400);
-      throw new Error(`QEMU did not start: ${why || failed}`);
+      throw new QemuDidNotStart(`QEMU did not start: ${why || failed}`, !running());
     }
     return { pid: child.pid as number, exited, running, kill: () => void (running() && child.kill("SIGKILL")) };
   } finally {

@@ -21,7 +21,7 @@ import path from "node:path";
 import { errnoCode } from "../core/errors.ts";
 import { PARKED_MARKER } from "./executor/protocol.ts";
 import { settingsItem } from "./microvm-guest.ts";
-import { launch, qemuArgs, qmp, vmFiles, type VmShape } from "./microvm-qemu.ts";
+import { launch, QemuDidNotStart, qemuArgs, qmp, vmFiles, type VmShape } from "./microvm-qemu.ts";
 import type { ProviderLog } from "./types.ts";
 
 /** Bumped whenever what a template holds changes in a way its key cannot see (stage 2's protocol, say). */
@@ -251,31 +251,46 @@ function receiveInto(sock: string, file: string): Promise<number> {
   });
 }
 
+/** QEMU refused a template's state (it failed to load, or QEMU ended while loading it): the template is no good. */
+export class TemplateRefused extends Error {}
+
 /**
  * Restores a template: a QEMU started with `args` reads `state` as its incoming migration (fd 3)
- * and runs once it is loaded. Throws when QEMU refuses the state.
+ * and runs once it is loaded. Throws TemplateRefused when QEMU refuses the state, and a plain
+ * Error when it has not loaded it within `timeoutMs` (a loaded host: QEMU's monitor does not
+ * answer while the state loads, so one slow answer is waited out, not taken for a refusal).
  */
-export async function restore(qemu: string, args: string[], dir: string, state: string): Promise<Awaited<ReturnType<typeof launch>>> {
+export async function restore(qemu: string, args: string[], dir: string, state: string, timeoutMs: number): Promise<Awaited<ReturnType<typeof launch>>> {
   const fh = await open(state, "r");
   let vm: Awaited<ReturnType<typeof launch>>;
   try {
     vm = await launch(qemu, [...args, "-incoming", "fd:3"], dir, fh.fd);
+  } catch (err) {
+    // QEMU ends at once on a state it cannot load (before its monitor answers).
+    throw err instanceof QemuDidNotStart && err.exited ? new TemplateRefused(err.message) : err;
   } finally {
     await fh.close();
   }
   const f = vmFiles(dir);
+  const deadline = Date.now() + timeoutMs;
   try {
     for (;;) {
-      const st = (await qmp(f.qmp, "query-migrate")) as { status?: string; "error-desc"?: string };
+      const st = (await qmp(f.qmp, "query-migrate").catch((err: unknown) => {
+        if (!vm.running()) return { status: "failed", "error-desc": "QEMU ended while loading the state" };
+        if (Date.now() > deadline) throw new Error(`the template's state was not loaded within ${timeoutMs} ms: ${(err as Error).message}`);
+        return {};
+      })) as { status?: string; "error-desc"?: string };
       if (st.status === "completed") break;
-      if (st.status === "failed" || st.status === "cancelled") throw new Error(`the template's state was refused: ${st["error-desc"] ?? st.status}`);
+      if (st.status === "failed" || st.status === "cancelled") throw new TemplateRefused(`the template's state was refused: ${st["error-desc"] ?? st.status}`);
+      if (Date.now() > deadline) throw new Error(`the template's state was not loaded within ${timeoutMs} ms (${st.status ?? "no status"})`);
       await new Promise((r) => setTimeout(r, 5));
     }
-    await qmp(f.qmp, "cont");
+    await qmp(f.qmp, "cont", undefined, Math.max(5000, deadline - Date.now()));
     return vm;
   } catch (err) {
     const why = (await readFile(f.errors, "utf8").catch(() => "")).trim().slice(0, 300);
     vm.kill();
-    throw new Error(`${(err as Error).message}${why ? `: ${why}` : ""}`);
+    const message = `${(err as Error).message}${why ? `: ${why}` : ""}`;
+    throw err instanceof TemplateRefused ? new TemplateRefused(message) : new Error(message);
   }
 }

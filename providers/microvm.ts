@@ -41,7 +41,7 @@ import type { ExecutorBuild } from "./executor-build.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { buildExecutorDisk, type ExecutorDisk, GUEST_MOUNT, makeWorkspaceDisk, settingsItem } from "./microvm-guest.ts";
 import { findTool, launch, probeAccel, qemuArgs, runningPid, stopVm, vmFiles, type VmShape } from "./microvm-qemu.ts";
-import { buildLock, restore, VmTemplates } from "./microvm-templates.ts";
+import { buildLock, restore, TemplateRefused, VmTemplates } from "./microvm-templates.ts";
 import { proxyUrlFor } from "./proxy-credential.ts";
 import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
@@ -213,12 +213,14 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
         });
         if (state !== undefined) {
           try {
-            await restore(options.qemu, args, dir, state);
+            await restore(options.qemu, args, dir, state, options.bootTimeoutMs);
             restored = true;
             how = "restored";
           } catch (err) {
-            log.error("microvm template could not be restored; removing it and booting the VM instead", { workspace_id: record.id, error: String((err as Error).message ?? err).slice(0, 400) });
             await stopVm(dir, record.id);
+            // Only a refused state condemns the template; a slow load on a busy host does not.
+            if (!(err instanceof TemplateRefused)) throw err;
+            log.error("microvm template could not be restored; removing it and booting the VM instead", { workspace_id: record.id, error: String(err.message).slice(0, 400) });
             await templates.discard(shape);
           }
         }

@@ -295,7 +295,8 @@ for (const provider of PROVIDERS) {
       content: flipperScript(300),
     });
     const node = provider === "local" ? process.execPath : "/opt/agent-workspace/node";
-    const flipper = c.tools.streamBash({ ...ws, command: `exec ${node} race/flip.cjs race/real race/to-ssh race/to-out`, timeoutMs: 120_000n })[Symbol.asyncIterator]();
+    // A hang guard only: the flipper stops when race/stop appears (a loaded VM runs the 360 operations slowly).
+    const flipper = c.tools.streamBash({ ...ws, command: `exec ${node} race/flip.cjs race/real race/to-ssh race/to-out`, timeoutMs: 600_000n })[Symbol.asyncIterator]();
     let said = "";
     while (!said.includes("flipping")) {
       const ev = await flipper.next();
