@@ -337,7 +337,10 @@ for (const provider of ["local", "docker", "gvisor", "microvm"] as const) {
     // the same code for every provider.
     const total = (provider === "gvisor" || provider === "microvm" ? 48 : 200) * MIB;
     const flood = await script(t, id, "flood.sh", `yes | head -c ${total}\nhead -c ${total} /dev/zero >&2\n`);
-    const r = await tools.bash({ workspaceId: id, command: `sh ${flood}`, timeoutMs: 60_000n });
+    // Hang guards: a VM starved by a loaded host (load 60 on 2 cores in a CI run) streams far slower.
+    const vm = provider === "microvm";
+    if (vm) t.timeout(400_000);
+    const r = await tools.bash({ workspaceId: id, command: `sh ${flood}`, timeoutMs: vm ? 300_000n : 60_000n });
     t.is(r.exitCode, 0);
     t.true(r.stdoutTruncated && r.stderrTruncated);
     t.is(r.stdoutTotalBytes, BigInt(total));
@@ -346,7 +349,7 @@ for (const provider of ["local", "docker", "gvisor", "microvm"] as const) {
     // A flood that never ends runs into its timeout; its error carries the first 2 KiB, so over gRPC
     // the trailer stays small and the connection keeps serving the next call.
     const grpc = t.context.server.clients.grpc.tools;
-    const endless = await expectError(t, grpc.bash({ workspaceId: id, command: "cat /dev/zero", timeoutMs: 2000n }), Code.DeadlineExceeded, ErrorReason.COMMAND_TIMEOUT);
+    const endless = await expectError(t, grpc.bash({ workspaceId: id, command: "cat /dev/zero", timeoutMs: vm ? 10_000n : 2000n }), Code.DeadlineExceeded, ErrorReason.COMMAND_TIMEOUT);
     const partial = endless.detail.partialOutput;
     t.true(partial?.stdoutTruncated);
     t.true((partial?.stdout.length ?? Infinity) <= 2 * 1024);
@@ -355,7 +358,10 @@ for (const provider of ["local", "docker", "gvisor", "microvm"] as const) {
     // StreamBash forwards at most max_output_bytes and counts the rest.
     let received = 0;
     let exited: { stdoutTruncated: boolean; stdoutTotalBytes: bigint } | undefined;
-    for await (const ev of tools.streamBash({ workspaceId: id, command: "yes", maxOutputBytes: BigInt(MIB), timeoutMs: 2000n })) {
+    // On microvm a flood of its own length: a starved VM produced 120 KiB in 2 s in a CI run.
+    const endlessYes = { command: "yes", timeoutMs: 2000n };
+    const longYes = { command: `yes | head -c ${4 * MIB}`, timeoutMs: 300_000n };
+    for await (const ev of tools.streamBash({ workspaceId: id, ...(vm ? longYes : endlessYes), maxOutputBytes: BigInt(MIB) })) {
       if (ev.event.case === "stdout") received += ev.event.value.length;
       if (ev.event.case === "exited") exited = ev.event.value;
     }

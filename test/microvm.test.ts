@@ -68,6 +68,8 @@ if (run) {
   });
 
   test.serial("microvm: workspaces start by restoring their shape's template, each with its own clock, random state, disk and limits", async (t) => {
+    // The shape's template may be made here (a VM's boot): on a loaded CI host that took minutes.
+    t.timeout(600_000);
     const c = t.context.server.clients.grpc;
     const make = async () => (await c.workspaces.createWorkspace({ provider: "microvm", limits: { disk: "256Mi", memory: "256Mi", pids: 200n } })).workspace!;
     const [a, b] = [await make(), await make()];
@@ -103,6 +105,7 @@ if (run) {
   });
 
   test.serial("microvm: a template whose state QEMU refuses is removed and the VM boots instead; the next workspace gets a new template", async (t) => {
+    t.timeout(900_000); // two templates made and a cold boot: a hang guard
     const cache = await mkdtemp(path.join(tmpdir(), "aw-test-cache-"));
     const server = await startServer({ env: { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_MICROVM_IMAGES: MICROVM_IMAGES, AGENT_WORKSPACE_MICROVM_CACHE: cache } });
     const c = server.clients.grpc;

@@ -10,6 +10,13 @@ import path from "node:path";
 /** Where test servers keep microvm executor disks and templates, shared between them and between runs (a template costs a VM's boot). */
 export const MICROVM_TEST_CACHE = process.env.AW_TEST_MICROVM_CACHE ?? path.join(tmpdir(), "aw-test-microvm-cache");
 
+/**
+ * What every test server gets for microvm: the shared cache, and a boot timeout that is a hang
+ * guard only (a CI host at load 60 on 2 cores took over the default 120 s to boot a template's VM,
+ * with the guest's RCU stalling for want of CPU).
+ */
+export const MICROVM_TEST_ENV = { AGENT_WORKSPACE_MICROVM_CACHE: MICROVM_TEST_CACHE, AGENT_WORKSPACE_MICROVM_BOOT_TIMEOUT_MS: "600000" };
+
 /** Runs `command` (bash, at /workspace) in the guest of microvm workspace `id` of the server whose data directory is `dataDir`. */
 export function vmAdmin(dataDir: string, id: string, command: string, timeoutMs = 60_000): Promise<{ status: number; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {

@@ -5,7 +5,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { MICROVM_TEST_CACHE } from "./microvm.ts";
+import { MICROVM_TEST_ENV } from "./microvm.ts";
 
 export const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -27,7 +27,7 @@ export interface ServerProcess {
 export async function startServerProcess(options: { dataDir: string; env?: Record<string, string>; command?: string; args?: string[] }): Promise<ServerProcess> {
   const child = spawn(options.command ?? process.execPath, options.args ?? ["--liftoff-only", "--max-semi-space-size=1", "bin/agent-workspace.js", "serve"], {
     cwd: ROOT,
-    env: { ...process.env, AGENT_WORKSPACE_DATA_DIR: options.dataDir, AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_MICROVM_CACHE: MICROVM_TEST_CACHE, PORT: "0", ...options.env },
+    env: { ...process.env, AGENT_WORKSPACE_DATA_DIR: options.dataDir, AGENT_WORKSPACE_DOCKER: "off", ...MICROVM_TEST_ENV, PORT: "0", ...options.env },
     stdio: ["ignore", "ignore", "pipe"],
     detached: true,
   });

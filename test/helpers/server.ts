@@ -26,7 +26,7 @@ import { createApp, type App, type AppOverrides } from "../../server/app.ts";
 import { parseSettings } from "../../server/settings.ts";
 import { listen } from "../../server/http-server.ts";
 import { createLogger } from "../../server/logger.ts";
-import { MICROVM_TEST_CACHE } from "./microvm.ts";
+import { MICROVM_TEST_ENV } from "./microvm.ts";
 
 /** The clients of one protocol. */
 export interface ClientSet {
@@ -92,7 +92,7 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
       AGENT_WORKSPACE_DATA_DIR: dataDir,
       AGENT_WORKSPACE_LOG_LEVEL: "error",
       // Every test server shares microvm executor disks and templates (a template costs a VM's boot).
-      AGENT_WORKSPACE_MICROVM_CACHE: MICROVM_TEST_CACHE,
+      ...MICROVM_TEST_ENV,
       ...(keys.length > 0 ? { AGENT_WORKSPACE_API_KEYS: keys.join(",") } : {}),
       ...options.env,
     },
