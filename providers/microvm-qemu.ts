@@ -212,7 +212,8 @@ function tcgClockArgs(): string[] {
 }
 
 let cpuinfo: string | undefined;
-function readCpuinfo(): string {
+/** The host's /proc/cpuinfo, read once ("" where it cannot be read). */
+export function readCpuinfo(): string {
   if (cpuinfo === undefined) {
     try {
       cpuinfo = readFileSync("/proc/cpuinfo", "utf8");

@@ -14,14 +14,14 @@
  * builder's pid), and servers sharing the root (AGENT_WORKSPACE_MICROVM_CACHE) share templates.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { createWriteStream, readFileSync } from "node:fs";
+import { createWriteStream } from "node:fs";
 import { mkdir, open, readdir, readFile, rename, rm, stat, truncate, utimes, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
 import { errnoCode } from "../core/errors.ts";
 import { PARKED_MARKER } from "./executor/protocol.ts";
 import { settingsItem } from "./microvm-guest.ts";
-import { launch, QemuDidNotStart, qemuArgs, qmp, vmFiles, type VmShape } from "./microvm-qemu.ts";
+import { launch, QemuDidNotStart, qemuArgs, qmp, readCpuinfo, vmFiles, type VmShape } from "./microvm-qemu.ts";
 import type { ProviderLog } from "./types.ts";
 
 /** Bumped whenever what a template holds changes in a way its key cannot see (stage 2's protocol, say). */
@@ -165,12 +165,8 @@ export class VmTemplates {
 
 /** The host CPU's model and flags, as /proc/cpuinfo gives them for its first CPU. */
 function hostCpu(): string {
-  try {
-    const first = readFileSync("/proc/cpuinfo", "utf8").split("\n\n")[0] ?? "";
-    return first.split("\n").filter((l) => /^(vendor_id|cpu family|model|model name|stepping|flags)\s*:/.test(l)).join("\n");
-  } catch {
-    return "";
-  }
+  const first = readCpuinfo().split("\n\n")[0] ?? "";
+  return first.split("\n").filter((l) => /^(vendor_id|cpu family|model|model name|stepping|flags)\s*:/.test(l)).join("\n");
 }
 
 /**
