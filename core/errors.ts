@@ -65,7 +65,12 @@ export type Reason =
   | "WORKSPACE_NOT_SHAREABLE"
   | "EGRESS_DENIED"
   | "ENFORCEMENT_UNAVAILABLE"
-  | "PATH_CHANGED";
+  | "PATH_CHANGED"
+  | "PROCESS_NOT_FOUND"
+  | "PROCESS_LIMIT"
+  | "PROCESS_NOT_RUNNING"
+  | "STDIN_CLOSED"
+  | "NOT_A_TERMINAL";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

@@ -441,7 +441,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             const started = Date.now();
             let exited = false;
             try {
-              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec.signal)) {
+              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec.signal, spec.control)) {
                 if (ev.type === "exited") exited = true;
                 yield ev;
               }

@@ -270,7 +270,7 @@ function openLocalWorkspace(
         running.add(closing);
         try {
           const signal = closing.signal;
-          yield* withOomFlag(spec.directStdout ? executor.execDirect(request, signal) : executor.connection().exec(request, signal), limits);
+          yield* withOomFlag(spec.directStdout && !spec.control ? executor.execDirect(request, signal) : executor.connection().exec(request, signal, spec.control), limits);
         } finally {
           spec.signal?.removeEventListener("abort", onAbort);
           running.delete(closing);

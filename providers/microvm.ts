@@ -361,7 +361,7 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
             const started = Date.now();
             let exited = false;
             try {
-              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec.signal)) {
+              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec.signal, spec.control)) {
                 if (ev.type === "exited") exited = true;
                 yield ev;
               }

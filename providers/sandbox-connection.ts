@@ -17,6 +17,7 @@ import { drainedOrClosed } from "../core/streams.ts";
 import { proxyEnv, sandboxEnv } from "./executor/env.ts";
 import type { FaultInfo } from "./executor/fault.ts";
 import {
+  CONTROL_OP,
   CREDIT_BATCH,
   type ExecRequest,
   encodeFrame,
@@ -36,6 +37,7 @@ import {
 } from "./executor/protocol.ts";
 import { faultFromWire } from "./faults.ts";
 import { TunnelStream } from "./tunnel-stream.ts";
+import type { ProcessControl, ProcessInput } from "./process-control.ts";
 import type { ExecEvent, ExecExit, ExecSpec } from "./types.ts";
 
 /**
@@ -56,6 +58,8 @@ export function execRequest(spec: ExecSpec, root: string, proxyUrl?: string): Ex
     ...(spec.programs?.length ? { programs: spec.programs } : {}),
     ...(spec.sweep === false ? { sweep: false as const } : {}),
     ...(spec.started === false && !spec.directStdout ? { started: false as const } : {}),
+    ...(spec.stdin || spec.pty ? { stdin: true as const } : {}),
+    ...(spec.pty ? { pty: { rows: spec.pty.rows, cols: spec.pty.cols } } : {}),
   };
 }
 
@@ -68,6 +72,15 @@ interface Pending {
   done: boolean;
   error: Error | undefined;
   unacked: number;
+  /** CONTROL frames sent and not yet acknowledged, by number. */
+  acks?: Map<number, PromiseWithResolvers<void>>;
+}
+
+/** Fails every CONTROL of `p` still waiting for its ACK: the call is over. */
+function endAcks(p: Pending): void {
+  if (!p.acks) return;
+  for (const waiter of p.acks.values()) waiter.reject(new DomainError("PROCESS_NOT_RUNNING", "The process has ended"));
+  p.acks.clear();
 }
 
 function unavailable(cause: Error): DomainError {
@@ -189,6 +202,7 @@ export class SandboxConnection {
     const p = this.#pending.get(f.id);
     // A late frame of a call that already ended (killed, abandoned) is dropped.
     if (!p || p.done) return;
+    if (f.type === F.ACK) return this.#onAck(p, f);
     p.frames.push(f);
     if (FINAL.has(f.type)) p.done = true;
     const w = p.wake;
@@ -238,6 +252,52 @@ export class SandboxConnection {
         t.credited(f.payload.readUInt32BE(0));
         break;
     }
+  }
+
+  /** ACK: a CONTROL of the call `p` was done, or failed with a fault. */
+  #onAck(p: Pending, f: Frame): void {
+    if (f.payload.length < 4) throw new Error("ACK without a number");
+    const n = f.payload.readUInt32BE(0);
+    const waiter = p.acks?.get(n);
+    if (!waiter) throw new Error(`ACK ${n}, which no CONTROL asked for`);
+    p.acks?.delete(n);
+    if (f.payload.length === 4) return waiter.resolve();
+    let info: FaultInfo;
+    try {
+      info = JSON.parse(f.payload.toString("utf8", 4)) as FaultInfo;
+    } catch {
+      throw new Error("ACK with a malformed fault");
+    }
+    waiter.reject(faultFromWire(info, typeof info.cause === "string" ? `executor: ${info.cause}` : undefined));
+  }
+
+  /** What reaches the running command of the call `id` (`p`): CONTROL frames, each awaiting its ACK. */
+  #inputOf(id: number, p: Pending): ProcessInput {
+    let next = 1;
+    const ask = (op: number, operand?: Uint8Array): Promise<void> => {
+      if (p.done || this.#closed) return Promise.reject(new DomainError("PROCESS_NOT_RUNNING", "The process has ended"));
+      const n = next++;
+      const waiter = Promise.withResolvers<void>();
+      (p.acks ??= new Map()).set(n, waiter);
+      const head = Buffer.allocUnsafe(5);
+      head.writeUInt32BE(n, 0);
+      head.writeUInt8(op, 4);
+      this.#write(F.CONTROL, id, operand === undefined || operand.length === 0 ? head : Buffer.concat([head, operand]));
+      return waiter.promise;
+    };
+    return {
+      async write(data) {
+        for (let at = 0; at < data.length; at += MAX_CHUNK) await ask(CONTROL_OP.STDIN, data.subarray(at, at + MAX_CHUNK));
+      },
+      closeStdin: () => ask(CONTROL_OP.CLOSE),
+      resize(rows, cols) {
+        const size = Buffer.allocUnsafe(4);
+        size.writeUInt16BE(rows, 0);
+        size.writeUInt16BE(cols, 2);
+        return ask(CONTROL_OP.RESIZE, size);
+      },
+      signal: (name) => ask(CONTROL_OP.SIGNAL, Buffer.from(name, "latin1")),
+    };
   }
 
   /** IDLE, GONE, STAY: see `Lifetime`. */
@@ -353,6 +413,7 @@ export class SandboxConnection {
     for (const p of this.#pending.values()) {
       p.error ??= err;
       p.done = true;
+      endAcks(p);
       const w = p.wake;
       p.wake = undefined;
       w?.();
@@ -382,7 +443,7 @@ export class SandboxConnection {
    * final one, returning credit for streamed bytes as they are consumed. `upload` bytes follow as
    * DATA frames and an END. Ending the iteration early (or `signal` aborting) sends KILL.
    */
-  async *#call(type: number, request: unknown, options: { signal?: AbortSignal; upload?: Uint8Array; waking?: boolean } = {}): AsyncGenerator<Frame> {
+  async *#call(type: number, request: unknown, options: { signal?: AbortSignal; upload?: Uint8Array; waking?: boolean; control?: ProcessControl } = {}): AsyncGenerator<Frame> {
     // The wake's own PING and LISTEN go out while it is waking; every other call waits for it.
     // Synchronous while awake: the request goes out in the caller's turn, as before.
     if (!options.waking && this.#lifetime !== "awake") await this.#ready();
@@ -413,6 +474,8 @@ export class SandboxConnection {
             }
           }
           if (FINAL.has(f.type)) ended = true;
+          // The command runs from STARTED on (the executor took its input then), until its end.
+          if (f.type === F.STARTED) options.control?.bind(this.#inputOf(id, p));
           yield f;
           if (ended) return;
           continue;
@@ -424,6 +487,9 @@ export class SandboxConnection {
       options.signal?.removeEventListener("abort", kill);
       if (!ended) kill();
       this.#pending.delete(id);
+      p.done = true;
+      endAcks(p);
+      options.control?.end();
     }
   }
 
@@ -503,12 +569,15 @@ export class SandboxConnection {
   }
 
   /** Runs a command in the sandbox; ending the iteration early kills the process tree there. */
-  async *exec(req: ExecRequest, signal?: AbortSignal): AsyncGenerator<ExecEvent> {
-    for await (const f of this.#call(F.EXEC, req, { signal })) {
+  async *exec(req: ExecRequest, signal?: AbortSignal, control?: ProcessControl): AsyncGenerator<ExecEvent> {
+    for await (const f of this.#call(F.EXEC, req, { signal, control })) {
       switch (f.type) {
-        case F.STARTED:
-          yield { type: "started", startedAt: new Date(this.#json<{ startedAt: string }>(f).startedAt) };
+        case F.STARTED: {
+          const started = this.#json<{ startedAt: string; pid?: unknown }>(f);
+          const pid = typeof started.pid === "number" && Number.isSafeInteger(started.pid) && started.pid > 0 ? started.pid : undefined;
+          yield { type: "started", startedAt: new Date(started.startedAt), ...(pid === undefined ? {} : { pid }) };
           break;
+        }
         case F.STDOUT:
           yield { type: "stdout", data: f.payload };
           break;

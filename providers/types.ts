@@ -98,7 +98,23 @@ export interface ExecSpec {
    * little more to start and nothing per byte. The events are the same either way.
    */
   directStdout?: boolean;
+  /** Open a pipe to the process's stdin (otherwise it reads /dev/null); written through `control`. */
+  stdin?: boolean;
+  /**
+   * Run under a pseudo-terminal of this size: stdin, stdout and stderr are the terminal, so all
+   * output comes as `stdout` events. Implies `stdin`.
+   */
+  pty?: TerminalSize;
+  /**
+   * Where the caller reaches the process while it runs (its stdin, its terminal's size, signals to
+   * its tree): the provider binds it once the process started and ends it when the process ended.
+   */
+  control?: ProcessControl;
 }
+
+export type { TerminalSize } from "./executor/protocol.ts";
+import type { TerminalSize } from "./executor/protocol.ts";
+import type { ProcessControl } from "./process-control.ts";
 
 export type { ExecEvent, ExecExit } from "./executor/types.ts";
 import type { ExecEvent } from "./executor/types.ts";
@@ -204,6 +220,10 @@ export interface AgentTypeBinding {
   protectedBranches?: string[];
   /** The egress allowlist then, when its network mode was "allowlist" (absent: no proxy). */
   egressAllow?: string[];
+  /** Background processes at once (absent: the server's). */
+  maxProcesses?: number;
+  /** Idle time that ends the workspace's background processes, in ms (absent: the server's). */
+  processIdleTimeoutMs?: number;
 }
 
 /** A live workspace: the primitives tools run on. */

@@ -18,6 +18,7 @@ import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
 import { file_agentworkspace_v1_errors } from "../gen/agentworkspace/v1/errors_pb.js";
 import { file_agentworkspace_v1_options } from "../gen/agentworkspace/v1/options_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
+import { ProcessService } from "../gen/agentworkspace/v1/process_pb.js";
 import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { createProviders, type ProviderSet } from "../providers/index.ts";
 import type { Provider } from "../providers/types.ts";
@@ -39,7 +40,10 @@ import { FileChanges, MAX_LISTED_CHANGES } from "./audit/file-changes.ts";
 import { Redactor } from "./audit/redact.ts";
 import { createAuditService } from "./services/audit-service.ts";
 import { createConfigService } from "./services/config-service.ts";
-import { createToolService } from "./services/tool-service.ts";
+import { createToolService, toolContextOf } from "./services/tool-service.ts";
+import { createProcessService } from "./services/process-service.ts";
+import { ProcessTable } from "./processes/process-table.ts";
+import type { ToolAccess } from "./interceptors/permission-interceptor.ts";
 import { createWorkspaceService } from "./services/workspace-service.ts";
 import { SettingsError, type Settings } from "./settings.ts";
 import { openSqliteStore } from "./store/sqlite-store.ts";
@@ -156,7 +160,11 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     logger.error("a command's change scan failed; the workspace's next scan reports tree_changed", { error: describeCause(err) }),
   );
   const egress = new Egress(settings.egress, logger, (refusal) => audit.egressRefused(refusal));
+  // Background processes: records of an earlier server's are loaded (its running ones were lost).
+  const processes = new ProcessTable({ store: store.processes, settings: settings.processes, logger });
+  await processes.init();
   const workspaces = new WorkspaceManager({
+    beforeDelete: (id) => processes.endWorkspace(id, "workspace deleted"),
     egress,
     mounts: { allowedRoots: mountRoots, maxBytes: settings.mounts.maxBytes },
     providers: built.providers,
@@ -209,7 +217,11 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     defaultProvider: settings.defaultProvider,
     idleTimeoutMs: settings.sessions.idleTimeoutMs,
     tickMs: settings.sessions.tickMs,
-    onStatus: (change) => audit.hub.publish({ time: new Date(), workspaceId: change.workspaceId, sessionId: change.sessionId, payload: { case: "sessionStatus", value: change } }),
+    onStatus: (change) => {
+      // A session's background processes end with it (a shared workspace outlives the session).
+      if (change.status === "ended") void processes.endSession(change.sessionId, "session ended");
+      audit.hub.publish({ time: new Date(), workspaceId: change.workspaceId, sessionId: change.sessionId, payload: { case: "sessionStatus", value: change } });
+    },
   });
   known.sessions = sessions;
   await sessions.init();
@@ -251,7 +263,11 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       },
     };
   };
-  const health = new HealthStatus([AuditService.typeName, ConfigService.typeName, ToolService.typeName, WorkspaceService.typeName]);
+  const health = new HealthStatus([AuditService.typeName, ConfigService.typeName, ProcessService.typeName, ToolService.typeName, WorkspaceService.typeName]);
+  // Idle workspaces' background processes end on the sessions' tick.
+  const idleOf = (workspaceId: string) => workspaces.find(workspaceId)?.agentType?.processIdleTimeoutMs ?? settings.processes.idleTimeoutMs;
+  const processIdle = setInterval(() => processes.endIdle(idleOf), settings.sessions.tickMs);
+  processIdle.unref();
   const shutdown = new AbortController();
   // Outermost first: the audit span sees every call and every refusal; errors turn each refusal
   // into its typed error; authentication establishes the caller that the permission check then
@@ -262,14 +278,16 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     audit.outer,
     createErrorInterceptor(logger),
     createAuthenticationInterceptor(keys, sessions),
-    createPermissionInterceptor({ policy, toolAccess: createToolAccess(workspaces, agentTypes, sessions) }),
+    createPermissionInterceptor({ policy, toolAccess: touching(createToolAccess(workspaces, agentTypes, sessions), processes) }),
     audit.inner,
   ];
   const routes = (router: ConnectRouter) => {
     router.service(AuditService, createAuditService(audit, store.audit, sessions));
     router.service(ConfigService, createConfigService(agentTypes));
     router.service(WorkspaceService, createWorkspaceService(workspaces, sessions));
-    router.service(ToolService, createToolService({ workspaces, limits: settings.toolLimits, git: gitContext, fileChanges, ...(overrides.commandPolicy ? { commandPolicy: overrides.commandPolicy } : {}) }));
+    const toolDeps = { workspaces, limits: settings.toolLimits, git: gitContext, fileChanges, processes, ...(overrides.commandPolicy ? { commandPolicy: overrides.commandPolicy } : {}) };
+    router.service(ToolService, createToolService(toolDeps));
+    router.service(ProcessService, createProcessService(toolContextOf(toolDeps)));
     registerHealth(router, health);
     // Besides the services' own files: the tool option, and the error detail every error carries,
     // so reflection clients (buf curl, grpcurl) decode error details without local protos.
@@ -339,11 +357,24 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       health.shutdown();
       shutdown.abort();
       clearInterval(mirrorPruner);
+      clearInterval(processIdle);
+      await processes.close();
       await sessions.close();
       await workspaces.close();
       egress.close();
       await audit.close();
       await store.close();
+    },
+  };
+}
+
+/** Tool access that also marks the admitted workspace active (its background processes' idle time). */
+function touching(access: ToolAccess, processes: ProcessTable): ToolAccess {
+  return {
+    async admit(principal, workspaceId, tool, signal) {
+      const admitted = await access.admit(principal, workspaceId, tool, signal);
+      processes.touch(admitted.workspaceId);
+      return admitted;
     },
   };
 }

@@ -76,4 +76,9 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   // command while a tool went through it). Not UNAVAILABLE: the workspace and its provider are fine,
   // and clients treat UNAVAILABLE as a backend to fail over from.
   PATH_CHANGED: { code: Code.Aborted, reason: ErrorReason.PATH_CHANGED },
+  PROCESS_NOT_FOUND: { code: Code.NotFound, reason: ErrorReason.PROCESS_NOT_FOUND },
+  PROCESS_LIMIT: { code: Code.ResourceExhausted, reason: ErrorReason.PROCESS_LIMIT },
+  PROCESS_NOT_RUNNING: { code: Code.FailedPrecondition, reason: ErrorReason.PROCESS_NOT_RUNNING },
+  STDIN_CLOSED: { code: Code.FailedPrecondition, reason: ErrorReason.STDIN_CLOSED },
+  NOT_A_TERMINAL: { code: Code.FailedPrecondition, reason: ErrorReason.NOT_A_TERMINAL },
 };

@@ -47,6 +47,16 @@ export const POLICY: Readonly<Record<string, Allowed>> = {
   "/agentworkspace.v1.WorkspaceService/SetWorkspaceDigest": SESSION_READERS,
   "/agentworkspace.v1.WorkspaceService/GetWorkspaceDigest": SESSION_READERS,
 
+  "/agentworkspace.v1.ProcessService/StartProcess": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/ListProcesses": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/GetProcess": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/ReadProcessOutput": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/AttachProcess": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/WriteProcessStdin": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/ResizeProcess": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/SignalProcess": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/WaitProcess": TOOL_CALLERS,
+
   "/agentworkspace.v1.ToolService/Bash": TOOL_CALLERS,
   "/agentworkspace.v1.ToolService/StreamBash": TOOL_CALLERS,
   "/agentworkspace.v1.ToolService/ReadFile": TOOL_CALLERS,

@@ -51,6 +51,7 @@ export interface Settings {
   /** A YAML or JSON file of agent types applied at start; "" for none. */
   agentTypesFile: string;
   sessions: SessionSettings;
+  processes: ProcessSettings;
   git: GitSettings;
   mounts: MountSettingsInput;
   audit: AuditSettings;
@@ -130,6 +131,18 @@ export interface SessionSettings {
   poolConcurrency: number;
   /** How often idle sessions are looked for and pools refilled, in milliseconds. */
   tickMs: number;
+}
+
+/** Bounds of background processes (ProcessService), per workspace. */
+export interface ProcessSettings {
+  /** Processes running at once. */
+  maxRunning: number;
+  /** Bytes of output kept per stream of one process (the ring). */
+  ringBytes: number;
+  /** Bytes of output kept for all of a workspace's processes (each kept one reserves two rings). */
+  maxBufferedBytes: number;
+  /** Idle time after which a workspace's processes are ended when its agent type sets none, in ms; 0 for none. */
+  idleTimeoutMs: number;
 }
 
 /** How the server clones repositories into workspaces. */
@@ -695,6 +708,12 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
       idleTimeoutMs: integer(read(env, "AGENT_WORKSPACE_SESSION_IDLE_TIMEOUT_MS"), "AGENT_WORKSPACE_SESSION_IDLE_TIMEOUT_MS", 30 * 60_000, 0, 30 * 24 * 3_600_000),
       poolConcurrency: integer(read(env, "AGENT_WORKSPACE_WARM_POOL_CONCURRENCY"), "AGENT_WORKSPACE_WARM_POOL_CONCURRENCY", 1, 1, 16),
       tickMs: integer(read(env, "AGENT_WORKSPACE_SESSION_TICK_MS"), "AGENT_WORKSPACE_SESSION_TICK_MS", 1000, 50, 60_000),
+    },
+    processes: {
+      maxRunning: integer(read(env, "AGENT_WORKSPACE_MAX_PROCESSES"), "AGENT_WORKSPACE_MAX_PROCESSES", 16, 1, 1024),
+      ringBytes: integer(read(env, "AGENT_WORKSPACE_PROCESS_OUTPUT_BYTES"), "AGENT_WORKSPACE_PROCESS_OUTPUT_BYTES", 1024 * 1024, 4096, 256 * 1024 * 1024),
+      maxBufferedBytes: integer(read(env, "AGENT_WORKSPACE_PROCESS_BUFFER_BYTES"), "AGENT_WORKSPACE_PROCESS_BUFFER_BYTES", 64 * 1024 * 1024, 8192, 16 * 1024 * 1024 * 1024),
+      idleTimeoutMs: integer(read(env, "AGENT_WORKSPACE_PROCESS_IDLE_TIMEOUT_MS"), "AGENT_WORKSPACE_PROCESS_IDLE_TIMEOUT_MS", 0, 0, 30 * 24 * 3_600_000),
     },
     git: {
       credentials: gitCredentials(...pick("git-credentials")),

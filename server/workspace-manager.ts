@@ -65,6 +65,8 @@ export interface WorkspaceManagerOptions {
   mounts: MountSettings;
   /** Told when a workspace starts being made, is ready, fails to be made or is deleted (live events). */
   onStatus?: (change: WorkspaceStatusChange) => void;
+  /** Called before a workspace is deleted (its background processes end). */
+  beforeDelete?: (workspaceId: string) => Promise<void>;
 }
 
 /** A workspace's status change, for watchers. */
@@ -155,6 +157,8 @@ export class WorkspaceManager {
         tools: [...cfg.tools],
         defaultTimeoutMs: Number(cfg.defaultCommandTimeoutMs),
         maxTimeoutMs: Number(cfg.maxCommandTimeoutMs),
+        ...(cfg.maxProcesses > 0 ? { maxProcesses: cfg.maxProcesses } : {}),
+        ...(cfg.processIdleTimeoutMs > 0n ? { processIdleTimeoutMs: Number(cfg.processIdleTimeoutMs) } : {}),
         commandPolicy: { defaultAction: cfg.commandPolicy?.defaultAction ?? "", allow: [...(cfg.commandPolicy?.allow ?? [])], deny: [...(cfg.commandPolicy?.deny ?? [])] },
         sensitiveFiles: { deny: [...(cfg.sensitiveFiles?.deny ?? [])], writeProtected: [...(cfg.sensitiveFiles?.writeProtected ?? [])] },
         protectedBranches: [...(cfg.git?.protectedBranches ?? [])],
@@ -309,6 +313,8 @@ export class WorkspaceManager {
     if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
     this.#deleting.add(id);
     try {
+      // What runs in it ends first, while its sandbox is still there to say how.
+      await this.#options.beforeDelete?.(id);
       const h = this.#handles.get(id);
       this.#handles.delete(id);
       if (h) await h.then((x) => x.close(), () => undefined);

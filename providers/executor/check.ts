@@ -4,6 +4,8 @@ import type { ExecRequest, OpRequest } from "./protocol.ts";
 
 const isString = (v: unknown): v is string => typeof v === "string";
 const isCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+/** A terminal's rows or columns. */
+const isSize = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= 1000;
 
 function checkRel(v: unknown, what: string): string {
   if (!isString(v) || v.startsWith("/") || v.includes("\0") || v.split("/").some((p) => p === "..")) throw new Error(`${what} must be a workspace-relative path`);
@@ -27,6 +29,8 @@ export function checkExecRequest(v: unknown): ExecRequest {
   if (r.sweep !== undefined && r.sweep !== false) throw new Error("sweep");
   if (r.started !== undefined && r.started !== false) throw new Error("started");
   if (r.stdoutToken !== undefined && !(isString(r.stdoutToken) && /^[A-Za-z0-9-]{1,64}$/.test(r.stdoutToken))) throw new Error("stdoutToken");
+  if (r.stdin !== undefined && r.stdin !== true) throw new Error("stdin");
+  if (r.pty !== undefined && !(typeof r.pty === "object" && r.pty !== null && isSize(r.pty.rows) && isSize(r.pty.cols))) throw new Error("pty");
   if (r.limits !== undefined && !(Array.isArray(r.limits) && r.limits.length <= 8 && r.limits.every(isString))) throw new Error("limits");
   return r;
 }

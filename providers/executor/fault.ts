@@ -20,6 +20,9 @@ export type FaultReason =
   | "WORKSPACE_NOT_READY"
   | "SENSITIVE_FILE"
   | "PATH_CHANGED"
+  | "PROCESS_NOT_RUNNING"
+  | "STDIN_CLOSED"
+  | "NOT_A_TERMINAL"
   | "INTERNAL";
 
 /** The wire form of a fault. */

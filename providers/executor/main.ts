@@ -16,7 +16,7 @@
  * Runs with the server's own Node binary and this directory bind-mounted read-only, so images
  * need nothing but a shell.
  */
-import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
+import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, readSync, rmSync, statSync, unlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { readdir } from "node:fs/promises";
@@ -29,10 +29,10 @@ import { Jail, WORKSPACE_ROOT } from "./jail.ts";
 import { JailedFs, type PendingWrite } from "./jailed-fs.ts";
 import { type FileRules, guardFor } from "./sensitive-files.ts";
 import { findPerl, Launcher, wrapCommand } from "./launcher.ts";
-import { type LaunchSpec, runProcess } from "./process-runner.ts";
+import { type LaunchSpec, type RunningProcess, runProcess } from "./process-runner.ts";
 import { Sealer } from "./seal.ts";
 import { loadManifest, loadPolicyLayer, type ProgramRules, ProgramSet } from "./programs.ts";
-import { type ExecRequest, F, FrameReader, FROM_SERVER, LIFETIME_FRAMES, MAX_CHUNK, type OpRequest, PARKED_MARKER, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
+import { CONTROL_OP, type ExecRequest, F, FrameReader, FROM_SERVER, LIFETIME_FRAMES, MAX_CHUNK, type OpRequest, PARKED_MARKER, SIGNALS, STDIN_BUFFER, type TerminalSize, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
 import { Tunnels } from "./tunnels.ts";
 import type { ExecEvent } from "./types.ts";
 import { executorVersion } from "./version.ts";
@@ -240,6 +240,8 @@ interface Call {
   /** A write waiting for its content. */
   upload?: PendingWrite;
   isCommand: boolean;
+  /** A running command's input (CONTROL), once it started. */
+  running?: RunningProcess & { pty: boolean; root: string; env: Record<string, string> };
 }
 
 const calls = new Map<number, Call>();
@@ -394,16 +396,23 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
   try {
     const token = req.stdoutToken;
     if (token !== undefined && process.send === undefined) throw new Fault("INVALID_ARGUMENT", "this executor has no channel to pass a command's stdout on");
-    const spec = launchSpec(req.root, req.cwd, req.env, req.programs);
+    // A command with input is spawned (a launcher gives its commands no stdin), under a terminal
+    // when asked (ptyArgv), with the programs that takes.
+    const input = req.stdin === true || req.pty !== undefined;
+    const argv = req.pty ? ptyArgv(req.argv, req.pty, req.env.SHELL) : req.argv;
+    const env = req.pty ? { ...req.env, SHELL: "/bin/sh" } : req.env;
+    const spec = launchSpec(req.root, req.cwd, env, req.pty ? [...(req.programs ?? []), "script", "stty"] : req.programs);
     const limits = req.limits ?? [];
     let events: AsyncGenerator<ExecEvent>;
     try {
-      const launcher = launcherFor(req.root, limits, req.env.PATH ?? "/usr/bin:/bin");
+      const launcher = input ? undefined : launcherFor(req.root, limits, req.env.PATH ?? "/usr/bin:/bin");
       events = runProcess({
         ...spec,
         launcher,
-        argv: launcher ? req.argv : wrapCommand(limits, req.argv, req.env.PATH),
-        spawnArgv: () => wrapCommand(limits, req.argv, req.env.PATH),
+        stdin: input,
+        onStarted: (running) => (call.running = { ...running, pty: req.pty !== undefined, root: req.root, env: req.env }),
+        argv: launcher ? argv : wrapCommand(limits, argv, req.env.PATH),
+        spawnArgv: () => wrapCommand(limits, argv, req.env.PATH),
         timeoutMs: req.timeoutMs,
         killGraceMs: req.killGraceMs,
         signal: call.abort.signal,
@@ -419,7 +428,7 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
     for await (const ev of events) {
       switch (ev.type) {
         case "started":
-          if (req.started !== false) await send(F.STARTED, id, json({ startedAt: ev.startedAt.toISOString() }));
+          if (req.started !== false) await send(F.STARTED, id, json({ startedAt: ev.startedAt.toISOString(), pid: ev.pid }));
           break;
         case "stdout":
         case "stderr":
@@ -436,6 +445,120 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
     fail(id, err);
   } finally {
     calls.delete(id);
+  }
+}
+
+/** A word for sh, single-quoted. */
+const shQuote = (word: string) => `'${word.replaceAll("'", "'\\''")}'`;
+
+/**
+ * `argv` under a pseudo-terminal of `size`: util-linux `script` (in every Debian image: bsdutils
+ * is essential) makes the terminal, runs `$SHELL -c` on its slave in a session of its own and
+ * relays between it and its own stdin and stdout; its stdin's end becomes the terminal's
+ * end-of-file. `script` runs the line with SHELL=/bin/sh; the command gets the caller's SHELL back.
+ */
+function ptyArgv(argv: string[], size: TerminalSize, shell: string | undefined): string[] {
+  const restore = shell === undefined ? "unset SHELL; " : `SHELL=${shQuote(shell)}; export SHELL; `;
+  const line = `stty rows ${size.rows} cols ${size.cols} 2>/dev/null; ${restore}exec ${argv.map(shQuote).join(" ")}`;
+  return ["script", "--quiet", "--flush", "--return", "--command", line, "/dev/null"];
+}
+
+/**
+ * The terminal a `script` process (pid) made: its child's stdin, found among the processes whose
+ * parent it is. Undefined while the child has not started yet.
+ */
+function terminalOf(pid: number): string | undefined {
+  let children: string[] = [];
+  try {
+    children = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean);
+  } catch {
+    // No children file (some kernels): look at every process's parent.
+  }
+  if (children.length === 0) {
+    try {
+      children = readdirSync("/proc").filter((e) => /^\d+$/.test(e) && readFileSync(`/proc/${e}/stat`, "utf8").replace(/^.*\) /s, "").split(" ")[1] === String(pid));
+    } catch {
+      children = [];
+    }
+  }
+  for (const child of children) {
+    try {
+      const tty = readlinkSync(`/proc/${child}/fd/0`);
+      if (tty.startsWith("/dev/pts/")) return tty;
+    } catch {
+      // Gone, or not ours.
+    }
+  }
+  return undefined;
+}
+
+/** Sets the size of the terminal of a command started with `pty`, with stty as the command's user. */
+async function resizeTerminal(running: NonNullable<Call["running"]>, rows: number, cols: number): Promise<void> {
+  let tty: string | undefined;
+  for (let i = 0; i < 50 && running.pid !== undefined && (tty = terminalOf(running.pid)) === undefined; i++) await new Promise((r) => setTimeout(r, 20));
+  if (tty === undefined) throw new Fault("PROCESS_NOT_RUNNING", "The process's terminal is gone");
+  const spec = launchSpec(running.root, "", running.env, ["stty"]);
+  let exit: { exitCode: number } | undefined;
+  let stderr = "";
+  try {
+    for await (const ev of runProcess({ ...spec, argv: ["stty", "-F", tty, "rows", String(rows), "cols", String(cols)], timeoutMs: 10_000, killGraceMs: 1000 })) {
+      if (ev.type === "stderr") stderr += Buffer.from(ev.data).toString("utf8");
+      else if (ev.type === "exited") exit = ev.exit;
+    }
+  } finally {
+    spec.release();
+  }
+  if (exit?.exitCode !== 0) throw new Fault("INTERNAL", "The terminal could not be resized", {}, new Error(stderr.slice(0, 300)));
+}
+
+/** CONTROL: input for a running command, answered by ACK in order. */
+function control(id: number, payload: Buffer): void {
+  if (payload.length < 5) violation("CONTROL without a number and an operation");
+  const n = payload.readUInt32BE(0);
+  const op = payload[4];
+  const operand = payload.subarray(5);
+  const ack = (err?: unknown) => {
+    const head = Buffer.allocUnsafe(4);
+    head.writeUInt32BE(n, 0);
+    if (err === undefined) return void send(F.ACK, id, head);
+    const fault = err instanceof Fault ? err : new Fault("INTERNAL", "The process's input failed", {}, err);
+    void send(F.ACK, id, Buffer.concat([head, json(fault.toInfo())]));
+  };
+  const running = calls.get(id)?.running;
+  if (running === undefined) return ack(new Fault("PROCESS_NOT_RUNNING", "The process has ended"));
+  switch (op) {
+    case CONTROL_OP.STDIN:
+    case CONTROL_OP.CLOSE: {
+      const stdin = running.stdin;
+      if (stdin === undefined || stdin.writableEnded || stdin.destroyed) return ack(new Fault("STDIN_CLOSED", "The process's stdin is closed"));
+      if (op === CONTROL_OP.CLOSE) {
+        stdin.end();
+        return ack();
+      }
+      // Answered when the pipe took the bytes, or at once while little waits for it: the writer
+      // holds at most STDIN_BUFFER bytes here.
+      let answered = false;
+      const answer = (err?: unknown) => {
+        if (answered) return;
+        answered = true;
+        ack(err === undefined || err === null ? undefined : new Fault("STDIN_CLOSED", "The process's stdin is closed", {}, err));
+      };
+      stdin.write(Buffer.from(operand), answer);
+      if (stdin.writableLength <= STDIN_BUFFER) answer();
+      return;
+    }
+    case CONTROL_OP.RESIZE:
+      if (!running.pty) return ack(new Fault("NOT_A_TERMINAL", "The process has no terminal: start it with a pty"));
+      if (operand.length !== 4) violation("RESIZE without rows and columns");
+      return void resizeTerminal(running, operand.readUInt16BE(0), operand.readUInt16BE(2)).then(() => ack(), ack);
+    case CONTROL_OP.SIGNAL: {
+      const name = operand.toString("latin1");
+      if (!SIGNALS.has(name)) return ack(new Fault("INVALID_ARGUMENT", `Unknown signal ${name.slice(0, 20)}`));
+      running.kill(name as NodeJS.Signals);
+      return ack();
+    }
+    default:
+      violation(`CONTROL operation ${op}`);
   }
 }
 
@@ -710,6 +833,9 @@ process.stdin.on("data", (chunk: Buffer) => {
       }
       case F.DATA:
         onData(frame.id, frame.payload);
+        break;
+      case F.CONTROL:
+        control(frame.id, frame.payload);
         break;
       case F.END:
         onEnd(frame.id);

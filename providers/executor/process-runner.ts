@@ -85,6 +85,17 @@ export interface LaunchSpec {
    * stderr, instead of an error that says nothing).
    */
   spawnArgv?: () => string[];
+  /** Give the process a pipe for its stdin (otherwise /dev/null). Not through a launcher, which has none. */
+  stdin?: boolean;
+}
+
+/** A running process, as its supervisor offers it to whoever feeds it (executor/main.ts). */
+export interface RunningProcess {
+  pid: number | undefined;
+  /** Its stdin pipe, when it was given one. */
+  stdin: import("node:stream").Writable | undefined;
+  /** Signals its tree: the group, then every process carrying its marks. */
+  kill(signal: NodeJS.Signals): void;
 }
 
 /** How a running process is supervised. */
@@ -105,6 +116,8 @@ export interface SuperviseSpec {
    * provider's server, which receives the pipe itself).
    */
   takeStdout?: (stdout: Readable | undefined) => void;
+  /** Told once the process was spawned, with what reaches it while it runs. */
+  onStarted?: (running: RunningProcess) => void;
 }
 
 /** A fully resolved process to run. */
@@ -150,7 +163,7 @@ function launch(argv: string[], spec: LaunchSpec): Launched {
       cwd: spec.cwd,
       env,
       detached: true,
-      stdio: ["ignore", "pipe", "pipe", ...(spec.marker ? [spec.marker.fd] : [])],
+      stdio: [spec.stdin ? "pipe" : "ignore", "pipe", "pipe", ...(spec.marker ? [spec.marker.fd] : [])],
       uid: via ? undefined : spec.user?.uid,
       gid: via ? undefined : spec.user?.gid,
     });
@@ -195,7 +208,7 @@ async function launchVia(launcher: Launcher, argv: string[], spec: LaunchSpec): 
 
 /** Runs `spec` and yields its events; returning early from the iterator kills the process tree. */
 export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void, undefined> {
-  yield* supervise(spec.launcher && !spec.user ? await launchVia(spec.launcher, spec.argv, spec) : launch(spec.argv, spec), spec);
+  yield* supervise(spec.launcher && !spec.user && !spec.stdin ? await launchVia(spec.launcher, spec.argv, spec) : launch(spec.argv, spec), spec);
 }
 
 /** Supervises a launched process from now on: its event stream, its timeout, its kills. */
@@ -289,9 +302,16 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     }, spec.timeoutMs),
   );
 
+  if (child.stdin) {
+    // A command that exits or closes its stdin makes writes fail (EPIPE): the writer hears of it
+    // through its callback, never as an error that would end this process.
+    child.stdin.on("error", () => undefined);
+  }
+  spec.onStarted?.({ pid: child.pid, stdin: child.stdin ?? undefined, kill: (sig) => killTree(sig) });
+
   let finished = false;
   try {
-    yield { type: "started", startedAt: new Date() };
+    yield { type: "started", startedAt: new Date(), ...(child.pid === undefined ? {} : { pid: child.pid }) };
     for (;;) {
       const item = await queue.next(() => pumpsDone && exitedDone);
       if (!item) break;
@@ -313,6 +333,7 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     spec.signal?.removeEventListener("abort", onAbort);
     if (!finished || !exitedDone) killTree("SIGKILL");
     for (const pipe of pipes) pipe.destroy();
+    child.stdin?.destroy();
   }
 }
 

@@ -91,7 +91,43 @@ export const F = {
   GONE: 26,
   /** executor → server, id 0: after BYE, it has work after all (a proxy client) and stays. */
   STAY: 27,
+  /**
+   * server → executor: input for a running command (`u32 n | u8 op | operand`, see CONTROL_OP):
+   * stdin bytes, stdin's end, a terminal size or a signal for its tree. Answered by ACK with the
+   * same n, in order.
+   */
+  CONTROL: 28,
+  /**
+   * executor → server: CONTROL number n was done (`u32 n`), or failed (`u32 n | JSON FaultInfo`).
+   * Stdin bytes are acknowledged once the command's pipe took them, or at most STDIN_BUFFER bytes
+   * wait for it: a command that does not read holds its writer, not the executor's memory.
+   */
+  ACK: 29,
 } as const;
+
+/** What a CONTROL frame asks (its fifth byte). */
+export const CONTROL_OP = {
+  /** The operand is bytes for stdin. */
+  STDIN: 1,
+  /** Close stdin (a terminal gets end-of-file). */
+  CLOSE: 2,
+  /** The operand is `u16 rows | u16 cols`. */
+  RESIZE: 3,
+  /** The operand is a signal's name ("SIGTERM"). */
+  SIGNAL: 4,
+} as const;
+
+/** Bytes of stdin the executor holds for a command that has not read them yet before it stops acknowledging. */
+export const STDIN_BUFFER = 1024 * 1024;
+
+/** A pseudo-terminal's size. */
+export interface TerminalSize {
+  rows: number;
+  cols: number;
+}
+
+/** Signals a caller may send to a command's tree (CONTROL_OP.SIGNAL). */
+export const SIGNALS: ReadonlySet<string> = new Set(["SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGSTOP", "SIGCONT", "SIGWINCH", "SIGALRM"]);
 
 /**
  * The byte that starts an executor that exited when idle. A sandbox runs its executor under a
@@ -124,10 +160,10 @@ export const PARKED_MARKER = "aw-executor: parked";
 
 /** Frame types the executor may send; anything else from it is a protocol violation. */
 export const FROM_EXECUTOR = new Set<number>([
-  F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN, F.IDLE, F.GONE, F.STAY,
+  F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN, F.IDLE, F.GONE, F.STAY, F.ACK,
 ]);
 /** Frame types the server may send. */
-export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END, F.LISTEN, F.BYE, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT]);
+export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END, F.LISTEN, F.BYE, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.CONTROL]);
 /** Frames about the executor's lifetime (IDLE, BYE, GONE, STAY): id 0, no payload but GONE's status. */
 export const LIFETIME_FRAMES = new Set<number>([F.IDLE, F.BYE, F.GONE, F.STAY]);
 /** Frame types of tunnels, whose ids are the executor's (TUNNEL_ID_BASE and up), not the server's calls'. */
@@ -187,6 +223,10 @@ export interface ExecRequest {
    * The executor starts the workspace's launcher through it, or (without a launcher) the command.
    */
   limits?: string[];
+  /** Open a pipe to the command's stdin (CONTROL_OP.STDIN); otherwise it reads /dev/null. */
+  stdin?: true;
+  /** Run the command under a pseudo-terminal of this size (its stdin, stdout and stderr); implies stdin. */
+  pty?: TerminalSize;
 }
 
 /**

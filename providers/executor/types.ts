@@ -10,7 +10,7 @@
  * stays bounded however much a command prints.
  */
 export type ExecEvent =
-  | { type: "started"; startedAt: Date }
+  | { type: "started"; startedAt: Date; pid?: number }
   | { type: "stdout"; data: Uint8Array }
   | { type: "stderr"; data: Uint8Array }
   | { type: "exited"; exit: ExecExit };

@@ -241,6 +241,8 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
   const defaultTimeout = validateTimeout(cfg.defaultCommandTimeoutMs, f("default_command_timeout_ms"), maxTimeout || ctx.maxTimeoutMs);
   validateTimeout(cfg.setupCommandTimeoutMs, f("setup_command_timeout_ms"), 24 * 3_600_000);
   validateTimeout(cfg.sessionIdleTimeoutMs, f("session_idle_timeout_ms"), 30 * 24 * 3_600_000);
+  validateTimeout(cfg.processIdleTimeoutMs, f("process_idle_timeout_ms"), 30 * 24 * 3_600_000);
+  if (cfg.maxProcesses < 0 || cfg.maxProcesses > 1024) throw invalid(f("max_processes"), "max_processes must be from 0 to 1024");
   if (maxTimeout !== 0 && maxTimeout < 1000) throw invalid(f("max_command_timeout_ms"), "max_command_timeout_ms must be 0 or at least 1000");
   if (defaultTimeout !== 0 && defaultTimeout < 1000) throw invalid(f("default_command_timeout_ms"), "default_command_timeout_ms must be 0 or at least 1000");
 
@@ -261,6 +263,8 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     maxCommandTimeoutMs: cfg.maxCommandTimeoutMs,
     setupCommandTimeoutMs: cfg.setupCommandTimeoutMs,
     sessionIdleTimeoutMs: cfg.sessionIdleTimeoutMs,
+    maxProcesses: cfg.maxProcesses,
+    processIdleTimeoutMs: cfg.processIdleTimeoutMs,
     commandPolicy: policy,
     sensitiveFiles: files,
     git: { protectedBranches },

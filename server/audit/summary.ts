@@ -24,6 +24,7 @@ import { AgentMessageKind, type PostAgentMessageRequest, type PostAgentMessageRe
 import type { CreateAgentTypeRequest, DeleteAgentTypeRequest, UpdateAgentTypeRequest, UpdateWorkspaceConfigRequest } from "../../gen/agentworkspace/v1/config_pb.js";
 import type { CreateWorkspaceRequest, CreateWorkspaceResponse, DeleteWorkspaceRequest, EndSessionRequest, StartSessionRequest, StartSessionResponse } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import type { ToolName } from "../tools/registry.ts";
+import type { AttachProcessResponse } from "../../gen/agentworkspace/v1/process_pb.js";
 import type { Redactor } from "./redact.ts";
 
 /** A summary: attribute-ready values under short keys ("path", "exit_code"). */
@@ -58,15 +59,55 @@ function pathOnly(r: { path: string }, redact: Redactor): Summary {
   return out;
 }
 
-function bashRequest(r: BashRequest | StreamBashRequest, redact: Redactor): Summary {
+/**
+ * The bash tool's requests: Bash and StreamBash, and ProcessService's (a process's command as
+ * Bash's; for the others the process, offsets, a signal; stdin's bytes only counted, never kept).
+ */
+function bashRequest(r: (BashRequest | StreamBashRequest) & Partial<ProcessFields>, redact: Redactor): Summary {
   const out: Summary = {};
-  put(out, "command", redact.redact(r.command));
-  put(out, "workdir", redact.redact(r.workdir));
+  if (typeof r.command === "string") put(out, "command", redact.redact(r.command));
+  if (typeof r.workdir === "string") put(out, "workdir", redact.redact(r.workdir));
   put(out, "timeout_ms", r.timeoutMs);
   // Names only: values are where callers put credentials.
-  put(out, "env", redact.redact(Object.keys(r.env).sort().join(",")));
+  if (r.env !== undefined) put(out, "env", redact.redact(Object.keys(r.env).sort().join(",")));
   if ("maxOutputBytes" in r) put(out, "max_output_bytes", r.maxOutputBytes);
+  if (typeof r.processId === "string") put(out, "process_id", r.processId.slice(0, 64));
+  if (r.pty) out.pty = `${r.pty.rows}x${r.pty.cols}`;
+  if (r.size) out.size = `${r.size.rows}x${r.size.cols}`;
+  put(out, "stdin", r.stdin);
+  if (r.data instanceof Uint8Array) out.data_bytes = r.data.length;
+  put(out, "close", r.close);
+  if (typeof r.signal === "string") put(out, "signal", redact.redact(r.signal.slice(0, 20)));
+  put(out, "stdout_offset", r.stdoutOffset);
+  put(out, "stderr_offset", r.stderrOffset);
   return out;
+}
+
+/** Fields of ProcessService's requests besides Bash's. */
+interface ProcessFields {
+  processId: string;
+  pty: { rows: number; cols: number } | undefined;
+  size: { rows: number; cols: number } | undefined;
+  stdin: boolean;
+  data: Uint8Array;
+  close: boolean;
+  signal: string;
+  stdoutOffset: bigint;
+  stderrOffset: bigint;
+}
+
+/** What ProcessService's responses say about their process. */
+function processResponse(r: { process?: { processId: string; pid: number; state: number; exitCode: number; signal: string }; processes?: unknown[]; timedOut?: boolean; bytesWritten?: bigint }, out: Summary): void {
+  if (r.process) {
+    put(out, "process_id", r.process.processId);
+    put(out, "pid", r.process.pid);
+    out.state = ["unspecified", "running", "exited", "lost"][r.process.state] ?? "unspecified";
+    if (r.process.state === 2) out.exit_code = r.process.exitCode;
+    put(out, "signal", r.process.signal);
+  }
+  if (Array.isArray(r.processes)) out.processes = r.processes.length;
+  put(out, "timed_out", r.timedOut);
+  put(out, "bytes_written", r.bytesWritten);
 }
 
 function grepRequest(r: GrepRequest, redact: Redactor): Summary {
@@ -94,8 +135,15 @@ function bashExit(e: Pick<BashResponse, "exitCode" | "signal" | "oomKilled" | "s
 export const TOOL_AUDIT = {
   bash: {
     request: bashRequest,
-    response: (r: BashResponse, out: Summary) => bashExit(r, out),
-    event(m: StreamBashResponse, out: Summary) {
+    response(r: BashResponse | Parameters<typeof processResponse>[0], out: Summary) {
+      if ("exitCode" in r && "stdoutTruncated" in r) bashExit(r, out);
+      else processResponse(r, out);
+    },
+    event(m: StreamBashResponse | AttachProcessResponse, out: Summary) {
+      if (m.event.case === "ended") {
+        processResponse({ process: m.event.value }, out);
+        return;
+      }
       if (m.event.case !== "exited") return;
       bashExit(m.event.value, out);
       put(out, "timed_out", m.event.value.timedOut);

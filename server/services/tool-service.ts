@@ -33,6 +33,7 @@ import { taskEnv } from "../sessions/session.ts";
 import { commandPolicyOf } from "../security/command-policy.ts";
 import { auditedCall } from "../audit/audit-trail.ts";
 import type { FileChanges } from "../audit/file-changes.ts";
+import type { ProcessTable } from "../processes/process-table.ts";
 
 const FILE_TYPES: Record<EntryType, FileType> = {
   file: FileType.FILE,
@@ -63,6 +64,8 @@ export interface ToolServiceDeps {
   commandPolicy?: CommandPolicyOf;
   /** Where calls' file changes are tracked for watchers (absent: commands report none). */
   fileChanges?: FileChanges;
+  /** The server's background processes (ProcessService). */
+  processes?: ProcessTable;
 }
 
 /**
@@ -128,8 +131,11 @@ function grepEvent(ev: GrepEvent) {
     : create(StreamGrepResponseSchema, { event: { case: "done", value: { matchCount: ev.matchCount, truncated: ev.truncated } } });
 }
 
-/** Creates the ToolService implementation. */
-export function createToolService({ workspaces, limits, git, commandPolicy = commandPolicyOf, fileChanges }: ToolServiceDeps): ServiceImpl<typeof ToolService> {
+/** How a tool call's context is made: the workspace resolved once, its limits and policy, the caller's signals. */
+export type ToolContextOf = (workspaceId: string, hctx: HandlerContext) => Promise<ToolContext>;
+
+/** The context maker of ToolService and ProcessService alike. */
+export function toolContextOf({ workspaces, limits, git, commandPolicy = commandPolicyOf, fileChanges, processes }: ToolServiceDeps): ToolContextOf {
   /** The server's tool limits, with the command timeouts of the workspace's agent type. */
   const limitsOf = (workspaceId: string): ToolLimits => {
     const binding = workspaces.find(workspaceId)?.agentType;
@@ -153,8 +159,15 @@ export function createToolService({ workspaces, limits, git, commandPolicy = com
       ...(task ? { env: taskEnv(task) } : {}),
       git: git(workspaceId),
       ...(fileChanges ? { changes: fileChanges.forCall(workspace, source) } : {}),
+      ...(processes ? { processes, sessionId: source.sessionId, binding: record?.agentType } : {}),
     };
   };
+  return context;
+}
+
+/** Creates the ToolService implementation. */
+export function createToolService(deps: ToolServiceDeps): ServiceImpl<typeof ToolService> {
+  const context = toolContextOf(deps);
   /** A unary RPC: request → tool input → tool → response. */
   const unary =
     <Req extends { workspaceId: string }, In, Out, Res>(run: (ctx: ToolContext, input: In) => Promise<Out>, input: (req: Req) => In, output: (out: Out) => Res) =>

@@ -79,4 +79,18 @@ export const MIGRATIONS: readonly Migration[] = [
           AND json_type(body, '$.workspace.checkoutOnStart') IS NULL;
     `,
   },
+  {
+    version: 4,
+    name: "background processes",
+    sql: `
+      -- One row per background process (ProcessService): its handle and state as JSON, so that a
+      -- restarted server reports the ones that were running as lost. Their output is not kept.
+      CREATE TABLE processes (
+        id            TEXT PRIMARY KEY,
+        workspace_id  TEXT NOT NULL,
+        record        TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX processes_workspace ON processes (workspace_id);
+    `,
+  },
 ];

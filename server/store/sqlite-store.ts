@@ -258,6 +258,10 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
     sessions: db.prepare("SELECT id, agent_type, status, token_hash, created_at, record FROM sessions WHERE status != 'ended' OR json_extract(record, '$.endedAt') >= ? ORDER BY created_at, id"),
     putSession: db.prepare("INSERT OR REPLACE INTO sessions (id, agent_type, status, token_hash, created_at, record) VALUES (?, ?, ?, ?, ?, ?)"),
     pruneSessions: db.prepare("DELETE FROM sessions WHERE status = 'ended' AND json_extract(record, '$.endedAt') < ?"),
+    processes: db.prepare("SELECT id, workspace_id, record FROM processes ORDER BY rowid"),
+    putProcess: db.prepare("INSERT OR REPLACE INTO processes (id, workspace_id, record) VALUES (?, ?, ?)"),
+    deleteProcess: db.prepare("DELETE FROM processes WHERE id = ?"),
+    deleteWorkspaceProcesses: db.prepare("DELETE FROM processes WHERE workspace_id = ?"),
   };
 
   return {
@@ -318,6 +322,20 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
       },
       async prune(before) {
         return Number(q.pruneSessions.run(before.toISOString()).changes);
+      },
+    },
+    processes: {
+      async load() {
+        return (q.processes.all() as Array<{ id: string; workspace_id: string; record: string }>).map((row) => ({ id: row.id, workspaceId: row.workspace_id, record: row.record }));
+      },
+      async put(row) {
+        q.putProcess.run(row.id, row.workspaceId, row.record);
+      },
+      async delete(id) {
+        q.deleteProcess.run(id);
+      },
+      async deleteWorkspace(workspaceId) {
+        q.deleteWorkspaceProcesses.run(workspaceId);
       },
     },
     audit,

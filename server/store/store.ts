@@ -103,11 +103,30 @@ export interface AuditStore {
   prune(beforeUs: number, maxRows: number): Promise<number>;
 }
 
+/** A background process as stored: its handle and workspace beside the JSON record the store never reads. */
+export interface StoredProcess {
+  id: string;
+  workspaceId: string;
+  record: string;
+}
+
+/** Where background processes' records live (their output is never stored). */
+export interface ProcessStore {
+  /** Every record, oldest first. */
+  load(): Promise<StoredProcess[]>;
+  /** Inserts or replaces a record. Resolves once it is durable. */
+  put(row: StoredProcess): Promise<void>;
+  delete(id: string): Promise<void>;
+  /** Removes every record of a workspace (it was deleted). */
+  deleteWorkspace(workspaceId: string): Promise<void>;
+}
+
 /** The whole durable state. */
 export interface Store {
   workspaces: WorkspaceStore;
   agentTypes: AgentTypeStore;
   sessions: SessionStore;
+  processes: ProcessStore;
   /** The audit trail: written off the event loop, read synchronously (a span processor's `onEnd` cannot wait). */
   audit: AuditStore;
   /** Where the state lives, for the start log (a file path; never credentials). */

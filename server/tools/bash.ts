@@ -65,8 +65,26 @@ interface Plan {
   deadlineBound: boolean;
 }
 
-async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promise<Plan> {
-  const { limits } = ctx;
+/**
+ * Checks a command as Bash runs it (its text, its variables, the command policy, the working
+ * directory's form) and returns the working directory as the jail will resolve it. StartProcess
+ * admits its commands the same way.
+ */
+export async function admitCommand(ctx: ToolContext, input: Pick<BashInput, "command" | "env" | "workdir">): Promise<string> {
+  checkCommandText(input);
+  return admitChecked(ctx, input);
+}
+
+/** The command policy's decision and the working directory, for a command whose text passed. */
+async function admitChecked(ctx: ToolContext, input: Pick<BashInput, "command" | "env" | "workdir">): Promise<string> {
+  // The command policy decides on the parsed script before anything runs (COMMAND_NOT_ALLOWED).
+  await ctx.commands.enforce(input.command, input.env, input.workdir);
+  // Checked lexically here; the executor resolves it beneath the root when it starts the command
+  // (no round trip first), and its faults name the field below.
+  return jailPath(input.workdir, "workdir", false);
+}
+
+function checkCommandText(input: Pick<BashInput, "command" | "env">): void {
   if (input.command.trim() === "") {
     throw new DomainError("INVALID_ARGUMENT", "command is required", { metadata: { field: "command" } });
   }
@@ -90,6 +108,11 @@ async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promi
       });
     }
   }
+}
+
+async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promise<Plan> {
+  const { limits } = ctx;
+  checkCommandText(input);
   if (!Number.isFinite(input.timeoutMs) || input.timeoutMs < 0) {
     throw new DomainError("INVALID_ARGUMENT", "timeout_ms must not be negative", { metadata: { field: "timeout_ms" } });
   }
@@ -99,11 +122,7 @@ async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promi
     });
   }
   const requestedTimeoutMs = input.timeoutMs === 0 ? limits.defaultTimeoutMs : input.timeoutMs;
-  // The command policy decides on the parsed script before anything runs (COMMAND_NOT_ALLOWED).
-  await ctx.commands.enforce(input.command, input.env, input.workdir);
-  // Checked lexically here; the executor resolves it beneath the root when it starts the command
-  // (no round trip first), and its faults name the field below.
-  const cwd = jailPath(input.workdir, "workdir", false);
+  const cwd = await admitChecked(ctx, input);
   const left = remainingMs(ctx);
   const deadlineBound = left !== undefined && left < requestedTimeoutMs;
   return {
@@ -135,7 +154,7 @@ function timeoutError(p: Plan, exit: ExecExit | undefined, partial: CapturedOutp
 }
 
 /** The workspace's exec stream, with the working directory's faults naming the `workdir` field. */
-async function* execIn(ctx: ToolContext, spec: ExecSpec): AsyncGenerator<ExecEvent> {
+export async function* execIn(ctx: ToolContext, spec: ExecSpec): AsyncGenerator<ExecEvent> {
   let started = false;
   try {
     for await (const ev of ctx.workspace.exec(spec)) {

@@ -7,6 +7,7 @@ import type { AgentTypeBinding, WorkspaceHandle } from "../../providers/types.ts
 import type { FileRules } from "../../providers/executor/sensitive-files.ts";
 import type { BotIdentity } from "../git/credentials.ts";
 import type { ToolLimits } from "./tool-limits.ts";
+import type { ProcessTable } from "../processes/process-table.ts";
 
 /** The context of one tool call. */
 export interface ToolContext {
@@ -35,6 +36,12 @@ export interface ToolContext {
   git?: GitContext;
   /** Where the call's changes to the workspace's files are tracked for watchers (absent: nowhere). */
   changes?: ChangeTracking;
+  /** The server's background processes (absent where none can start: setup commands). */
+  processes?: ProcessTable;
+  /** The session the call belongs to ("" for none). */
+  sessionId?: string;
+  /** The agent type the workspace was made for, as it was then. */
+  binding?: AgentTypeBinding;
 }
 
 /**

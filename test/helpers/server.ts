@@ -20,6 +20,7 @@ import { ErrorDetailSchema, ErrorReason, type ErrorDetail } from "../../gen/agen
 import { AuditService } from "../../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../../gen/agentworkspace/v1/config_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
+import { ProcessService } from "../../gen/agentworkspace/v1/process_pb.js";
 import { WorkspaceService } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import type { Provider } from "../../providers/types.ts";
 import { createApp, type App, type AppOverrides } from "../../server/app.ts";
@@ -31,6 +32,7 @@ import { MICROVM_TEST_ENV } from "./microvm.ts";
 /** The clients of one protocol. */
 export interface ClientSet {
   tools: Client<typeof ToolService>;
+  processes: Client<typeof ProcessService>;
   workspaces: Client<typeof WorkspaceService>;
   config: Client<typeof ConfigService>;
   audit: Client<typeof AuditService>;
@@ -70,7 +72,7 @@ export interface StartServerOptions {
 }
 
 function clientSet(transport: Transport): ClientSet {
-  return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport), config: createClient(ConfigService, transport), audit: createClient(AuditService, transport) };
+  return { tools: createClient(ToolService, transport), processes: createClient(ProcessService, transport), workspaces: createClient(WorkspaceService, transport), config: createClient(ConfigService, transport), audit: createClient(AuditService, transport) };
 }
 
 /** An interceptor that sends `authorization: Bearer <key>` on every call. */

@@ -11,6 +11,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import { AuditService } from "../../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../../gen/agentworkspace/v1/config_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
+import { ProcessService } from "../../gen/agentworkspace/v1/process_pb.js";
 import {
   type Session,
   type WatchSessionResponse,
@@ -25,7 +26,7 @@ const agent = new http.Agent({ keepAlive: false });
 /** Connect (JSON over HTTP/1.1) clients sending `authorization: Bearer <token>` (none for ""). */
 export function clientsWithToken(baseUrl: string, token: string): ClientSet {
   const transport = createConnectTransport({ baseUrl, httpVersion: "1.1", nodeOptions: { agent }, interceptors: token === "" ? [] : [bearer(token)] });
-  return { tools: createClient(ToolService, transport), workspaces: createClient(WorkspaceService, transport), config: createClient(ConfigService, transport), audit: createClient(AuditService, transport) };
+  return { tools: createClient(ToolService, transport), processes: createClient(ProcessService, transport), workspaces: createClient(WorkspaceService, transport), config: createClient(ConfigService, transport), audit: createClient(AuditService, transport) };
 }
 
 /** Writes a git credentials file (host → token) into `dir` and returns its path. */

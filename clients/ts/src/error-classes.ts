@@ -62,7 +62,12 @@ export type ErrorReasonName =
   | "WORKSPACE_NOT_SHAREABLE"
   | "EGRESS_DENIED"
   | "ENFORCEMENT_UNAVAILABLE"
-  | "PATH_CHANGED";
+  | "PATH_CHANGED"
+  | "PROCESS_NOT_FOUND"
+  | "PROCESS_LIMIT"
+  | "PROCESS_NOT_RUNNING"
+  | "STDIN_CLOSED"
+  | "NOT_A_TERMINAL";
 
 /** `FILE_NOT_FOUND`: The path names nothing in the workspace. Code NOT_FOUND. */
 export class FileNotFoundError extends AgentWorkspaceError {
@@ -359,6 +364,31 @@ export class PathChangedError extends AgentWorkspaceError {
   declare readonly reason: "PATH_CHANGED";
 }
 
+/** `PROCESS_NOT_FOUND`: No process with the requested id runs or is kept in the workspace. Code NOT_FOUND. */
+export class ProcessNotFoundError extends AgentWorkspaceError {
+  declare readonly reason: "PROCESS_NOT_FOUND";
+}
+
+/** `PROCESS_LIMIT`: The workspace is at a limit of its background processes: metadata "limit" says which ("processes": how many run at once; "output_bytes": output kept for them in all) and "max" its value. Code RESOURCE_EXHAUSTED. */
+export class ProcessLimitError extends AgentWorkspaceError {
+  declare readonly reason: "PROCESS_LIMIT";
+}
+
+/** `PROCESS_NOT_RUNNING`: The process has ended; it takes no more input or signals. Code FAILED_PRECONDITION. */
+export class ProcessNotRunningError extends AgentWorkspaceError {
+  declare readonly reason: "PROCESS_NOT_RUNNING";
+}
+
+/** `STDIN_CLOSED`: The process was started without stdin, or its stdin was closed. Code FAILED_PRECONDITION. */
+export class StdinClosedError extends AgentWorkspaceError {
+  declare readonly reason: "STDIN_CLOSED";
+}
+
+/** `NOT_A_TERMINAL`: The process has no terminal to resize (it was started without `pty`). Code FAILED_PRECONDITION. */
+export class NotATerminalError extends AgentWorkspaceError {
+  declare readonly reason: "NOT_A_TERMINAL";
+}
+
 /** The class of each reason, by the reason's number. */
 export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>> = {
   1: FileNotFoundError,
@@ -420,4 +450,9 @@ export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>>
   57: EgressDeniedError,
   58: EnforcementUnavailableError,
   59: PathChangedError,
+  60: ProcessNotFoundError,
+  61: ProcessLimitError,
+  62: ProcessNotRunningError,
+  63: StdinClosedError,
+  64: NotATerminalError,
 };

@@ -239,6 +239,22 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
    * @generated from field: repeated agentworkspace.v1.WorkspaceDigest digest_overrides = 20;
    */
   digestOverrides: WorkspaceDigest[];
+
+  /**
+   * Background processes (ProcessService) one workspace may run at once; 0 takes the server's
+   * (AGENT_WORKSPACE_MAX_PROCESSES), and it is never above it.
+   *
+   * @generated from field: int32 max_processes = 21;
+   */
+  maxProcesses: number;
+
+  /**
+   * A workspace's background processes are ended when no tool call reached the workspace for this
+   * long, in milliseconds; 0 takes the server's (AGENT_WORKSPACE_PROCESS_IDLE_TIMEOUT_MS, by default none).
+   *
+   * @generated from field: int64 process_idle_timeout_ms = 22;
+   */
+  processIdleTimeoutMs: bigint;
 };
 
 /**

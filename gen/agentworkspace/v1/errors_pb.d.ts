@@ -619,6 +619,43 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_PATH_CHANGED = 59;
    */
   PATH_CHANGED = 59,
+
+  /**
+   * No process with the requested id runs or is kept in the workspace. Code NOT_FOUND.
+   *
+   * @generated from enum value: ERROR_REASON_PROCESS_NOT_FOUND = 60;
+   */
+  PROCESS_NOT_FOUND = 60,
+
+  /**
+   * The workspace is at a limit of its background processes: metadata "limit" says which
+   * ("processes": how many run at once; "output_bytes": output kept for them in all) and "max" its
+   * value. Code RESOURCE_EXHAUSTED.
+   *
+   * @generated from enum value: ERROR_REASON_PROCESS_LIMIT = 61;
+   */
+  PROCESS_LIMIT = 61,
+
+  /**
+   * The process has ended; it takes no more input or signals. Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_PROCESS_NOT_RUNNING = 62;
+   */
+  PROCESS_NOT_RUNNING = 62,
+
+  /**
+   * The process was started without stdin, or its stdin was closed. Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_STDIN_CLOSED = 63;
+   */
+  STDIN_CLOSED = 63,
+
+  /**
+   * The process has no terminal to resize (it was started without `pty`). Code FAILED_PRECONDITION.
+   *
+   * @generated from enum value: ERROR_REASON_NOT_A_TERMINAL = 64;
+   */
+  NOT_A_TERMINAL = 64,
 }
 
 /**

@@ -64,6 +64,11 @@ __all__ = [
     "EgressDenied",
     "EnforcementUnavailable",
     "PathChanged",
+    "ProcessNotFound",
+    "ProcessLimit",
+    "ProcessNotRunning",
+    "StdinClosed",
+    "NotATerminal",
 ]
 
 
@@ -508,6 +513,43 @@ class PathChanged(AgentWorkspaceError):
     reason_number = 59
 
 
+class ProcessNotFound(AgentWorkspaceError):
+    """No process with the requested id runs or is kept in the workspace. Code NOT_FOUND."""
+
+    reason_name = "PROCESS_NOT_FOUND"
+    reason_number = 60
+
+
+class ProcessLimit(AgentWorkspaceError):
+    """The workspace is at a limit of its background processes: metadata "limit" says which
+    ("processes": how many run at once; "output_bytes": output kept for them in all) and "max" its
+    value. Code RESOURCE_EXHAUSTED."""
+
+    reason_name = "PROCESS_LIMIT"
+    reason_number = 61
+
+
+class ProcessNotRunning(AgentWorkspaceError):
+    """The process has ended; it takes no more input or signals. Code FAILED_PRECONDITION."""
+
+    reason_name = "PROCESS_NOT_RUNNING"
+    reason_number = 62
+
+
+class StdinClosed(AgentWorkspaceError):
+    """The process was started without stdin, or its stdin was closed. Code FAILED_PRECONDITION."""
+
+    reason_name = "STDIN_CLOSED"
+    reason_number = 63
+
+
+class NotATerminal(AgentWorkspaceError):
+    """The process has no terminal to resize (it was started without `pty`). Code FAILED_PRECONDITION."""
+
+    reason_name = "NOT_A_TERMINAL"
+    reason_number = 64
+
+
 #: ErrorReason number → its exception class.
 BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     1: FileNotFound,
@@ -569,4 +611,9 @@ BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     57: EgressDenied,
     58: EnforcementUnavailable,
     59: PathChanged,
+    60: ProcessNotFound,
+    61: ProcessLimit,
+    62: ProcessNotRunning,
+    63: StdinClosed,
+    64: NotATerminal,
 }
