@@ -407,6 +407,10 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               await container.start();
               await c.ping(30_000);
             }
+            // A server before this one (killed) may have left commands running in the executor: they
+            // are nobody's now, and end before anything of this connection runs.
+            const orphans = await c.forgetEarlierCalls();
+            if (orphans > 0) options.log.warn("commands an earlier server connection left running in the sandbox were ended", { workspace_id: record.id, commands: orphans });
             // Egress by allowlist: the executor's listener on the sandbox's loopback feeds the proxy.
             // Its connections take the workspace's egress socket when the sandbox can reach it.
             if (openOptions?.egress) {
@@ -577,7 +581,7 @@ async function attachExecutor(container: Docker.Container, onStderr: (line: stri
   stream.pipe(stdout);
   stream.on("error", (err) => stdout.destroy(err));
   stream.on("close", () => stdout.destroy());
-  return new SandboxConnection(stdout, stream, { sleeps });
+  return new SandboxConnection(stdout, stream, { sleeps, reattached: true });
 }
 
 /** True when the engine answers a ping within a short time. */

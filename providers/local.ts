@@ -160,6 +160,8 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
   // Per-workspace cgroups and rlimits: what this host allows (local-limits.ts), said once.
   const limiter = new LocalLimits(createHash("sha1").update(baseDir).digest("hex").slice(0, 12));
   const { enforcement } = limiter;
+  /** Workspaces this provider opened already. */
+  const opened = new Set<string>();
   if (enforcement.memory !== "cgroup" || enforcement.pids !== "cgroup") {
     log.warn("local workspaces: memory and process limits are enforced only in part", { ...enforcement });
   }
@@ -181,11 +183,18 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
     async open(record: WorkspaceRecord, openOptions?: OpenOptions): Promise<WorkspaceHandle> {
       const dir = record.state.dir ?? path.join(baseDir, record.id);
       const root = await realpath(dir);
+      // Opened for the first time by this server: whatever still runs in its cgroups was started by
+      // a server before it that died (a background process, a command in flight) and ends now.
+      if (!opened.has(record.id)) {
+        opened.add(record.id);
+        await limiter.remove(record.id);
+      }
       const limits = await limiter.prepare(record.id, record.limits);
       const proxy = openOptions?.egress ? await hostProxyEndpoint(openOptions.egress) : undefined;
       return openLocalWorkspace(record.id, root, rg, executorFor(root), openOptions?.fileRules, limits, proxy, () => limiter.remove(record.id));
     },
     async destroy(record: WorkspaceRecord): Promise<void> {
+      opened.delete(record.id);
       await limiter.remove(record.id);
       const dir = record.state.dir ?? path.join(baseDir, record.id);
       // Only ever delete inside our own base directory, whatever the record says.

@@ -330,6 +330,9 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
               c = await connectTo(record.id, options.bootTimeoutMs);
               running = await c.ping(options.bootTimeoutMs);
             }
+            // A server before this one (killed) may have left commands running in the guest.
+            const orphans = await c.forgetEarlierCalls();
+            if (orphans > 0) log.warn("commands an earlier server connection left running in the VM were ended", { workspace_id: record.id, commands: orphans });
             if (openOptions?.egress) {
               const via = await c.listen(EGRESS_PROXY_PORT, (stream) => openOptions.egress?.accept(stream), undefined);
               log.info("workspace egress path", { workspace_id: record.id, via });
@@ -483,6 +486,6 @@ async function attach(socketPath: string, timeoutMs: number): Promise<SandboxCon
     }
     if (rest.length > 0) socket.unshift(rest);
     socket.resume();
-    return new SandboxConnection(socket, socket, { sleeps: true });
+    return new SandboxConnection(socket, socket, { sleeps: true, reattached: true });
   }
 }

@@ -11,6 +11,7 @@
  * the server a stall. Frames are parsed incrementally with bounded sizes, so one workspace's
  * channel never holds up the event loop for others.
  */
+import { randomInt } from "node:crypto";
 import type { Duplex, Readable, Writable } from "node:stream";
 import { DomainError } from "../core/errors.ts";
 import { drainedOrClosed } from "../core/streams.ts";
@@ -116,7 +117,18 @@ export class SandboxConnection {
   readonly #output: Writable;
   readonly #pending = new Map<number, Pending>();
   readonly #frames = new FrameReader();
-  #nextId = 1;
+  /**
+   * Call ids start at 1, or for a connection reattached to a running executor at a random point:
+   * it may still run calls of the connection before it (a server that died), whose ids must not
+   * meet this one's.
+   */
+  readonly #firstId: number;
+  #nextId: number;
+  /**
+   * False while frames of an earlier connection's calls may still come (reattached, not yet
+   * `forgetEarlierCalls`): a frame for an id this connection never used is dropped, not a violation.
+   */
+  #strict: boolean;
   #closed: Error | undefined;
   #violation: string | undefined;
   /** Open egress tunnels by the executor's id; the highest id it opened; who takes new ones. */
@@ -145,9 +157,12 @@ export class SandboxConnection {
    * connection starts with WAKE (the wrapper may be waiting), answers IDLE with BYE when nothing
    * is in flight, and wakes the executor again for the next call.
    */
-  constructor(input: Readable, output: Writable, options: { sleeps?: boolean } = {}) {
+  constructor(input: Readable, output: Writable, options: { sleeps?: boolean; reattached?: boolean } = {}) {
     this.#input = input;
     this.#output = output;
+    this.#strict = options.reattached !== true;
+    this.#firstId = options.reattached === true ? 1 + randomInt(0x4000_0000) : 1;
+    this.#nextId = this.#firstId;
     this.#sleeps = options.sleeps === true;
     if (this.#sleeps) output.write(Buffer.of(WAKE));
     input.on("data", (chunk: Buffer) => {
@@ -197,7 +212,10 @@ export class SandboxConnection {
     if (!FROM_EXECUTOR.has(f.type)) throw new Error(`frame type ${f.type} from the executor`);
     if (LIFETIME_FRAMES.has(f.type)) return this.#onLifetimeFrame(f);
     if (TUNNEL_FRAMES.has(f.type) || f.id >= TUNNEL_ID_BASE) return this.#onTunnelFrame(f);
-    if (f.id === 0 || f.id >= this.#nextId) throw new Error(`frame for id ${f.id}, which no call has`);
+    if (f.id < this.#firstId || f.id >= this.#nextId) {
+      if (!this.#strict) return;
+      throw new Error(`frame for id ${f.id}, which no call has`);
+    }
     if (STREAMED.has(f.type) && f.type !== F.ENTRIES && f.payload.length > MAX_CHUNK) throw new Error(`bulk frame of ${f.payload.length} bytes`);
     const p = this.#pending.get(f.id);
     // A late frame of a call that already ended (killed, abandoned) is dropped.
@@ -632,6 +650,17 @@ export class SandboxConnection {
       else if (f.type === F.RESULT) return;
       else this.#raise(f);
     }
+  }
+
+  /**
+   * Ends the calls an earlier connection left running in the executor (their process trees are
+   * killed; nothing of theirs comes after the answer) and checks frames strictly from then on.
+   * Resolves to how many there were.
+   */
+  async forgetEarlierCalls(): Promise<number> {
+    const { ended } = await this.op<{ ended?: unknown }>({ root: "/", op: "forget", rel: "" });
+    this.#strict = true;
+    return typeof ended === "number" ? ended : 0;
   }
 
   /** Detaches without stopping the sandbox. */

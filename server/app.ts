@@ -368,13 +368,22 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   };
 }
 
-/** Tool access that also marks the admitted workspace active (its background processes' idle time). */
+/**
+ * Tool access that also tells the process table about the admitted call (its workspace is active
+ * while it runs and from its end: the background processes' idle time).
+ */
 function touching(access: ToolAccess, processes: ProcessTable): ToolAccess {
   return {
     async admit(principal, workspaceId, tool, signal) {
       const admitted = await access.admit(principal, workspaceId, tool, signal);
-      processes.touch(admitted.workspaceId);
-      return admitted;
+      const ended = processes.callStarted(admitted.workspaceId);
+      return {
+        workspaceId: admitted.workspaceId,
+        done() {
+          ended();
+          admitted.done();
+        },
+      };
     },
   };
 }

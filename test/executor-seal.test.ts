@@ -118,6 +118,40 @@ plain("a connection refuses frames for calls it never started, of unknown types,
   }
 });
 
+plain("a connection reattached to a running executor drops frames of the calls of the connection before it until it has the executor forget them, then refuses them", async (t) => {
+  const fromExecutor = new PassThrough();
+  const toExecutor = new PassThrough();
+  const written: Buffer[] = [];
+  toExecutor.on("data", (b: Buffer) => written.push(b));
+  const conn = new SandboxConnection(fromExecutor, toExecutor, { reattached: true });
+  /** The frames written so far, as [type, id, payload]. */
+  const frames = () => new FrameReader().push(Buffer.concat(written.splice(0))).map((f) => [f.type, f.id, f.payload.toString()] as const);
+  const ping = conn.ping(5000);
+  await new Promise((r) => setImmediate(r));
+  const [[, pingId]] = frames();
+  t.true(pingId > 0 && pingId < TUNNEL_ID_BASE);
+  // An earlier server's command still writes: neither its output nor its end is a violation yet.
+  const old = pingId === 1 ? 2 : 1;
+  fromExecutor.write(encodeFrame(F.STDOUT, old, Buffer.from("old output")));
+  fromExecutor.write(encodeFrame(F.EXITED, old, Buffer.from("{}")));
+  fromExecutor.write(encodeFrame(F.PONG, pingId, Buffer.from("v1")));
+  t.is(await ping, "v1");
+  const forgetting = conn.forgetEarlierCalls();
+  await new Promise((r) => setImmediate(r));
+  const [[type, forgetId, request]] = frames();
+  t.is(type, F.OP);
+  t.like(JSON.parse(request), { op: "forget" });
+  fromExecutor.write(encodeFrame(F.STDOUT, old, Buffer.from("late, but before the answer")));
+  fromExecutor.write(encodeFrame(F.RESULT, forgetId, Buffer.from('{"ended":1}')));
+  t.is(await forgetting, 1);
+  t.true(conn.alive);
+  // From the answer on, the executor promised silence for them: another frame is a violation.
+  fromExecutor.write(encodeFrame(F.STDOUT, old, Buffer.from("after")));
+  await new Promise((r) => setImmediate(r));
+  t.false(conn.alive);
+  t.regex(conn.violation ?? "", /which no call has/);
+});
+
 plain("a late frame of a call that already ended is dropped, and the connection stays up", async (t) => {
   const fromExecutor = new PassThrough();
   const toExecutor = new PassThrough();

@@ -34,7 +34,7 @@ import {
 import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { LABELS } from "../providers/docker.ts";
 import { gate, probeEngines } from "./helpers/engines.ts";
-import { alive, waitDead } from "./helpers/process.ts";
+import { alive, type ServerProcess, startServerProcess, waitDead } from "./helpers/process.ts";
 import { type ClientSet, expectError, type ServerCtx, serverTest, startServer, type TestServer } from "./helpers/server.ts";
 import { clientsWithToken, eventually, watchUntilReady } from "./helpers/sessions.ts";
 
@@ -743,3 +743,86 @@ for (const provider of PROVIDERS) {
     });
   });
 }
+
+/**
+ * A server killed with SIGKILL stops nothing: the next server must. Docker's executor outlives the
+ * server (its container runs on) and still runs the old connection's commands; the local provider's
+ * background processes are in process groups of their own. The next server lists the process LOST
+ * and ends what it left when it first opens the workspace (the executor's `forget`; the local
+ * workspace's cgroups).
+ */
+for (const provider of ["local", ...(gate(test, engines, "docker", "background processes after a crash") ? ["docker" as const] : [])]) {
+  test.serial(`${provider}: after the server is killed with SIGKILL, the next one lists the running process LOST and ends it`, async (t) => {
+    t.timeout(180_000);
+    const dataDir = await mkdtemp(path.join(tmpdir(), "aw-proc-crash-"));
+    const env = { AGENT_WORKSPACE_DOCKER: provider === "docker" ? "on" : "off" };
+    let server: ServerProcess | undefined = await startServerProcess({ dataDir, env });
+    let ws = "";
+    try {
+      const first = clientsWithToken(server.url, "");
+      ws = (await first.workspaces.createWorkspace({ provider })).workspace?.id ?? "";
+      const n = marker();
+      const proc = await start(first, { workspaceId: ws, command: `sleep ${n} & exec sleep ${n}` });
+      if (provider === "docker") t.is(await sleepersUntil(first, ws, n, 2), 2, "the process and its child run");
+      else t.is(await hostSleepersUntil(n, 2), 2, "the process and its child run");
+      process.kill(-(server.child.pid as number), "SIGKILL");
+      t.true(await waitDead([server.serverPid], 10_000));
+      if (provider === "local") t.is(await hostSleepers(n), 2, "a killed server leaves them running");
+      server = await startServerProcess({ dataDir, env });
+      const second = clientsWithToken(server.url, "");
+      const { processes } = await second.processes.listProcesses({ workspaceId: ws });
+      t.is(processes.length, 1);
+      t.like(processes[0], { processId: proc.processId, state: ProcessState.LOST, endedBy: "server restarted" });
+      if (provider === "docker") t.is(await sleepersUntil(second, ws, n, 0), 0, "the executor ended the old connection's commands");
+      else t.is(await hostSleepersUntil(n, 0), 0, "the workspace's cgroups were emptied");
+      // The executor serves the new connection as before.
+      t.is((await second.tools.bash({ workspaceId: ws, command: "echo alive" })).stdout, "alive\n");
+    } finally {
+      if (server) {
+        if (ws !== "") await clientsWithToken(server.url, "").workspaces.deleteWorkspace({ id: ws }).catch(() => undefined);
+        process.kill(-(server.child.pid as number), "SIGTERM");
+        await waitDead([server.serverPid], 10_000);
+      }
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+}
+
+test.serial("a workspace without a tool call for the idle time loses its processes (ended_by idle); one of an agent type ends at its own; max_processes lowers the server's", async (t) => {
+  const server = await startServer({ env: { AGENT_WORKSPACE_PROCESS_IDLE_TIMEOUT_MS: "1500", AGENT_WORKSPACE_SESSION_TICK_MS: "100" } });
+  try {
+    const c = server.clients.grpc;
+    await inWorkspace(server, { provider: "local" }, async (ws) => {
+      const proc = await start(c, { workspaceId: ws, command: `exec sleep ${marker()}` });
+      // A call running in the workspace keeps it busy: a wait longer than the idle time sees no end.
+      const waited = await c.processes.waitProcess({ workspaceId: ws, processId: proc.processId, timeoutMs: 2500n });
+      t.true(waited.timedOut, "the process ended while a call ran in its workspace");
+      // No call at all for longer than the idle time.
+      await pause(3000);
+      t.like(await get(c, ws, proc.processId), { state: ProcessState.EXITED, signal: "SIGKILL", endedBy: "idle" });
+    });
+
+    const typed = uniqueId("proc-idle");
+    await c.config.createAgentType({ agentType: { id: typed, workspace: { enabled: true, tools: ["bash"], processIdleTimeoutMs: 600_000n, maxProcesses: 1 } } });
+    await inWorkspace(server, { provider: "local", agentType: typed }, async (ws) => {
+      const proc = await start(c, { workspaceId: ws, command: `exec sleep ${marker()}` });
+      const { detail } = await expectError(t, c.processes.startProcess({ workspaceId: ws, command: "sleep 1" }), Code.ResourceExhausted, ErrorReason.PROCESS_LIMIT);
+      t.like(detail.metadata, { limit: "processes", max: "1" });
+      await pause(3000);
+      t.is((await get(c, ws, proc.processId)).state, ProcessState.RUNNING, "the agent type's idle time, not the server's, applies");
+      await kill(c, ws, proc.processId);
+    });
+    const bad = uniqueId("proc-bad");
+    await expectError(t, c.config.createAgentType({ agentType: { id: bad, workspace: { enabled: true, tools: ["bash"], maxProcesses: -1 } } }), Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
+  } finally {
+    await server.close();
+  }
+});
+
+test.serial("memory: a workspace without processes refuses StartProcess with PROCESSES_UNSUPPORTED and lists none", async (t) => {
+  const c = t.context.server.clients.grpc;
+  await inWorkspace(t.context.server, { provider: "memory" }, async (ws) => {
+    await expectError(t, c.processes.startProcess({ workspaceId: ws, command: "echo hi" }), Code.FailedPrecondition, ErrorReason.PROCESSES_UNSUPPORTED);
+    t.deepEqual((await c.processes.listProcesses({ workspaceId: ws })).processes, []);
+  });
+});

@@ -51,6 +51,7 @@ export function checkOpRequest(v: unknown): OpRequest {
     case "remove":
     case "release":
     case "seal":
+    case "forget":
       return r;
     case "walk":
       if (r.all !== undefined && typeof r.all !== "boolean") throw new Error("all");

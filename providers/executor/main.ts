@@ -240,14 +240,19 @@ interface Call {
   /** A write waiting for its content. */
   upload?: PendingWrite;
   isCommand: boolean;
+  /** Ended by `forget`: it sends nothing more. */
+  forgotten?: boolean;
   /** A running command's input (CONTROL), once it started. */
   running?: RunningProcess & { pty: boolean; root: string; env: Record<string, string> };
 }
 
 const calls = new Map<number, Call>();
+/** Calls a `forget` ended: nothing of theirs is sent any more (ids of a server connection before this one's). */
+const forgotten = new Set<number>();
 let stdoutBlocked: Promise<void> | undefined;
 
 function send(type: number, id: number, payload?: Uint8Array): Promise<void> | undefined {
+  if (forgotten.has(id)) return stdoutBlocked;
   const ok = writeFrame(process.stdout, type, id, payload);
   if (!ok && !stdoutBlocked) {
     stdoutBlocked = new Promise<void>((resolve) =>
@@ -289,6 +294,7 @@ async function sendStreamed(call: Call, type: number, id: number, payload: Uint8
 
 /** Ends a call with its final frame. */
 function finish(id: number, type: number, payload: Uint8Array): void {
+  if (forgotten.has(id)) return;
   calls.delete(id);
   lastActivity = Date.now();
   void send(type, id, payload);
@@ -444,8 +450,25 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
   } catch (err) {
     fail(id, err);
   } finally {
-    calls.delete(id);
+    if (calls.get(id) === call) calls.delete(id);
+    if (call.forgotten) forgotten.delete(id);
   }
+}
+
+/** `forget`: ends every call but `self`; none of them sends anything more. */
+function forgetCalls(self: number): number {
+  let ended = 0;
+  for (const [id, c] of calls) {
+    if (id === self) continue;
+    calls.delete(id);
+    c.forgotten = true;
+    forgotten.add(id);
+    c.abort.abort();
+    c.wake?.();
+    c.upload?.abort();
+    ended++;
+  }
+  return ended;
 }
 
 /** A word for sh, single-quoted. */
@@ -618,7 +641,7 @@ async function operate(id: number, req: OpRequest): Promise<void> {
   const call: Call = { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: false };
   calls.set(id, call);
   try {
-    const fs = req.op === "release" ? (undefined as unknown as JailedFs) : fsFor(req.root, req.rules);
+    const fs = req.op === "release" || req.op === "forget" ? (undefined as unknown as JailedFs) : fsFor(req.root, req.rules);
     switch (req.op) {
       case "resolve":
         return finish(id, F.RESULT, json({ rel: fs.resolve(req.rel) }));
@@ -653,6 +676,8 @@ async function operate(id: number, req: OpRequest): Promise<void> {
         sealers.delete(req.root);
         releaseLaunchers(req.root);
         return finish(id, F.RESULT, json({}));
+      case "forget":
+        return finish(id, F.RESULT, json({ ended: forgetCalls(id) }));
       case "seal": {
         const sealer = sealerFor(req.root, fs);
         return finish(id, F.RESULT, json({ sealed: sealer ? sealer.seal(fs.guard, "place").sealed : 0 }));
@@ -821,6 +846,8 @@ process.stdin.on("data", (chunk: Buffer) => {
       case F.EXEC:
       case F.OP: {
         if (calls.has(frame.id)) violation(`id ${frame.id} is in use`);
+        // An id a forgotten call had is this call's now.
+        forgotten.delete(frame.id);
         let parsed: unknown;
         try {
           parsed = JSON.parse(frame.payload.toString("utf8"));

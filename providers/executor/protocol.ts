@@ -249,6 +249,12 @@ export type OpRequest = { root: string; rules?: FileRules } & (
    * { sealed } (0 where nothing can be sealed: outside a sandbox, or commands run as root).
    */
   | { op: "seal"; rel: string }
+  /**
+   * End every call but this one (a server that connects to a running executor: what the server
+   * before it started is nobody's now): their process trees are killed and no frame of theirs
+   * follows the answer, { ended }.
+   */
+  | { op: "forget"; rel: string }
 );
 
 /** The 9-byte header of a frame whose payload has `length` bytes. */

@@ -210,6 +210,8 @@ export class ProcessTable {
   readonly #past = new Map<string, Map<string, ProcessRecord>>();
   /** Last call in each workspace (epoch ms), for the idle time. */
   readonly #activity = new Map<string, number>();
+  /** Calls running in each workspace: one that runs is not idle. */
+  readonly #inFlight = new Map<string, number>();
   #closed = false;
 
   constructor(options: ProcessTableOptions) {
@@ -250,6 +252,21 @@ export class ProcessTable {
   /** A call touched the workspace (its processes' idle time starts again). */
   touch(workspaceId: string): void {
     this.#activity.set(workspaceId, Date.now());
+  }
+
+  /** A call in the workspace started: it is not idle until the call ends (call what this returns then). */
+  callStarted(workspaceId: string): () => void {
+    this.touch(workspaceId);
+    this.#inFlight.set(workspaceId, (this.#inFlight.get(workspaceId) ?? 0) + 1);
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      const n = (this.#inFlight.get(workspaceId) ?? 1) - 1;
+      if (n > 0) this.#inFlight.set(workspaceId, n);
+      else this.#inFlight.delete(workspaceId);
+      this.touch(workspaceId);
+    };
   }
 
   list(workspaceId: string): ProcessView[] {
@@ -399,7 +416,7 @@ export class ProcessTable {
     const now = Date.now();
     for (const [workspaceId, live] of this.#live) {
       const limit = idleMs(workspaceId);
-      if (limit <= 0) continue;
+      if (limit <= 0 || (this.#inFlight.get(workspaceId) ?? 0) > 0) continue;
       const last = Math.max(this.#activity.get(workspaceId) ?? 0, ...[...live.values()].map((p) => p.startedAt.getTime()));
       if (now - last < limit) continue;
       for (const p of live.values()) {
