@@ -528,6 +528,29 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       if (record.state.egress) await options.egressSockets?.remove(record.state.egress);
     },
 
+    async pause(record: WorkspaceRecord): Promise<void> {
+      const container = docker.getContainer(record.state.containerId);
+      const state = await container.inspect().then((i) => i.State, (err: unknown) => {
+        throw engineError(err, "inspect the workspace container");
+      });
+      // A stopped container has nothing to freeze; it starts (and is frozen by no one) on next use.
+      if (!state.Running || state.Paused) return;
+      await container.pause().catch((err: unknown) => {
+        throw engineError(err, "pause the workspace container");
+      });
+    },
+
+    async resume(record: WorkspaceRecord): Promise<void> {
+      const container = docker.getContainer(record.state.containerId);
+      const state = await container.inspect().then((i) => i.State, (err: unknown) => {
+        throw engineError(err, "inspect the workspace container");
+      });
+      if (!state.Paused) return;
+      await container.unpause().catch((err: unknown) => {
+        throw engineError(err, "resume the workspace container");
+      });
+    },
+
     async dispose(): Promise<void> {},
 
     /**

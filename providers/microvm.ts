@@ -40,7 +40,7 @@ import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
 import type { ExecutorBuild } from "./executor-build.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { buildExecutorDisk, type ExecutorDisk, GUEST_MOUNT, makeWorkspaceDisk, settingsItem } from "./microvm-guest.ts";
-import { findTool, launch, probeAccel, qemuArgs, runningPid, stopVm, vmFiles, type VmShape } from "./microvm-qemu.ts";
+import { findTool, launch, probeAccel, qemuArgs, qmp, runningPid, stopVm, vmFiles, type VmShape } from "./microvm-qemu.ts";
 import { buildLock, restore, TemplateRefused, VmTemplates } from "./microvm-templates.ts";
 import { proxyUrlFor } from "./proxy-credential.ts";
 import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
@@ -400,6 +400,17 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
       revived.delete(record.id);
       await stop(record.id);
       await rm(vmDir(record.id), { recursive: true, force: true });
+    },
+
+    async pause(record: WorkspaceRecord): Promise<void> {
+      // The VM's vCPUs stop where they are (QMP `stop`); a VM that is not running has none to stop.
+      if ((await runningPid(vmDir(record.id), record.id)) === undefined) return;
+      await qmp(vmFiles(vmDir(record.id)).qmp, "stop");
+    },
+
+    async resume(record: WorkspaceRecord): Promise<void> {
+      if ((await runningPid(vmDir(record.id), record.id)) === undefined) return;
+      await qmp(vmFiles(vmDir(record.id)).qmp, "cont");
     },
 
     async dispose(): Promise<void> {},

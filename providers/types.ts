@@ -149,6 +149,8 @@ export interface WorkspaceRecord {
   pool?: PoolMembership;
   /** What the server's host mounts copied in when the workspace was made; providers neither set nor read it. */
   mounts?: MountRecord[];
+  /** Set by the server while the workspace is paused (PauseWorkspace); providers neither set nor read it. */
+  paused?: boolean;
 }
 
 /** What one host mount copied (MountPreview in the API). */
@@ -224,6 +226,9 @@ export interface AgentTypeBinding {
   maxProcesses?: number;
   /** Idle time that ends the workspace's background processes, in ms (absent: the server's). */
   processIdleTimeoutMs?: number;
+  /** Idle time after which the workspace is paused, and deleted, in ms (absent: never). */
+  pauseAfterIdleMs?: number;
+  deleteAfterIdleMs?: number;
 }
 
 /** A live workspace: the primitives tools run on. */
@@ -328,6 +333,13 @@ export interface Provider {
   open(record: WorkspaceRecord, options?: OpenOptions): Promise<WorkspaceHandle>;
   /** Stops everything in the workspace and deletes it with its storage. Idempotent. */
   destroy(record: WorkspaceRecord): Promise<void>;
+  /**
+   * Freezes the workspace's whole sandbox (a container's cgroup freezer, a VM's vCPUs), files and
+   * processes kept; `resume` thaws it. Absent where the provider has no sandbox to freeze (local:
+   * the server stops the workspace's processes itself; memory: nothing runs). Idempotent.
+   */
+  pause?(record: WorkspaceRecord): Promise<void>;
+  resume?(record: WorkspaceRecord): Promise<void>;
   /** Releases the provider's own resources at server shutdown; workspaces survive. */
   dispose(): Promise<void>;
 }

@@ -165,6 +165,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   await processes.init();
   const workspaces = new WorkspaceManager({
     beforeDelete: (id) => processes.endWorkspace(id, "workspace deleted"),
+    stopProcesses: (id, stop) => processes.signalWorkspace(id, stop ? "SIGSTOP" : "SIGCONT"),
     egress,
     mounts: { allowedRoots: mountRoots, maxBytes: settings.mounts.maxBytes },
     providers: built.providers,
@@ -266,7 +267,30 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   const health = new HealthStatus([AuditService.typeName, ConfigService.typeName, ProcessService.typeName, ToolService.typeName, WorkspaceService.typeName]);
   // Idle workspaces' background processes end on the sessions' tick.
   const idleOf = (workspaceId: string) => workspaces.find(workspaceId)?.agentType?.processIdleTimeoutMs ?? settings.processes.idleTimeoutMs;
-  const processIdle = setInterval(() => processes.endIdle(idleOf), settings.sessions.tickMs);
+  // Idle workspaces of agent types with a time to live are paused, then deleted (a session's: ended).
+  const lifetimes = new Set<string>();
+  const liveOut = () => {
+    for (const r of workspaces.listRecords("", {})) {
+      const ttl = r.agentType;
+      if (!ttl || (ttl.pauseAfterIdleMs === undefined && ttl.deleteAfterIdleMs === undefined) || (r.pool && !r.session) || lifetimes.has(r.id)) continue;
+      const idle = processes.idleFor(r.id);
+      const remove = ttl.deleteAfterIdleMs !== undefined && idle >= ttl.deleteAfterIdleMs;
+      const pause = !remove && !r.paused && ttl.pauseAfterIdleMs !== undefined && idle >= ttl.pauseAfterIdleMs;
+      if (!remove && !pause) continue;
+      lifetimes.add(r.id);
+      const fields = { workspace_id: r.id, idle_ms: idle };
+      const step = remove
+        ? (r.session ? sessions.end(r.session.id, "its workspace was idle").then(() => undefined) : workspaces.delete(r.id)).then(() => logger.info("idle workspace removed", fields))
+        : workspaces.pause(r.id).then(() => logger.info("idle workspace paused", fields));
+      void step
+        .catch((err: unknown) => logger.warn(`an idle workspace could not be ${remove ? "removed" : "paused"}`, { ...fields, error: err instanceof Error ? err.message : String(err) }))
+        .finally(() => lifetimes.delete(r.id));
+    }
+  };
+  const processIdle = setInterval(() => {
+    processes.endIdle(idleOf);
+    liveOut();
+  }, settings.sessions.tickMs);
   processIdle.unref();
   const shutdown = new AbortController();
   // Outermost first: the audit span sees every call and every refusal; errors turn each refusal

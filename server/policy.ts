@@ -39,6 +39,8 @@ export const POLICY: Readonly<Record<string, Allowed>> = {
   "/agentworkspace.v1.WorkspaceService/GetWorkspace": OPERATOR,
   "/agentworkspace.v1.WorkspaceService/ListWorkspaces": OPERATOR,
   "/agentworkspace.v1.WorkspaceService/DeleteWorkspace": OPERATOR,
+  "/agentworkspace.v1.WorkspaceService/PauseWorkspace": OPERATOR,
+  "/agentworkspace.v1.WorkspaceService/ResumeWorkspace": OPERATOR,
   "/agentworkspace.v1.WorkspaceService/StartSession": OPERATOR,
   "/agentworkspace.v1.WorkspaceService/GetSession": SESSION_READERS,
   "/agentworkspace.v1.WorkspaceService/ListSessions": OPERATOR,

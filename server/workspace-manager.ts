@@ -33,7 +33,7 @@ export interface CreateRequest {
 /** A workspace as the API shows it. */
 export interface WorkspaceView {
   record: WorkspaceRecord;
-  status: "creating" | "ready" | "stopped" | "failed";
+  status: "creating" | "ready" | "stopped" | "failed" | "paused";
   statusMessage: string;
 }
 
@@ -67,6 +67,11 @@ export interface WorkspaceManagerOptions {
   onStatus?: (change: WorkspaceStatusChange) => void;
   /** Called before a workspace is deleted (its background processes end). */
   beforeDelete?: (workspaceId: string) => Promise<void>;
+  /**
+   * Stops (true) or continues (false) a workspace's background processes, for a provider that
+   * freezes no sandbox of its own (local) when it is paused or resumed.
+   */
+  stopProcesses?: (workspaceId: string, stop: boolean) => Promise<void>;
 }
 
 /** A workspace's status change, for watchers. */
@@ -159,6 +164,8 @@ export class WorkspaceManager {
         maxTimeoutMs: Number(cfg.maxCommandTimeoutMs),
         ...(cfg.maxProcesses > 0 ? { maxProcesses: cfg.maxProcesses } : {}),
         ...(cfg.processIdleTimeoutMs > 0n ? { processIdleTimeoutMs: Number(cfg.processIdleTimeoutMs) } : {}),
+        ...(cfg.pauseAfterIdleMs > 0n ? { pauseAfterIdleMs: Number(cfg.pauseAfterIdleMs) } : {}),
+        ...(cfg.deleteAfterIdleMs > 0n ? { deleteAfterIdleMs: Number(cfg.deleteAfterIdleMs) } : {}),
         commandPolicy: { defaultAction: cfg.commandPolicy?.defaultAction ?? "", allow: [...(cfg.commandPolicy?.allow ?? [])], deny: [...(cfg.commandPolicy?.deny ?? [])] },
         sensitiveFiles: { deny: [...(cfg.sensitiveFiles?.deny ?? [])], writeProtected: [...(cfg.sensitiveFiles?.writeProtected ?? [])] },
         protectedBranches: [...(cfg.git?.protectedBranches ?? [])],
@@ -267,6 +274,69 @@ export class WorkspaceManager {
     return next;
   }
 
+  /** Pauses and resumes in progress, by workspace: one at a time. */
+  readonly #transitions = new Map<string, Promise<unknown>>();
+
+  /** Runs `fn` after the workspace's pause or resume in progress. */
+  #serial<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    const run = (this.#transitions.get(id) ?? Promise.resolve()).then(fn, fn);
+    const settled = run.catch(() => undefined);
+    this.#transitions.set(id, settled);
+    void settled.then(() => {
+      if (this.#transitions.get(id) === settled) this.#transitions.delete(id);
+    });
+    return run;
+  }
+
+  /**
+   * Pauses a workspace: its provider freezes the sandbox (or, without one, its background processes
+   * are stopped); the record says so, durably, and the next tool call resumes it. Idempotent.
+   */
+  pause(id: string): Promise<WorkspaceView> {
+    return this.#serial(id, async () => {
+      const record = this.#record(id);
+      if (this.#creating.has(id) || this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_READY", `Workspace '${id}' is being ${this.#creating.has(id) ? "made" : "deleted"}`, { metadata: { workspace_id: id } });
+      if (!record.paused) {
+        const provider = this.#provider(record.provider);
+        if (provider.pause) await provider.pause(record);
+        else await this.#options.stopProcesses?.(id, true);
+        await this.#setPaused(id, true);
+        this.#options.logger.info("workspace paused", { workspace_id: id });
+        this.#options.onStatus?.({ workspaceId: id, status: "paused", message: "paused", deleted: false, provider: record.provider, agentType: record.agentType?.id ?? "", sessionId: record.session?.id ?? "" });
+      }
+      return { record: this.#record(id), status: "paused" as const, statusMessage: "" };
+    });
+  }
+
+  /** Resumes a paused workspace where it stopped (`why` for the log: "call", "request"). Idempotent. */
+  resume(id: string, why = "request"): Promise<WorkspaceView> {
+    return this.#serial(id, async () => {
+      const record = this.#record(id);
+      if (record.paused) {
+        const provider = this.#provider(record.provider);
+        if (provider.resume) await provider.resume(record);
+        else await this.#options.stopProcesses?.(id, false);
+        await this.#setPaused(id, false);
+        this.#options.logger.info("workspace resumed", { workspace_id: id, by: why });
+        this.#options.onStatus?.({ workspaceId: id, status: "ready", message: why === "call" ? "resumed by a tool call" : "resumed", deleted: false, provider: record.provider, agentType: record.agentType?.id ?? "", sessionId: record.session?.id ?? "" });
+      }
+      return this.get(id);
+    });
+  }
+
+  async #setPaused(id: string, paused: boolean): Promise<void> {
+    const next: WorkspaceRecord = { ...this.#record(id), paused };
+    if (!paused) delete next.paused;
+    await this.#options.store.put(next);
+    this.#records.set(id, next);
+  }
+
+  /** The handle a tool call uses: a paused workspace is resumed first. */
+  async handleForCall(id: string): Promise<WorkspaceHandle> {
+    if (this.#record(id).paused || this.#transitions.has(id)) await this.resume(id, "call");
+    return this.handle(id);
+  }
+
   /** The record of a workspace, or undefined; never throws. */
   find(id: string): WorkspaceRecord | undefined {
     return this.#records.get(id);
@@ -291,6 +361,8 @@ export class WorkspaceManager {
     const record = this.#record(id);
     if (this.#creating.has(id)) return { record, status: "creating", statusMessage: "" };
     if (this.#deleting.has(id)) return { record, status: "stopped", statusMessage: "The workspace is being deleted" };
+    // Not opened to ask: a frozen sandbox answers nothing.
+    if (record.paused) return { record, status: "paused", statusMessage: "" };
     try {
       const h = await this.handle(id);
       const health = await h.health();
@@ -313,7 +385,9 @@ export class WorkspaceManager {
     if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
     this.#deleting.add(id);
     try {
-      // What runs in it ends first, while its sandbox is still there to say how.
+      // What runs in it ends first, while its sandbox is still there to say how (thawed: a frozen
+      // sandbox answers nothing).
+      if (record.paused) await this.#provider(record.provider).resume?.(record).catch(() => undefined);
       await this.#options.beforeDelete?.(id);
       const h = this.#handles.get(id);
       this.#handles.delete(id);

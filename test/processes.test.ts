@@ -31,9 +31,10 @@ import {
   ProcessState,
   type StartProcessRequestSchema,
 } from "../gen/agentworkspace/v1/process_pb.js";
-import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { SessionStatus, WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { LABELS } from "../providers/docker.ts";
-import { gate, probeEngines } from "./helpers/engines.ts";
+import { qmp } from "../providers/microvm-qemu.ts";
+import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import { alive, type ServerProcess, startServerProcess, waitDead } from "./helpers/process.ts";
 import { type ClientSet, expectError, type ServerCtx, serverTest, startServer, type TestServer } from "./helpers/server.ts";
 import { clientsWithToken, eventually, watchUntilReady } from "./helpers/sessions.ts";
@@ -717,6 +718,8 @@ for (const provider of PROVIDERS) {
     }
   });
 
+  registerPause(provider);
+
   test.serial(`${provider}: the audit trail records StartProcess as a bash call with its command, and never the bytes written to stdin`, async (t) => {
     slow(t);
     const c = t.context.server.clients.grpc;
@@ -825,4 +828,95 @@ test.serial("memory: a workspace without processes refuses StartProcess with PRO
     await expectError(t, c.processes.startProcess({ workspaceId: ws, command: "echo hi" }), Code.FailedPrecondition, ErrorReason.PROCESSES_UNSUPPORTED);
     t.deepEqual((await c.processes.listProcesses({ workspaceId: ws })).processes, []);
   });
+});
+
+/**
+ * Pause and resume, on every provider that runs processes: the engine's freezer (docker, gVisor),
+ * the VM's stopped vCPUs (microvm), the processes' SIGSTOP (local).
+ */
+function registerPause(provider: string): void {
+  const container = provider !== "local";
+  const slow = (t: T) => {
+    if (provider === "gvisor" || provider === "microvm") t.timeout(provider === "microvm" ? 600_000 : 180_000);
+  };
+  test.serial(`${provider}: PauseWorkspace freezes a running counter with its files; ResumeWorkspace continues it where it stopped, and so does the next tool call`, async (t) => {
+    slow(t);
+    const c = t.context.server.clients.grpc;
+    await inWorkspace(t.context.server, { provider }, async (ws) => {
+      await c.tools.writeFile({ workspaceId: ws, path: "kept.txt", content: "written before the pause\n" });
+      const proc = await start(c, { workspaceId: ws, command: "i=0; while :; do i=$((i+1)); echo $i > counter; sleep 0.1; done" });
+      const counter = async () => Number((await c.tools.bash({ workspaceId: ws, command: "cat counter" })).stdout.trim());
+      await eventually(async () => ((await counter()) >= 3 ? true : undefined), 20_000, "the counter counting");
+      const pid = await pidOf(c, ws, proc.processId);
+      const before = await counter();
+      const paused = await c.workspaces.pauseWorkspace({ id: ws });
+      t.is(paused.workspace?.status, WorkspaceStatus.PAUSED);
+      t.is((await c.workspaces.getWorkspace({ id: ws })).workspace?.status, WorkspaceStatus.PAUSED, "GetWorkspace does not resume it");
+      if (provider === "microvm") {
+        const status = (await qmp(path.join(t.context.server.dataDir, "microvm", ws, "qmp.sock"), "query-status")) as { status: string; running: boolean };
+        t.like(status, { status: "paused", running: false }, "QEMU stopped the VM's vCPUs");
+      } else if (container) {
+        const [info] = await containersOf(ws);
+        t.true((await docker.getContainer(info.Id).inspect()).State.Paused, "the engine froze the container");
+      } else {
+        // Stopped (T), the whole tree: the loop's shell and its sleep.
+        t.regex(await readFile(`/proc/${pid}/stat`, "utf8").then((st) => st.slice(st.lastIndexOf(")") + 2, st.lastIndexOf(")") + 3)), /^T$/, "the process is stopped");
+      }
+      await pause(2000);
+      const resumed = await c.workspaces.resumeWorkspace({ id: ws });
+      t.is(resumed.workspace?.status, WorkspaceStatus.READY);
+      // Ten counts a second while it ran; frozen, two seconds added next to none.
+      const after = await counter();
+      t.true(after - before < 10, `the counter went from ${before} to ${after} across a 2 s pause`);
+      t.like(await get(c, ws, proc.processId), { state: ProcessState.RUNNING, pid });
+      await eventually(async () => ((await counter()) > after ? true : undefined), 20_000, "the counter counting again");
+      t.is((await c.tools.bash({ workspaceId: ws, command: "cat kept.txt" })).stdout, "written before the pause\n", "the files are intact");
+
+      // Paused again, the next tool call resumes it first.
+      await c.workspaces.pauseWorkspace({ id: ws });
+      t.is((await c.tools.bash({ workspaceId: ws, command: "echo answered" })).stdout, "answered\n");
+      t.is((await c.workspaces.getWorkspace({ id: ws })).workspace?.status, WorkspaceStatus.READY);
+      t.is((await get(c, ws, proc.processId)).state, ProcessState.RUNNING);
+      await kill(c, ws, proc.processId);
+    });
+  });
+
+}
+
+if (microvmGate(test, "background processes paused and resumed")) registerPause("microvm");
+
+test.serial("an agent type's time to live: a workspace without a tool call is paused after one idle time and deleted after the longer one, each a workspace event; a call in between resumes it and starts the clock again", async (t) => {
+  const server = await startServer({ env: { AGENT_WORKSPACE_SESSION_TICK_MS: "100" } });
+  const watch = new AbortController();
+  try {
+    const c = server.clients.grpc;
+    const type = uniqueId("proc-ttl");
+    await expectError(t, c.config.createAgentType({ agentType: { id: type, workspace: { enabled: true, tools: ["bash"], pauseAfterIdleMs: 3000n, deleteAfterIdleMs: 3000n } } }), Code.InvalidArgument, ErrorReason.INVALID_ARGUMENT);
+    await c.config.createAgentType({ agentType: { id: type, workspace: { enabled: true, tools: ["bash"], pauseAfterIdleMs: 1000n, deleteAfterIdleMs: 4000n } } });
+    const ws = (await c.workspaces.createWorkspace({ provider: "local", agentType: type })).workspace?.id ?? "";
+    const statuses: string[] = [];
+    const watching = (async () => {
+      for await (const ev of c.audit.watchEvents({ workspaceId: ws }, { signal: watch.signal })) {
+        if (ev.event.case === "workspaceStatus") statuses.push(`${WorkspaceStatus[ev.event.value.status]}${ev.event.value.deleted ? " deleted" : ""}`);
+      }
+    })().catch(() => undefined);
+    const proc = await start(c, { workspaceId: ws, command: `exec sleep ${marker()}` });
+    const pid = await pidOf(c, ws, proc.processId);
+    // GetWorkspace is no tool call: it watches the clock without resetting it.
+    const status = async () => (await c.workspaces.getWorkspace({ id: ws })).workspace?.status;
+    await eventually(async () => ((await status()) === WorkspaceStatus.PAUSED ? true : undefined), 20_000, "the pause after the idle time");
+    t.true(alive(pid), "a paused workspace keeps its processes");
+    // A call resumes it; the clock starts again, so it is paused again before it is deleted.
+    t.is((await c.tools.bash({ workspaceId: ws, command: "echo back" })).stdout, "back\n");
+    t.is(await status(), WorkspaceStatus.READY);
+    await eventually(async () => ((await status()) === WorkspaceStatus.PAUSED ? true : undefined), 20_000, "the second pause");
+    await eventually(async () => (await c.workspaces.getWorkspace({ id: ws }).then(() => undefined, (err: unknown) => err)), 20_000, "the deletion after the longer idle time");
+    await expectError(t, c.workspaces.getWorkspace({ id: ws }), Code.NotFound, ErrorReason.WORKSPACE_NOT_FOUND);
+    t.true(await waitDead([pid], 10_000), "the deletion ended its processes");
+    await eventually(async () => (statuses.includes("STOPPED deleted") ? true : undefined), 10_000, "the deletion's event");
+    t.deepEqual(statuses.filter((s, i) => s !== statuses[i - 1]), ["PAUSED", "READY", "PAUSED", "STOPPED deleted"]);
+  } finally {
+    watch.abort();
+    await server.close();
+  }
 });

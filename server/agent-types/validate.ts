@@ -243,6 +243,9 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
   validateTimeout(cfg.sessionIdleTimeoutMs, f("session_idle_timeout_ms"), 30 * 24 * 3_600_000);
   validateTimeout(cfg.processIdleTimeoutMs, f("process_idle_timeout_ms"), 30 * 24 * 3_600_000);
   if (cfg.maxProcesses < 0 || cfg.maxProcesses > 1024) throw invalid(f("max_processes"), "max_processes must be from 0 to 1024");
+  const pauseAfter = validateTimeout(cfg.pauseAfterIdleMs, f("pause_after_idle_ms"), 365 * 24 * 3_600_000);
+  const deleteAfter = validateTimeout(cfg.deleteAfterIdleMs, f("delete_after_idle_ms"), 365 * 24 * 3_600_000);
+  if (pauseAfter > 0 && deleteAfter > 0 && deleteAfter <= pauseAfter) throw invalid(f("delete_after_idle_ms"), "delete_after_idle_ms must be longer than pause_after_idle_ms");
   if (maxTimeout !== 0 && maxTimeout < 1000) throw invalid(f("max_command_timeout_ms"), "max_command_timeout_ms must be 0 or at least 1000");
   if (defaultTimeout !== 0 && defaultTimeout < 1000) throw invalid(f("default_command_timeout_ms"), "default_command_timeout_ms must be 0 or at least 1000");
 
@@ -265,6 +268,8 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     sessionIdleTimeoutMs: cfg.sessionIdleTimeoutMs,
     maxProcesses: cfg.maxProcesses,
     processIdleTimeoutMs: cfg.processIdleTimeoutMs,
+    pauseAfterIdleMs: cfg.pauseAfterIdleMs,
+    deleteAfterIdleMs: cfg.deleteAfterIdleMs,
     commandPolicy: policy,
     sensitiveFiles: files,
     git: { protectedBranches },

@@ -349,6 +349,12 @@ export const ADMIN_AUDIT: Readonly<Record<string, AdminAudit>> = {
   "/agentworkspace.v1.WorkspaceService/DeleteWorkspace": {
     request: (r: DeleteWorkspaceRequest, _redact: Redactor, facts: Facts) => ((facts.workspaceId = r.id), {}),
   },
+  "/agentworkspace.v1.WorkspaceService/PauseWorkspace": {
+    request: (r: DeleteWorkspaceRequest, _redact: Redactor, facts: Facts) => ((facts.workspaceId = r.id), {}),
+  },
+  "/agentworkspace.v1.WorkspaceService/ResumeWorkspace": {
+    request: (r: DeleteWorkspaceRequest, _redact: Redactor, facts: Facts) => ((facts.workspaceId = r.id), {}),
+  },
   "/agentworkspace.v1.WorkspaceService/StartSession": {
     request: (r: StartSessionRequest, _redact: Redactor, facts: Facts) => ((facts.agentType = r.agentType), {}),
     response(r: StartSessionResponse, facts: Facts) {

@@ -212,6 +212,7 @@ export class ProcessTable {
   readonly #activity = new Map<string, number>();
   /** Calls running in each workspace: one that runs is not idle. */
   readonly #inFlight = new Map<string, number>();
+  readonly #began = Date.now();
   #closed = false;
 
   constructor(options: ProcessTableOptions) {
@@ -252,6 +253,15 @@ export class ProcessTable {
   /** A call touched the workspace (its processes' idle time starts again). */
   touch(workspaceId: string): void {
     this.#activity.set(workspaceId, Date.now());
+  }
+
+  /**
+   * How long the workspace has had no tool call, in ms: 0 while one runs; since this server started
+   * for one without a call yet.
+   */
+  idleFor(workspaceId: string): number {
+    if ((this.#inFlight.get(workspaceId) ?? 0) > 0) return 0;
+    return Date.now() - Math.max(this.#activity.get(workspaceId) ?? 0, this.#began);
   }
 
   /** A call in the workspace started: it is not idle until the call ends (call what this returns then). */
@@ -399,6 +409,12 @@ export class ProcessTable {
     this.#past.delete(workspaceId);
     this.#activity.delete(workspaceId);
     await this.#o.store.deleteWorkspace(workspaceId).catch(() => undefined);
+  }
+
+  /** Sends `signal` to the tree of every running process of a workspace (SIGSTOP, SIGCONT: a pause). */
+  async signalWorkspace(workspaceId: string, signal: string): Promise<void> {
+    const running = [...(this.#live.get(workspaceId)?.values() ?? [])].filter((p) => p.running);
+    await Promise.all(running.map((p) => p.control.signal(signal).catch(() => undefined)));
   }
 
   /** Kills the processes a session started (it ended); they stay listed. */

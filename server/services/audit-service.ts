@@ -19,7 +19,7 @@ import type { AuditStore } from "../store/store.ts";
 const DEFAULT_PAGE = 100;
 const MAX_PAGE = 1000;
 
-const WORKSPACE_STATUS = { creating: WorkspaceStatus.CREATING, ready: WorkspaceStatus.READY, stopped: WorkspaceStatus.STOPPED, failed: WorkspaceStatus.FAILED } as const;
+const WORKSPACE_STATUS = { creating: WorkspaceStatus.CREATING, ready: WorkspaceStatus.READY, stopped: WorkspaceStatus.STOPPED, failed: WorkspaceStatus.FAILED, paused: WorkspaceStatus.PAUSED } as const;
 const FILE_CHANGE_KINDS = { "": FileChangeKind.UNSPECIFIED, created: FileChangeKind.CREATED, modified: FileChangeKind.MODIFIED, deleted: FileChangeKind.DELETED } as const;
 const SESSION_STATUS = { provisioning: SessionStatus.PROVISIONING, active: SessionStatus.ACTIVE, degraded: SessionStatus.DEGRADED, ended: SessionStatus.ENDED } as const;
 

@@ -144,7 +144,7 @@ export function toolContextOf({ workspaces, limits, git, commandPolicy = command
     return { ...limits, maxTimeoutMs, defaultTimeoutMs: Math.min(binding.defaultTimeoutMs === 0 ? limits.defaultTimeoutMs : binding.defaultTimeoutMs, maxTimeoutMs) };
   };
   const context = async (workspaceId: string, hctx: HandlerContext): Promise<ToolContext> => {
-    const workspace = await workspaces.handle(workspaceId);
+    const workspace = await workspaces.handleForCall(workspaceId);
     const left = hctx.timeoutMs();
     const record = workspaces.find(workspaceId);
     const task = record?.session?.task;

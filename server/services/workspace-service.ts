@@ -40,6 +40,7 @@ const STATUS = {
   ready: WorkspaceStatus.READY,
   stopped: WorkspaceStatus.STOPPED,
   failed: WorkspaceStatus.FAILED,
+  paused: WorkspaceStatus.PAUSED,
 } as const;
 
 function toProto(v: WorkspaceView, sessionIds: string[] = []): MessageInitShape<typeof WorkspaceSchema> {
@@ -186,6 +187,12 @@ export function createWorkspaceService(workspaces: WorkspaceManager, sessions: S
     async deleteWorkspace(req) {
       await workspaces.delete(req.id);
       return {};
+    },
+    async pauseWorkspace(req) {
+      return { workspace: toProto(await workspaces.pause(req.id), sessions.sessionsOf(req.id)) };
+    },
+    async resumeWorkspace(req) {
+      return { workspace: toProto(await workspaces.resume(req.id), sessions.sessionsOf(req.id)) };
     },
     async startSession(req) {
       const { record, token } = await sessions.start({ agentType: req.agentType, task: task(req.task), labels: req.labels, mounts: req.mounts.map(mountFromProto), workspaceId: req.workspaceId });

@@ -545,6 +545,86 @@ export declare type DeleteWorkspaceResponse = Message<"agentworkspace.v1.DeleteW
 export declare const DeleteWorkspaceResponseSchema: GenMessage<DeleteWorkspaceResponse>;
 
 /**
+ * PauseWorkspaceRequest names the workspace to pause.
+ *
+ * @generated from message agentworkspace.v1.PauseWorkspaceRequest
+ */
+export declare type PauseWorkspaceRequest = Message<"agentworkspace.v1.PauseWorkspaceRequest"> & {
+  /**
+   * The workspace.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.PauseWorkspaceRequest.
+ * Use `create(PauseWorkspaceRequestSchema)` to create a new message.
+ */
+export declare const PauseWorkspaceRequestSchema: GenMessage<PauseWorkspaceRequest>;
+
+/**
+ * PauseWorkspaceResponse is the paused workspace.
+ *
+ * @generated from message agentworkspace.v1.PauseWorkspaceResponse
+ */
+export declare type PauseWorkspaceResponse = Message<"agentworkspace.v1.PauseWorkspaceResponse"> & {
+  /**
+   * The workspace, PAUSED.
+   *
+   * @generated from field: agentworkspace.v1.Workspace workspace = 1;
+   */
+  workspace?: Workspace | undefined;
+};
+
+/**
+ * Describes the message agentworkspace.v1.PauseWorkspaceResponse.
+ * Use `create(PauseWorkspaceResponseSchema)` to create a new message.
+ */
+export declare const PauseWorkspaceResponseSchema: GenMessage<PauseWorkspaceResponse>;
+
+/**
+ * ResumeWorkspaceRequest names the workspace to resume.
+ *
+ * @generated from message agentworkspace.v1.ResumeWorkspaceRequest
+ */
+export declare type ResumeWorkspaceRequest = Message<"agentworkspace.v1.ResumeWorkspaceRequest"> & {
+  /**
+   * The workspace.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.ResumeWorkspaceRequest.
+ * Use `create(ResumeWorkspaceRequestSchema)` to create a new message.
+ */
+export declare const ResumeWorkspaceRequestSchema: GenMessage<ResumeWorkspaceRequest>;
+
+/**
+ * ResumeWorkspaceResponse is the resumed workspace.
+ *
+ * @generated from message agentworkspace.v1.ResumeWorkspaceResponse
+ */
+export declare type ResumeWorkspaceResponse = Message<"agentworkspace.v1.ResumeWorkspaceResponse"> & {
+  /**
+   * The workspace, READY.
+   *
+   * @generated from field: agentworkspace.v1.Workspace workspace = 1;
+   */
+  workspace?: Workspace | undefined;
+};
+
+/**
+ * Describes the message agentworkspace.v1.ResumeWorkspaceResponse.
+ * Use `create(ResumeWorkspaceResponseSchema)` to create a new message.
+ */
+export declare const ResumeWorkspaceResponseSchema: GenMessage<ResumeWorkspaceResponse>;
+
+/**
  * TaskContext is what a session's task says about its repository. With an agent type whose
  * repo_source.type is "task_context", the repository is cloned at the branch.
  *
@@ -1483,6 +1563,13 @@ export enum WorkspaceStatus {
    * @generated from enum value: WORKSPACE_STATUS_FAILED = 4;
    */
   FAILED = 4,
+
+  /**
+   * Paused (PauseWorkspace): files and processes kept, nothing runs; a tool call resumes it.
+   *
+   * @generated from enum value: WORKSPACE_STATUS_PAUSED = 5;
+   */
+  PAUSED = 5,
 }
 
 /**
@@ -1675,6 +1762,28 @@ export declare const WorkspaceService: GenService<{
     methodKind: "unary";
     input: typeof DeleteWorkspaceRequestSchema;
     output: typeof DeleteWorkspaceResponseSchema;
+  },
+  /**
+   * PauseWorkspace freezes a workspace with its files and processes: a container's or VM's whole
+   * sandbox is frozen by its engine, a local workspace's background processes are stopped
+   * (SIGSTOP). The next tool call in it, or ResumeWorkspace, resumes it.
+   *
+   * @generated from rpc agentworkspace.v1.WorkspaceService.PauseWorkspace
+   */
+  pauseWorkspace: {
+    methodKind: "unary";
+    input: typeof PauseWorkspaceRequestSchema;
+    output: typeof PauseWorkspaceResponseSchema;
+  },
+  /**
+   * ResumeWorkspace resumes a paused workspace where it stopped.
+   *
+   * @generated from rpc agentworkspace.v1.WorkspaceService.ResumeWorkspace
+   */
+  resumeWorkspace: {
+    methodKind: "unary";
+    input: typeof ResumeWorkspaceRequestSchema;
+    output: typeof ResumeWorkspaceResponseSchema;
   },
   /**
    * StartSession starts an agent session of an agent type and returns at once, in status

@@ -255,6 +255,23 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
    * @generated from field: int64 process_idle_timeout_ms = 22;
    */
   processIdleTimeoutMs: bigint;
+
+  /**
+   * A workspace of this agent type without a tool call for this long is paused (PauseWorkspace;
+   * the next call resumes it), in milliseconds; 0 never pauses it.
+   *
+   * @generated from field: int64 pause_after_idle_ms = 23;
+   */
+  pauseAfterIdleMs: bigint;
+
+  /**
+   * A workspace of this agent type without a tool call for this long is deleted (a session's
+   * workspace: its session ends), in milliseconds; 0 never deletes it. Longer than
+   * pause_after_idle_ms when both are set.
+   *
+   * @generated from field: int64 delete_after_idle_ms = 24;
+   */
+  deleteAfterIdleMs: bigint;
 };
 
 /**

@@ -150,11 +150,12 @@ class UpdateWorkspaceConfigResponse(_message.Message):
     def __init__(self, workspace_config: _Optional[_Union[WorkspaceConfig, _Mapping]] = ...) -> None: ...
 
 class WorkspaceConfig(_message.Message):
-    __slots__ = ["base_image", "checkout_on_start", "command_policy", "default_command_timeout_ms", "digest_overrides", "enabled", "fallback_provider", "git", "max_command_timeout_ms", "max_processes", "mounts", "network", "process_idle_timeout_ms", "provider", "repo_source", "resource_limits", "sensitive_files", "session_idle_timeout_ms", "setup_command_timeout_ms", "setup_commands", "tools", "warm_pool_size"]
+    __slots__ = ["base_image", "checkout_on_start", "command_policy", "default_command_timeout_ms", "delete_after_idle_ms", "digest_overrides", "enabled", "fallback_provider", "git", "max_command_timeout_ms", "max_processes", "mounts", "network", "pause_after_idle_ms", "process_idle_timeout_ms", "provider", "repo_source", "resource_limits", "sensitive_files", "session_idle_timeout_ms", "setup_command_timeout_ms", "setup_commands", "tools", "warm_pool_size"]
     BASE_IMAGE_FIELD_NUMBER: _ClassVar[int]
     CHECKOUT_ON_START_FIELD_NUMBER: _ClassVar[int]
     COMMAND_POLICY_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_COMMAND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_AFTER_IDLE_MS_FIELD_NUMBER: _ClassVar[int]
     DIGEST_OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_PROVIDER_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +164,7 @@ class WorkspaceConfig(_message.Message):
     MAX_PROCESSES_FIELD_NUMBER: _ClassVar[int]
     MOUNTS_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_AFTER_IDLE_MS_FIELD_NUMBER: _ClassVar[int]
     PROCESS_IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     REPO_SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +179,7 @@ class WorkspaceConfig(_message.Message):
     checkout_on_start: bool
     command_policy: CommandPolicy
     default_command_timeout_ms: int
+    delete_after_idle_ms: int
     digest_overrides: _containers.RepeatedCompositeFieldContainer[_workspace_pb2.WorkspaceDigest]
     enabled: bool
     fallback_provider: str
@@ -185,6 +188,7 @@ class WorkspaceConfig(_message.Message):
     max_processes: int
     mounts: _containers.RepeatedCompositeFieldContainer[_workspace_pb2.HostMount]
     network: NetworkConfig
+    pause_after_idle_ms: int
     process_idle_timeout_ms: int
     provider: str
     repo_source: RepoSource
@@ -195,4 +199,4 @@ class WorkspaceConfig(_message.Message):
     setup_commands: _containers.RepeatedScalarFieldContainer[str]
     tools: _containers.RepeatedScalarFieldContainer[str]
     warm_pool_size: int
-    def __init__(self, enabled: bool = ..., repo_source: _Optional[_Union[RepoSource, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., resource_limits: _Optional[_Union[_workspace_pb2.ResourceLimits, _Mapping]] = ..., checkout_on_start: bool = ..., base_image: _Optional[str] = ..., setup_commands: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., fallback_provider: _Optional[str] = ..., network: _Optional[_Union[NetworkConfig, _Mapping]] = ..., warm_pool_size: _Optional[int] = ..., default_command_timeout_ms: _Optional[int] = ..., max_command_timeout_ms: _Optional[int] = ..., setup_command_timeout_ms: _Optional[int] = ..., session_idle_timeout_ms: _Optional[int] = ..., command_policy: _Optional[_Union[CommandPolicy, _Mapping]] = ..., sensitive_files: _Optional[_Union[SensitiveFiles, _Mapping]] = ..., git: _Optional[_Union[GitPolicy, _Mapping]] = ..., mounts: _Optional[_Iterable[_Union[_workspace_pb2.HostMount, _Mapping]]] = ..., digest_overrides: _Optional[_Iterable[_Union[_workspace_pb2.WorkspaceDigest, _Mapping]]] = ..., max_processes: _Optional[int] = ..., process_idle_timeout_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, enabled: bool = ..., repo_source: _Optional[_Union[RepoSource, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., resource_limits: _Optional[_Union[_workspace_pb2.ResourceLimits, _Mapping]] = ..., checkout_on_start: bool = ..., base_image: _Optional[str] = ..., setup_commands: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., fallback_provider: _Optional[str] = ..., network: _Optional[_Union[NetworkConfig, _Mapping]] = ..., warm_pool_size: _Optional[int] = ..., default_command_timeout_ms: _Optional[int] = ..., max_command_timeout_ms: _Optional[int] = ..., setup_command_timeout_ms: _Optional[int] = ..., session_idle_timeout_ms: _Optional[int] = ..., command_policy: _Optional[_Union[CommandPolicy, _Mapping]] = ..., sensitive_files: _Optional[_Union[SensitiveFiles, _Mapping]] = ..., git: _Optional[_Union[GitPolicy, _Mapping]] = ..., mounts: _Optional[_Iterable[_Union[_workspace_pb2.HostMount, _Mapping]]] = ..., digest_overrides: _Optional[_Iterable[_Union[_workspace_pb2.WorkspaceDigest, _Mapping]]] = ..., max_processes: _Optional[int] = ..., process_idle_timeout_ms: _Optional[int] = ..., pause_after_idle_ms: _Optional[int] = ..., delete_after_idle_ms: _Optional[int] = ...) -> None: ...

@@ -22,6 +22,7 @@ SESSION_STATUS_PROVISIONING: SessionStatus
 SESSION_STATUS_UNSPECIFIED: SessionStatus
 WORKSPACE_STATUS_CREATING: WorkspaceStatus
 WORKSPACE_STATUS_FAILED: WorkspaceStatus
+WORKSPACE_STATUS_PAUSED: WorkspaceStatus
 WORKSPACE_STATUS_READY: WorkspaceStatus
 WORKSPACE_STATUS_STOPPED: WorkspaceStatus
 WORKSPACE_STATUS_UNSPECIFIED: WorkspaceStatus
@@ -214,6 +215,18 @@ class MountSkip(_message.Message):
     reason: str
     def __init__(self, path: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class PauseWorkspaceRequest(_message.Message):
+    __slots__ = ["id"]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class PauseWorkspaceResponse(_message.Message):
+    __slots__ = ["workspace"]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    workspace: Workspace
+    def __init__(self, workspace: _Optional[_Union[Workspace, _Mapping]] = ...) -> None: ...
+
 class ResourceLimits(_message.Message):
     __slots__ = ["cpu", "disk", "memory", "pids"]
     CPU_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +238,18 @@ class ResourceLimits(_message.Message):
     memory: str
     pids: int
     def __init__(self, cpu: _Optional[str] = ..., memory: _Optional[str] = ..., disk: _Optional[str] = ..., pids: _Optional[int] = ...) -> None: ...
+
+class ResumeWorkspaceRequest(_message.Message):
+    __slots__ = ["id"]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ResumeWorkspaceResponse(_message.Message):
+    __slots__ = ["workspace"]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    workspace: Workspace
+    def __init__(self, workspace: _Optional[_Union[Workspace, _Mapping]] = ...) -> None: ...
 
 class Session(_message.Message):
     __slots__ = ["agent_type", "checkout", "created_at", "ended_at", "from_warm_pool", "id", "joined_workspace", "labels", "last_activity_at", "provider", "ready_at", "status", "status_message", "task", "warnings", "workspace_enabled", "workspace_id"]

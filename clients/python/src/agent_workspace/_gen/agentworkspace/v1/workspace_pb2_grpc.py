@@ -37,6 +37,16 @@ class WorkspaceServiceStub(object):
                 request_serializer=agentworkspace_dot_v1_dot_workspace__pb2.DeleteWorkspaceRequest.SerializeToString,
                 response_deserializer=agentworkspace_dot_v1_dot_workspace__pb2.DeleteWorkspaceResponse.FromString,
                 )
+        self.PauseWorkspace = channel.unary_unary(
+                '/agentworkspace.v1.WorkspaceService/PauseWorkspace',
+                request_serializer=agentworkspace_dot_v1_dot_workspace__pb2.PauseWorkspaceRequest.SerializeToString,
+                response_deserializer=agentworkspace_dot_v1_dot_workspace__pb2.PauseWorkspaceResponse.FromString,
+                )
+        self.ResumeWorkspace = channel.unary_unary(
+                '/agentworkspace.v1.WorkspaceService/ResumeWorkspace',
+                request_serializer=agentworkspace_dot_v1_dot_workspace__pb2.ResumeWorkspaceRequest.SerializeToString,
+                response_deserializer=agentworkspace_dot_v1_dot_workspace__pb2.ResumeWorkspaceResponse.FromString,
+                )
         self.StartSession = channel.unary_unary(
                 '/agentworkspace.v1.WorkspaceService/StartSession',
                 request_serializer=agentworkspace_dot_v1_dot_workspace__pb2.StartSessionRequest.SerializeToString,
@@ -103,6 +113,22 @@ class WorkspaceServiceServicer(object):
 
     def DeleteWorkspace(self, request, context):
         """DeleteWorkspace stops everything running in a workspace and removes it with its storage.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseWorkspace(self, request, context):
+        """PauseWorkspace freezes a workspace with its files and processes: a container's or VM's whole
+        sandbox is frozen by its engine, a local workspace's background processes are stopped
+        (SIGSTOP). The next tool call in it, or ResumeWorkspace, resumes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeWorkspace(self, request, context):
+        """ResumeWorkspace resumes a paused workspace where it stopped.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -191,6 +217,16 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.DeleteWorkspace,
                     request_deserializer=agentworkspace_dot_v1_dot_workspace__pb2.DeleteWorkspaceRequest.FromString,
                     response_serializer=agentworkspace_dot_v1_dot_workspace__pb2.DeleteWorkspaceResponse.SerializeToString,
+            ),
+            'PauseWorkspace': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseWorkspace,
+                    request_deserializer=agentworkspace_dot_v1_dot_workspace__pb2.PauseWorkspaceRequest.FromString,
+                    response_serializer=agentworkspace_dot_v1_dot_workspace__pb2.PauseWorkspaceResponse.SerializeToString,
+            ),
+            'ResumeWorkspace': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeWorkspace,
+                    request_deserializer=agentworkspace_dot_v1_dot_workspace__pb2.ResumeWorkspaceRequest.FromString,
+                    response_serializer=agentworkspace_dot_v1_dot_workspace__pb2.ResumeWorkspaceResponse.SerializeToString,
             ),
             'StartSession': grpc.unary_unary_rpc_method_handler(
                     servicer.StartSession,
@@ -305,6 +341,40 @@ class WorkspaceService(object):
         return grpc.experimental.unary_unary(request, target, '/agentworkspace.v1.WorkspaceService/DeleteWorkspace',
             agentworkspace_dot_v1_dot_workspace__pb2.DeleteWorkspaceRequest.SerializeToString,
             agentworkspace_dot_v1_dot_workspace__pb2.DeleteWorkspaceResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def PauseWorkspace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/agentworkspace.v1.WorkspaceService/PauseWorkspace',
+            agentworkspace_dot_v1_dot_workspace__pb2.PauseWorkspaceRequest.SerializeToString,
+            agentworkspace_dot_v1_dot_workspace__pb2.PauseWorkspaceResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResumeWorkspace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/agentworkspace.v1.WorkspaceService/ResumeWorkspace',
+            agentworkspace_dot_v1_dot_workspace__pb2.ResumeWorkspaceRequest.SerializeToString,
+            agentworkspace_dot_v1_dot_workspace__pb2.ResumeWorkspaceResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
