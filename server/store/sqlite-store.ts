@@ -8,7 +8,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, renameSync } from "node:fs";
 import path from "node:path";
-import { DatabaseSync } from "node:sqlite";
+import { DatabaseSync, type StatementSync } from "node:sqlite";
 import { Worker } from "node:worker_threads";
 import { errnoCode } from "../../core/errors.ts";
 import type { WorkspaceRecord } from "../../providers/types.ts";
@@ -258,11 +258,17 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
     sessions: db.prepare("SELECT id, agent_type, status, token_hash, created_at, record FROM sessions WHERE status != 'ended' OR json_extract(record, '$.endedAt') >= ? ORDER BY created_at, id"),
     putSession: db.prepare("INSERT OR REPLACE INTO sessions (id, agent_type, status, token_hash, created_at, record) VALUES (?, ?, ?, ?, ?, ?)"),
     pruneSessions: db.prepare("DELETE FROM sessions WHERE status = 'ended' AND json_extract(record, '$.endedAt') < ?"),
-    processes: db.prepare("SELECT id, workspace_id, record FROM processes ORDER BY rowid"),
-    putProcess: db.prepare("INSERT OR REPLACE INTO processes (id, workspace_id, record) VALUES (?, ?, ?)"),
-    deleteProcess: db.prepare("DELETE FROM processes WHERE id = ?"),
-    deleteWorkspaceProcesses: db.prepare("DELETE FROM processes WHERE workspace_id = ?"),
   };
+  // Prepared on first use: a store opened with fewer migrations (a test's database as an older
+  // server left it) has no processes table, and must open all the same.
+  let pq: { all: StatementSync; put: StatementSync; delete: StatementSync; deleteWorkspace: StatementSync } | undefined;
+  const processQueries = () =>
+    (pq ??= {
+      all: db.prepare("SELECT id, workspace_id, record FROM processes ORDER BY rowid"),
+      put: db.prepare("INSERT OR REPLACE INTO processes (id, workspace_id, record) VALUES (?, ?, ?)"),
+      delete: db.prepare("DELETE FROM processes WHERE id = ?"),
+      deleteWorkspace: db.prepare("DELETE FROM processes WHERE workspace_id = ?"),
+    });
 
   return {
     location,
@@ -326,16 +332,16 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
     },
     processes: {
       async load() {
-        return (q.processes.all() as Array<{ id: string; workspace_id: string; record: string }>).map((row) => ({ id: row.id, workspaceId: row.workspace_id, record: row.record }));
+        return (processQueries().all.all() as Array<{ id: string; workspace_id: string; record: string }>).map((row) => ({ id: row.id, workspaceId: row.workspace_id, record: row.record }));
       },
       async put(row) {
-        q.putProcess.run(row.id, row.workspaceId, row.record);
+        processQueries().put.run(row.id, row.workspaceId, row.record);
       },
       async delete(id) {
-        q.deleteProcess.run(id);
+        processQueries().delete.run(id);
       },
       async deleteWorkspace(workspaceId) {
-        q.deleteWorkspaceProcesses.run(workspaceId);
+        processQueries().deleteWorkspace.run(workspaceId);
       },
     },
     audit,

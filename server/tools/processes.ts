@@ -7,6 +7,7 @@
  */
 import { DomainError } from "../../core/errors.ts";
 import type { TerminalSize } from "../../providers/types.ts";
+import { SIGNALS } from "../../providers/executor/protocol.ts";
 import type { BackgroundProcess, ProcessTable, ProcessView } from "../processes/process-table.ts";
 import type { RingRead } from "../processes/output-ring.ts";
 import { admitCommand, execIn } from "./bash.ts";
@@ -206,7 +207,6 @@ export function signalName(name: string): string {
   }
   return full;
 }
-const SIGNALS = new Set(["SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGSTOP", "SIGCONT", "SIGWINCH", "SIGALRM"]);
 
 export async function signalProcess(ctx: ToolContext, input: { processId: string; signal: string }): Promise<void> {
   const sig = signalName(input.signal);
