@@ -24,7 +24,7 @@ export interface ServerProcess {
  * Starts `command args` (default: `node bin/agent-workspace.js serve`) with the data directory,
  * no Docker and port 0, plus `env`; resolves once the "listening" line is logged.
  */
-export async function startServerProcess(options: { dataDir: string; env?: Record<string, string>; command?: string; args?: string[] }): Promise<ServerProcess> {
+export async function startServerProcess(options: { dataDir: string; env?: Record<string, string>; command?: string; args?: string[]; startTimeoutMs?: number }): Promise<ServerProcess> {
   const child = spawn(options.command ?? process.execPath, options.args ?? ["--liftoff-only", "--max-semi-space-size=1", "bin/agent-workspace.js", "serve"], {
     cwd: ROOT,
     env: { ...process.env, AGENT_WORKSPACE_DATA_DIR: options.dataDir, AGENT_WORKSPACE_DOCKER: "off", ...MICROVM_TEST_ENV, PORT: "0", ...options.env },
@@ -34,14 +34,23 @@ export async function startServerProcess(options: { dataDir: string; env?: Recor
   let err = "";
   child.stderr?.setEncoding("utf8").on("data", (d: string) => (err += d));
   const stderrClosed = new Promise<void>((resolve) => child.stderr?.on("close", () => resolve()));
-  const deadline = Date.now() + 30_000;
+  const deadline = Date.now() + (options.startTimeoutMs ?? 30_000);
   for (;;) {
     const line = err.split("\n").find((l) => l.includes('"agent-workspace listening"'));
     if (line) {
       const { url, pid } = JSON.parse(line) as { url: string; pid: number };
       return { child, url, serverPid: pid, stderr: () => err, stderrClosed };
     }
-    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`server did not start:\n${err}`);
+    if (child.exitCode !== null || Date.now() > deadline) {
+      // A server still starting is killed with its group: left running, it would keep the test's
+      // process (and the whole run) waiting on its pipe.
+      try {
+        process.kill(-(child.pid as number), "SIGKILL");
+      } catch {
+        // Gone already.
+      }
+      throw new Error(`server did not start:\n${err}`);
+    }
     await new Promise((r) => setTimeout(r, 50));
   }
 }
