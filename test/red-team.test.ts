@@ -62,6 +62,8 @@ const lane = lanes();
  * and went past them when the machine was busier still.
  */
 const RED_TEAM_BUDGET_MS = 300_000;
+/** How long a test may wait for its provider's arena (made once, in `before`): a hang guard. */
+const ARENA_WAIT_MS = 15 * 60_000;
 const arenas = new Map<string, Promise<Arena>>();
 /** Host paths to remove at the end (local's outside directories live on the host). */
 const hostLeftovers = new Set<string>();
@@ -148,7 +150,11 @@ for (const provider of PROVIDERS) {
   /** Registers one attack family for this provider, run in the provider's lane. */
   const family = (title: string, fn: (t: ExecutionContext<Ctx>, a: Arena, c: ClientSet) => Promise<void>) =>
     test(`${provider}: ${title}`, async (t) => {
-      await lane(t, provider, async () => fn(t, await arenaOf(t, provider), t.context.server.clients.grpc), RED_TEAM_BUDGET_MS);
+      // The arena is awaited before the test's budget starts: a VM's, made at load 20+, took longer
+      // than the first microvm test's whole budget (its timeout was the wait, not the attack).
+      t.timeout(ARENA_WAIT_MS);
+      const arena = await arenaOf(t, provider);
+      await lane(t, provider, async () => fn(t, arena, t.context.server.clients.grpc), RED_TEAM_BUDGET_MS);
     });
 
   // ── Paths ──────────────────────────────────────────────────────────────────────────────────
@@ -959,8 +965,9 @@ for (const provider of PROVIDERS) {
     // every other operation, so in a container ReadFile applies the server's lists only: a file the
     // agent type declared sensitive is returned in full.
     test(`${provider}: closed bug: ReadFile in a container applies the agent type's sensitive patterns: secrets/token.txt under deny ["secrets/**"] is SENSITIVE_FILE, rule secrets/**`, async (t) => {
+      t.timeout(ARENA_WAIT_MS);
+      const a = await arenaOf(t, provider);
       await lane(t, provider, async () => {
-        const a = await arenaOf(t, provider);
         const c = t.context.server.clients.grpc;
         await sensitive(t, c.tools.readFile({ workspaceId: a.agent, path: "secrets/token.txt" }), { path: "secrets/token.txt", rule: "secrets/**", list: "deny" });
       });
