@@ -70,7 +70,9 @@ export type Reason =
   | "PROCESS_LIMIT"
   | "PROCESS_NOT_RUNNING"
   | "STDIN_CLOSED"
-  | "NOT_A_TERMINAL";
+  | "NOT_A_TERMINAL"
+  | "PORT_NOT_LISTENING"
+  | "PORT_NOT_EXPOSED";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

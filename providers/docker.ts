@@ -439,6 +439,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         fs,
         ripgrepPath: `${MOUNT}/bin/rg`,
         seal: () => fs.seal(),
+        dial: async (port, signal) => (await connect()).dial(port, signal),
         exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
           return (async function* () {
             const c = await connect();

@@ -202,6 +202,23 @@ export class LocalLimits {
     }
   }
 
+  /**
+   * The processes in workspace `id`'s cgroup (every command of the workspace and what it started),
+   * or undefined where this host gives workspaces no cgroup.
+   */
+  async processes(id: string): Promise<number[] | undefined> {
+    checkId(id);
+    const dir = this.#dirs(id)[0];
+    if (dir === undefined) return undefined;
+    return readFile(path.join(dir, "cgroup.procs"), "utf8").then(
+      (text) => text.split("\n").filter((l) => l !== "").map(Number),
+      (err: unknown) => {
+        if (errnoCode(err) === "ENOENT") return [];
+        throw err;
+      },
+    );
+  }
+
   /** Removes this server's parent cgroups when no workspace cgroup is left in them. */
   async dispose(): Promise<void> {
     for (const id of [...this.#oomFds.keys()]) this.#closeOom(id);

@@ -28,11 +28,13 @@ import { rgPath } from "@vscode/ripgrep";
 import { LocalFs } from "./local-fs.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import { type AddressInfo, createServer, Socket } from "node:net";
-import type { Readable } from "node:stream";
+import type { Duplex, Readable } from "node:stream";
+import { DomainError } from "../core/errors.ts";
 import { withDirectStdout } from "./direct-stdout.ts";
 import type { ExecRequest } from "./executor/protocol.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild, SOURCE_EXECUTOR } from "./executor-build.ts";
 import { LocalLimits, type WorkspaceLimits } from "./local-limits.ts";
+import { portServedBy } from "./local-ports.ts";
 import { newProxyCredential, proxyUrlFor } from "./proxy-credential.ts";
 import { execRequest, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, EgressHook, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
@@ -191,7 +193,7 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
       }
       const limits = await limiter.prepare(record.id, record.limits);
       const proxy = openOptions?.egress ? await hostProxyEndpoint(openOptions.egress) : undefined;
-      return openLocalWorkspace(record.id, root, rg, executorFor(root), openOptions?.fileRules, limits, proxy, () => limiter.remove(record.id));
+      return openLocalWorkspace(record.id, root, rg, executorFor(root), openOptions?.fileRules, limits, proxy, () => limiter.remove(record.id), () => limiter.processes(record.id));
     },
     async destroy(record: WorkspaceRecord): Promise<void> {
       opened.delete(record.id);
@@ -255,6 +257,7 @@ function openLocalWorkspace(
   limits: WorkspaceLimits,
   proxy: { url: string; close(): void } | undefined,
   releaseLimits: () => Promise<void>,
+  processes: () => Promise<number[] | undefined>,
 ): WorkspaceHandle {
   // Commands still running when the handle closes (the workspace is being deleted) are killed,
   // so nothing keeps running in a directory that is about to disappear.
@@ -264,6 +267,23 @@ function openLocalWorkspace(
     id,
     fs,
     ripgrepPath: rg,
+    async dial(port: number, signal?: AbortSignal): Promise<Duplex> {
+      // The host's loopback is every workspace's: only a port this workspace's own processes
+      // serve is reached (local-ports.ts), and without a cgroup there is no telling whose it is.
+      const pids = await processes();
+      if (pids === undefined) {
+        throw new DomainError("ENFORCEMENT_UNAVAILABLE", "This host gives local workspaces no cgroup, so a port cannot be told to be the workspace's own; expose ports of docker or gvisor workspaces", {
+          metadata: { port: String(port), enforcement: "port_owner" },
+        });
+      }
+      const whose = await portServedBy(port, pids);
+      if (whose !== "theirs") {
+        throw new DomainError("PORT_NOT_LISTENING", whose === "none" ? `Nothing accepts connections on port ${port}` : `No process of this workspace listens on port ${port}; another process of the host does`, {
+          metadata: { port: String(port) },
+        });
+      }
+      return executor.connection().dial(port, signal);
+    },
     exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
       // The command runs in the workspace's cgroups under its rlimits: started by the workspace's
       // launcher, which lives there (executor/launcher.ts), or joining them itself.

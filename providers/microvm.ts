@@ -358,6 +358,7 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
         fs,
         ripgrepPath: `${GUEST_MOUNT}/bin/rg`,
         seal: () => fs.seal(),
+        dial: async (port, signal) => (await connect()).dial(port, signal),
         exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
           return (async function* () {
             const c = await connect();

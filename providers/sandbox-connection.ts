@@ -75,6 +75,10 @@ interface Pending {
   unacked: number;
   /** CONTROL frames sent and not yet acknowledged, by number. */
   acks?: Map<number, PromiseWithResolvers<void>>;
+  /** A DIAL call's connection, once its TOPEN came. */
+  dialed?: TunnelStream;
+  /** True for a DIAL call: a TOPEN may name it. */
+  dials?: boolean;
 }
 
 /** Fails every CONTROL of `p` still waiting for its ACK: the call is over. */
@@ -237,6 +241,7 @@ export class SandboxConnection {
     if (!TUNNEL_FRAMES.has(f.type) || f.id < TUNNEL_ID_BASE) throw new Error(`frame type ${f.type} for id ${f.id}`);
     if (f.type === F.TOPEN) {
       if (f.id <= this.#tunnelHigh) throw new Error(`TOPEN reuses id ${f.id}`);
+      if (f.payload.length !== 0 && f.payload.length !== 4) throw new Error(`TOPEN with ${f.payload.length} payload bytes`);
       // The executor holds at most MAX_TUNNELS: more is a flood, not clients.
       if (this.#tunnels.size >= MAX_TUNNELS) throw new Error(`more than ${MAX_TUNNELS} tunnels open`);
       this.#tunnelHigh = f.id;
@@ -247,6 +252,14 @@ export class SandboxConnection {
         release: () => this.#tunnels.delete(id),
       });
       this.#tunnels.set(id, stream);
+      if (f.payload.length === 4) {
+        // A DIAL's connection: it goes to that call, or is closed when the call is gone (given up,
+        // or of an earlier connection).
+        const p = this.#pending.get(f.payload.readUInt32BE(0));
+        if (p?.dials === true && !p.done && p.dialed === undefined) p.dialed = stream;
+        else stream.destroy();
+        return;
+      }
       // A connection nobody listens for (a LISTEN of an earlier server connection) is closed.
       if (this.#onTunnel) this.#onTunnel(stream);
       else stream.destroy();
@@ -461,13 +474,13 @@ export class SandboxConnection {
    * final one, returning credit for streamed bytes as they are consumed. `upload` bytes follow as
    * DATA frames and an END. Ending the iteration early (or `signal` aborting) sends KILL.
    */
-  async *#call(type: number, request: unknown, options: { signal?: AbortSignal; upload?: Uint8Array; waking?: boolean; control?: ProcessControl } = {}): AsyncGenerator<Frame> {
+  async *#call(type: number, request: unknown, options: { signal?: AbortSignal; upload?: Uint8Array; waking?: boolean; control?: ProcessControl; onDialed?: (stream: Duplex) => void } = {}): AsyncGenerator<Frame> {
     // The wake's own PING and LISTEN go out while it is waking; every other call waits for it.
     // Synchronous while awake: the request goes out in the caller's turn, as before.
     if (!options.waking && this.#lifetime !== "awake") await this.#ready();
     if (this.#closed) throw unavailable(this.#closed);
     const id = this.#nextId++;
-    const p: Pending = { frames: [], wake: undefined, done: false, error: undefined, unacked: 0 };
+    const p: Pending = { frames: [], wake: undefined, done: false, error: undefined, unacked: 0, ...(type === F.DIAL ? { dials: true } : {}) };
     this.#pending.set(id, p);
     const kill = () => this.#write(F.KILL, id);
     options.signal?.addEventListener("abort", kill, { once: true });
@@ -492,6 +505,11 @@ export class SandboxConnection {
             }
           }
           if (FINAL.has(f.type)) ended = true;
+          // A DIAL's answer hands its connection over (its TOPEN came first).
+          if (ended && f.type === F.RESULT && p.dialed !== undefined) {
+            options.onDialed?.(p.dialed);
+            p.dialed = undefined;
+          }
           // The command runs from STARTED on (the executor took its input then), until its end.
           if (f.type === F.STARTED) options.control?.bind(this.#inputOf(id, p));
           yield f;
@@ -508,6 +526,8 @@ export class SandboxConnection {
       p.done = true;
       endAcks(p);
       options.control?.end();
+      // A connection whose DIAL was given up before its answer is not left open.
+      if (p.dialed && !ended) p.dialed.destroy();
     }
   }
 
@@ -582,6 +602,24 @@ export class SandboxConnection {
     for await (const f of this.#call(F.LISTEN, { port, ...(socket === undefined ? {} : { socket }) }, { waking })) {
       if (f.type === F.RESULT) return this.#json<{ via?: string }>(f).via === "socket" ? "socket" : "channel";
       this.#raise(f);
+    }
+    throw new Error("executor call ended without a result");
+  }
+
+  /**
+   * Connects to `port` on the sandbox's loopback, from inside the sandbox (ExposePort's proxy):
+   * the connection is a tunnel of this channel, under the same credit as egress. A port nothing
+   * listens on is PORT_NOT_LISTENING.
+   */
+  async dial(port: number, signal?: AbortSignal): Promise<Duplex> {
+    let stream: Duplex | undefined;
+    for await (const f of this.#call(F.DIAL, { port }, { signal, onDialed: (s) => (stream = s) })) {
+      if (f.type !== F.RESULT) this.#raise(f);
+      if (stream === undefined) {
+        this.#violate("DIAL answered before its connection's TOPEN");
+        throw unavailable(new Error("DIAL answered without a connection"));
+      }
+      return stream;
     }
     throw new Error("executor call ended without a result");
   }

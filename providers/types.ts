@@ -250,6 +250,13 @@ export interface WorkspaceHandle {
    * nothing isolates commands from the server's user (local) or no command runs (memory).
    */
   seal?(): Promise<{ sealed: number }>;
+  /**
+   * A connection to `port` on the workspace's own loopback, made from inside its sandbox (over the
+   * executor's channel): what ExposePort's proxy forwards to. PORT_NOT_LISTENING when nothing
+   * accepts there. On local, where every workspace shares the host's loopback, only a port a
+   * process of this workspace listens on is reached. Absent where nothing runs (memory).
+   */
+  dial?(port: number, signal?: AbortSignal): Promise<Duplex>;
   /** Current state of the sandbox. */
   health(): Promise<{ status: "ready" | "stopped" | "failed"; message: string }>;
   /** Releases server-side resources (connections) without destroying the workspace. */

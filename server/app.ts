@@ -5,7 +5,9 @@
  */
 import { loadShellParser } from "./security/shell-parser.ts";
 import { mkdir, readdir, rm } from "node:fs/promises";
+import type { IncomingMessage } from "node:http";
 import path from "node:path";
+import type { Duplex } from "node:stream";
 import { createCredentialProvider } from "./git/credentials.ts";
 import { canonicalRoots } from "./mounts/host-mounts.ts";
 import { Pusher } from "./git/push.ts";
@@ -53,6 +55,8 @@ import { checkToolRegistry, TOOL_NAMES } from "./tools/registry.ts";
 import { WorkspaceManager } from "./workspace-manager.ts";
 import { enabledToolsOf } from "./mcp/enabled-tools.ts";
 import { createMcpHandler, isMcpPath } from "./mcp/http.ts";
+import { PortExposures } from "./ports/exposures.ts";
+import { createPortProxy, isPortsPath, PORT_PROXY_PROCEDURE } from "./ports/port-proxy.ts";
 import { createUiHandler, isUiPath } from "./ui/ui-handler.ts";
 import { Egress } from "./egress/egress.ts";
 import { Provisioner } from "./sessions/provision.ts";
@@ -62,6 +66,8 @@ import { WarmPools } from "./sessions/warm-pool.ts";
 /** A built application, not yet listening. */
 export interface App {
   handler: NodeHandler;
+  /** HTTP/1.1 upgrades: WebSockets through the port proxy (ports/port-proxy.ts). */
+  upgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
   routes: (router: ConnectRouter) => void;
   interceptors: Interceptor[];
   workspaces: WorkspaceManager;
@@ -163,8 +169,13 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   // Background processes: records of an earlier server's are loaded (its running ones were lost).
   const processes = new ProcessTable({ store: store.processes, settings: settings.processes, logger });
   await processes.init();
+  // Ports exposed through the proxy: a deleted workspace's end with their connections.
+  const ports = new PortExposures();
   const workspaces = new WorkspaceManager({
-    beforeDelete: (id) => processes.endWorkspace(id, "workspace deleted"),
+    beforeDelete: (id) => {
+      ports.endWorkspace(id);
+      return processes.endWorkspace(id, "workspace deleted");
+    },
     stopProcesses: (id, stop) => processes.signalWorkspace(id, stop ? "SIGSTOP" : "SIGCONT"),
     egress,
     mounts: { allowedRoots: mountRoots, maxBytes: settings.mounts.maxBytes },
@@ -298,18 +309,19 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   // judges; the audit trail's inner half marks the call admitted, just before the handler runs.
   const keys = createKeyRing(settings.apiKeys);
   const policy = overrides.policy ?? POLICY;
+  const toolAccess = touching(createToolAccess(workspaces, agentTypes, sessions), processes);
   const interceptors = [
     audit.outer,
     createErrorInterceptor(logger),
     createAuthenticationInterceptor(keys, sessions),
-    createPermissionInterceptor({ policy, toolAccess: touching(createToolAccess(workspaces, agentTypes, sessions), processes) }),
+    createPermissionInterceptor({ policy, toolAccess }),
     audit.inner,
   ];
   const routes = (router: ConnectRouter) => {
     router.service(AuditService, createAuditService(audit, store.audit, sessions));
     router.service(ConfigService, createConfigService(agentTypes));
     router.service(WorkspaceService, createWorkspaceService(workspaces, sessions));
-    const toolDeps = { workspaces, limits: settings.toolLimits, git: gitContext, fileChanges, processes, ...(overrides.commandPolicy ? { commandPolicy: overrides.commandPolicy } : {}) };
+    const toolDeps = { workspaces, limits: settings.toolLimits, git: gitContext, fileChanges, processes, ports, ...(overrides.commandPolicy ? { commandPolicy: overrides.commandPolicy } : {}) };
     router.service(ToolService, createToolService(toolDeps));
     router.service(ProcessService, createProcessService(toolContextOf(toolDeps)));
     registerHealth(router, health);
@@ -317,6 +329,16 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     // so reflection clients (buf curl, grpcurl) decode error details without local protos.
     registerReflection(router, { files: [file_agentworkspace_v1_options, file_agentworkspace_v1_errors] });
   };
+  // The port proxy: whoever may expose a port may reach it, admitted to the workspace as a `bash` call.
+  const portProxy = createPortProxy({
+    authenticate: (header) => authenticate(header, keys, sessions),
+    checkCaller: (principal) => checkCaller(policy, PORT_PROXY_PROCEDURE, principal),
+    admit: (principal, workspaceId, signal) => toolAccess.admit(principal, workspaceId, "bash", signal),
+    exists: (id) => workspaces.find(id) !== undefined,
+    handleFor: (id) => workspaces.handleForCall(id),
+    exposures: ports,
+    logger,
+  });
   let handler: NodeHandler;
   try {
     handler = buildHandler();
@@ -359,10 +381,11 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     });
     // The web UI's static files (server/ui/): it reads through the API above like any client.
     const ui = createUiHandler();
-    return (req, res) => (isMcpPath(req.url) ? mcp(req, res) : isUiPath(req.url) ? ui(req, res) : rpc(req, res));
+    return (req, res) => (isMcpPath(req.url) ? mcp(req, res) : isUiPath(req.url) ? ui(req, res) : isPortsPath(req.url) ? portProxy.request(req, res) : rpc(req, res));
   }
   return {
     handler,
+    upgrade: portProxy.upgrade,
     routes,
     interceptors,
     workspaces,
@@ -382,6 +405,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       shutdown.abort();
       clearInterval(mirrorPruner);
       clearInterval(processIdle);
+      ports.close();
       await processes.close();
       await sessions.close();
       await workspaces.close();

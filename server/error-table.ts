@@ -81,4 +81,6 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   PROCESS_NOT_RUNNING: { code: Code.FailedPrecondition, reason: ErrorReason.PROCESS_NOT_RUNNING },
   STDIN_CLOSED: { code: Code.FailedPrecondition, reason: ErrorReason.STDIN_CLOSED },
   NOT_A_TERMINAL: { code: Code.FailedPrecondition, reason: ErrorReason.NOT_A_TERMINAL },
+  PORT_NOT_LISTENING: { code: Code.Unavailable, reason: ErrorReason.PORT_NOT_LISTENING },
+  PORT_NOT_EXPOSED: { code: Code.NotFound, reason: ErrorReason.PORT_NOT_EXPOSED },
 };

@@ -9,6 +9,7 @@ import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
 import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 import { answerAfterBody } from "./refused-bodies.ts";
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -29,6 +30,8 @@ export interface ListenOptions {
   port: number;
   tlsCert?: string;
   tlsKey?: string;
+  /** Serves HTTP/1.1 upgrade requests (WebSockets); without it they are refused. */
+  upgrade?: (req: http.IncomingMessage, socket: Duplex, head: Buffer) => void;
 }
 
 /**
@@ -59,12 +62,14 @@ export async function listen(handler: Handler, options: ListenOptions): Promise<
   if (options.tlsCert && options.tlsKey) {
     const secure = http2.createSecureServer({ cert: await readFile(options.tlsCert), key: await readFile(options.tlsKey), allowHTTP1: true, settings: H2_SETTINGS }, answering);
     track(secure);
+    if (options.upgrade) secure.on("upgrade", options.upgrade);
     outer = secure;
   } else {
     const h2 = http2.createServer({ settings: H2_SETTINGS }, answering);
     track(h2);
     h1 = http.createServer(answering);
     h1.keepAliveTimeout = 30_000;
+    if (options.upgrade) h1.on("upgrade", options.upgrade);
     const h1s = h1;
     outer = net.createServer((socket) => {
       socket.once("readable", function route() {

@@ -38,7 +38,7 @@ export async function serve(argv: string[], env: NodeJS.ProcessEnv): Promise<voi
     process.stderr.write(`agent-workspace: ${err.message}\n`);
     process.exit(2);
   }
-  const server = await listen(app.handler, { host: settings.host, port: settings.port, tlsCert: settings.tlsCert, tlsKey: settings.tlsKey });
+  const server = await listen(app.handler, { upgrade: app.upgrade, host: settings.host, port: settings.port, tlsCert: settings.tlsCert, tlsKey: settings.tlsKey });
   app.egress.listening(settings.host, server.port);
   let firstSignalAt = 0;
   const stop = async (signal: NodeJS.Signals) => {

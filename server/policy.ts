@@ -58,6 +58,9 @@ export const POLICY: Readonly<Record<string, Allowed>> = {
   "/agentworkspace.v1.ProcessService/ResizeProcess": TOOL_CALLERS,
   "/agentworkspace.v1.ProcessService/SignalProcess": TOOL_CALLERS,
   "/agentworkspace.v1.ProcessService/WaitProcess": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/ExposePort": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/UnexposePort": TOOL_CALLERS,
+  "/agentworkspace.v1.ProcessService/ListExposedPorts": TOOL_CALLERS,
 
   "/agentworkspace.v1.ToolService/Bash": TOOL_CALLERS,
   "/agentworkspace.v1.ToolService/StreamBash": TOOL_CALLERS,

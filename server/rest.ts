@@ -69,7 +69,7 @@ function send(res: Res, status: number, body: JsonValue, extra: Record<string, s
 }
 
 /** The REST error body of a ConnectError carrying an ErrorDetail. */
-function errorBody(error: ConnectError): JsonValue {
+export function errorBody(error: ConnectError): JsonValue {
   const detail = error.findDetails(ErrorDetailSchema)[0];
   return {
     code: codeToString(error.code),
@@ -79,7 +79,7 @@ function errorBody(error: ConnectError): JsonValue {
   };
 }
 
-function sendError(res: Res, error: ConnectError): void {
+export function sendError(res: Res, error: ConnectError): void {
   send(res, codeToHttpStatus(error.code), errorBody(error));
 }
 

@@ -22,7 +22,7 @@ test("TLS with ALPN serves gRPC over HTTP/2 and Connect over HTTP/1.1 on one por
   execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], { stdio: "ignore" });
   const config = parseSettings({ AGENT_WORKSPACE_DATA_DIR: path.join(dir, "data"), AGENT_WORKSPACE_QUIET: "1", AGENT_WORKSPACE_DOCKER: "off" }, ["--tls-cert", cert, "--tls-key", key]);
   const app = await createApp(config);
-  const server = await listen(app.handler, { host: "127.0.0.1", port: 0, tlsCert: config.tlsCert, tlsKey: config.tlsKey });
+  const server = await listen(app.handler, { upgrade: app.upgrade, host: "127.0.0.1", port: 0, tlsCert: config.tlsCert, tlsKey: config.tlsKey });
   try {
     t.true(server.url.startsWith("https://"));
     const ca = await readFile(cert);

@@ -23,6 +23,7 @@ export type FaultReason =
   | "PROCESS_NOT_RUNNING"
   | "STDIN_CLOSED"
   | "NOT_A_TERMINAL"
+  | "PORT_NOT_LISTENING"
   | "INTERNAL";
 
 /** The wire form of a fault. */

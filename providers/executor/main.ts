@@ -283,6 +283,18 @@ async function listen(id: number, payload: Buffer): Promise<void> {
   }
 }
 
+/** DIAL: a connection to a port on the sandbox's loopback, carried as a tunnel (tunnels.ts `dial`). */
+async function dial(id: number, payload: Buffer): Promise<void> {
+  calls.set(id, { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: false });
+  try {
+    const { port } = JSON.parse(payload.toString("utf8")) as { port?: unknown };
+    if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error("DIAL wants { port } from 1 to 65535");
+    finish(id, F.RESULT, json({ tunnel: await tunnels.dial(port, id) }));
+  } catch (err) {
+    fail(id, err);
+  }
+}
+
 /** Sends streamed bytes of `call`, waiting for credit first. False when the call was abandoned. */
 async function sendStreamed(call: Call, type: number, id: number, payload: Uint8Array): Promise<boolean> {
   while (call.inFlight >= WINDOW && !call.abort.signal.aborted) await new Promise<void>((r) => (call.wake = r));
@@ -842,6 +854,11 @@ process.stdin.on("data", (chunk: Buffer) => {
       case F.LISTEN:
         if (calls.has(frame.id)) violation(`id ${frame.id} is in use`);
         void listen(frame.id, frame.payload);
+        break;
+      case F.DIAL:
+        if (calls.has(frame.id)) violation(`id ${frame.id} is in use`);
+        forgotten.delete(frame.id);
+        void dial(frame.id, frame.payload);
         break;
       case F.EXEC:
       case F.OP: {

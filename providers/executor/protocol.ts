@@ -74,7 +74,10 @@ export const F = {
   TCLOSE: 22,
   /** both ways: u32 bytes of a tunnel the sender has consumed. */
   TCREDIT: 23,
-  /** executor → server: a proxy client connected; the id is new, from the executor's id space. */
+  /**
+   * executor → server: a proxy client connected; the id is new, from the executor's id space. The
+   * payload is empty, or `u32` the id of the DIAL call whose connection this is.
+   */
   TOPEN: 24,
   /**
    * executor → server, id 0: nothing has happened for the idle time it was given (`--idle-exit-ms`)
@@ -103,6 +106,13 @@ export const F = {
    * wait for it: a command that does not read holds its writer, not the executor's memory.
    */
   ACK: 29,
+  /**
+   * server → executor: connect to 127.0.0.1 at the JSON { port } inside the sandbox (ExposePort's
+   * proxy). The connection becomes a tunnel like a proxy client's: TOPEN with a new tunnel id and,
+   * as its payload, `u32` the id of this call, then this call's RESULT { tunnel }. A port nothing
+   * listens on is a FAULT PORT_NOT_LISTENING.
+   */
+  DIAL: 30,
 } as const;
 
 /** What a CONTROL frame asks (its fifth byte). */
@@ -163,7 +173,7 @@ export const FROM_EXECUTOR = new Set<number>([
   F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN, F.IDLE, F.GONE, F.STAY, F.ACK,
 ]);
 /** Frame types the server may send. */
-export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END, F.LISTEN, F.BYE, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.CONTROL]);
+export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END, F.LISTEN, F.BYE, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.CONTROL, F.DIAL]);
 /** Frames about the executor's lifetime (IDLE, BYE, GONE, STAY): id 0, no payload but GONE's status. */
 export const LIFETIME_FRAMES = new Set<number>([F.IDLE, F.BYE, F.GONE, F.STAY]);
 /** Frame types of tunnels, whose ids are the executor's (TUNNEL_ID_BASE and up), not the server's calls'. */

@@ -14,11 +14,18 @@
  * tried once when the listener starts; a socket that does not answer (a runtime that keeps host
  * sockets out of the sandbox) leaves the channel in use.
  *
+ * The same tunnels carry connections the other way (ExposePort, see `dial`): the server asks for a
+ * connection to a port on the sandbox's loopback, and a caller outside reaches a server the
+ * workspace runs through the server's authenticated proxy, never through a port of the host.
+ *
  * Imports only node: modules: it runs inside sandboxes.
  */
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { Fault } from "./fault.ts";
 import { F, MAX_CHUNK, MAX_TUNNELS, TUNNEL_CREDIT_BATCH, TUNNEL_ID_BASE, TUNNEL_WINDOW } from "./protocol.ts";
+
+/** How long DIAL waits for a connection on the sandbox's loopback (a listener with a full backlog). */
+const DIAL_TIMEOUT_MS = 10_000;
 
 type Send = (type: number, id: number, payload?: Uint8Array) => unknown;
 
@@ -79,10 +86,54 @@ export class Tunnels {
     socket.on("error", () => undefined);
     if (this.#socketPath !== undefined) return this.#join(socket, this.#socketPath);
     if (this.#open.size >= MAX_TUNNELS || this.#nextId >= 0xffff_ffff) return void socket.destroy();
+    this.#adopt(socket);
+  }
+
+  /**
+   * Connects to 127.0.0.1:`port` in the sandbox for the server (ExposePort's proxy): the
+   * connection becomes a tunnel like an accepted one, announced by a TOPEN that names the DIAL
+   * call `callId` (before that call's RESULT). Resolves to the tunnel's id.
+   */
+  dial(port: number, callId: number): Promise<number> {
+    if (this.#server !== undefined && port === this.#port) {
+      return Promise.reject(new Fault("INVALID_ARGUMENT", `Port ${port} is the workspace's egress proxy, not a port of its own`, { port: String(port) }));
+    }
+    if (this.#open.size >= MAX_TUNNELS || this.#nextId >= 0xffff_ffff) {
+      return Promise.reject(tooManyTunnels());
+    }
+    return new Promise((resolve, reject) => {
+      const socket = connect({ host: "127.0.0.1", port, allowHalfOpen: true, noDelay: true });
+      const timer = setTimeout(() => socket.destroy(new Error("connect timed out")), DIAL_TIMEOUT_MS);
+      socket.once("error", (err: NodeJS.ErrnoException) => {
+        clearTimeout(timer);
+        reject(new Fault("PORT_NOT_LISTENING", `Nothing in the workspace accepts connections on port ${port} (${err.code ?? err.message})`, { port: String(port) }, err));
+      });
+      socket.once("connect", () => {
+        clearTimeout(timer);
+        socket.removeAllListeners("error");
+        socket.on("error", () => undefined);
+        if (this.#open.size >= MAX_TUNNELS) {
+          socket.destroy();
+          reject(tooManyTunnels());
+          return;
+        }
+        resolve(this.#adopt(socket, callId));
+      });
+    });
+  }
+
+  /** Makes `socket` a tunnel: a new id, TOPEN (naming the DIAL call `callId`, if any), its frames. */
+  #adopt(socket: Socket, callId?: number): number {
     const id = ++this.#nextId;
     const t: Tunnel = { socket, inFlight: 0, unacked: 0, closedByPeer: false, endedByPeer: false };
     this.#open.set(id, t);
-    this.#send(F.TOPEN, id);
+    if (callId === undefined) {
+      this.#send(F.TOPEN, id);
+    } else {
+      const origin = Buffer.allocUnsafe(4);
+      origin.writeUInt32BE(callId, 0);
+      this.#send(F.TOPEN, id, origin);
+    }
     socket.on("data", (chunk: Buffer) => {
       for (let at = 0; at < chunk.length; at += MAX_CHUNK) this.#send(F.TDATA, id, chunk.subarray(at, at + MAX_CHUNK));
       t.inFlight += chunk.length;
@@ -96,6 +147,7 @@ export class Tunnels {
       this.#open.delete(id);
       if (!t.closedByPeer) this.#send(F.TCLOSE, id);
     });
+    return id;
   }
 
   /**
@@ -172,6 +224,8 @@ export class Tunnels {
     for (const c of this.#joined) c.destroy();
   }
 }
+
+const tooManyTunnels = () => new Fault("RESOURCE_EXHAUSTED", `The sandbox has ${MAX_TUNNELS} connections open through its channel; close some first`, { max: String(MAX_TUNNELS) });
 
 /** Whether a connection to the Unix socket at `socketPath` is accepted (within 2 s). */
 function answers(socketPath: string): Promise<boolean> {

@@ -80,6 +80,7 @@ function bashRequest(r: (BashRequest | StreamBashRequest) & Partial<ProcessField
   if (typeof r.signal === "string") put(out, "signal", redact.redact(r.signal.slice(0, 20)));
   put(out, "stdout_offset", r.stdoutOffset);
   put(out, "stderr_offset", r.stderrOffset);
+  put(out, "port", r.port);
   return out;
 }
 
@@ -94,10 +95,24 @@ interface ProcessFields {
   signal: string;
   stdoutOffset: bigint;
   stderrOffset: bigint;
+  /** ExposePort's and UnexposePort's. */
+  port: number;
 }
 
 /** What ProcessService's responses say about their process. */
-function processResponse(r: { process?: { processId: string; pid: number; state: number; exitCode: number; signal: string }; processes?: unknown[]; timedOut?: boolean; bytesWritten?: bigint }, out: Summary): void {
+function processResponse(
+  r: {
+    process?: { processId: string; pid: number; state: number; exitCode: number; signal: string };
+    processes?: unknown[];
+    timedOut?: boolean;
+    bytesWritten?: bigint;
+    port?: { path: string };
+    listening?: boolean;
+    closedConnections?: number;
+    ports?: unknown[];
+  },
+  out: Summary,
+): void {
   if (r.process) {
     put(out, "process_id", r.process.processId);
     put(out, "pid", r.process.pid);
@@ -108,6 +123,10 @@ function processResponse(r: { process?: { processId: string; pid: number; state:
   if (Array.isArray(r.processes)) out.processes = r.processes.length;
   put(out, "timed_out", r.timedOut);
   put(out, "bytes_written", r.bytesWritten);
+  if (r.port) put(out, "path", r.port.path);
+  put(out, "listening", r.listening);
+  put(out, "closed_connections", r.closedConnections);
+  if (Array.isArray(r.ports)) out.ports = r.ports.length;
 }
 
 function grepRequest(r: GrepRequest, redact: Redactor): Summary {

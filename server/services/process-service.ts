@@ -5,7 +5,9 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { AttachProcessResponseSchema, ProcessSchema, ProcessService, ProcessState } from "../../gen/agentworkspace/v1/process_pb.js";
+import { AttachProcessResponseSchema, ExposedPortSchema, ProcessSchema, ProcessService, ProcessState } from "../../gen/agentworkspace/v1/process_pb.js";
+import { type Exposure, portPath } from "../ports/exposures.ts";
+import { exposePort, listExposedPorts, unexposePort } from "../tools/ports.ts";
 import type { ProcessView } from "../processes/process-table.ts";
 import {
   attachProcess,
@@ -45,6 +47,11 @@ export function processMessage(v: ProcessView) {
     stderrDroppedBytes: BigInt(v.stderrDropped),
     endedBy: v.endedBy,
   });
+}
+
+/** An exposed port as the API describes it. */
+function exposedPortMessage(e: Exposure) {
+  return create(ExposedPortSchema, { port: e.port, path: portPath(e.workspaceId, e.port), exposedAt: timestampFromDate(e.exposedAt), openConnections: e.connections.size });
 }
 
 function attachEvent(ev: AttachEvent) {
@@ -119,6 +126,16 @@ export function createProcessService(context: ToolContextOf): ServiceImpl<typeof
     async waitProcess(req, hctx) {
       const r = await waitProcess(await ctx(req, hctx), { processId: req.processId, timeoutMs: Number(req.timeoutMs) });
       return { process: processMessage(r.process), timedOut: r.timedOut };
+    },
+    async exposePort(req, hctx) {
+      const r = await exposePort(await ctx(req, hctx), { port: req.port });
+      return { port: exposedPortMessage(r.exposure), listening: r.listening };
+    },
+    async unexposePort(req, hctx) {
+      return { closedConnections: (await unexposePort(await ctx(req, hctx), { port: req.port })).closed };
+    },
+    async listExposedPorts(req, hctx) {
+      return { ports: (await listExposedPorts(await ctx(req, hctx))).map(exposedPortMessage) };
     },
   };
 }

@@ -4,6 +4,7 @@
  * the response. The tool context is built in one place: the workspace resolved once, the limits,
  * the caller's cancellation and the protocol deadline.
  */
+import type { PortExposures } from "../ports/exposures.ts";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
@@ -66,6 +67,8 @@ export interface ToolServiceDeps {
   fileChanges?: FileChanges;
   /** The server's background processes (ProcessService). */
   processes?: ProcessTable;
+  /** The ports exposed through the server's proxy (ProcessService). */
+  ports?: PortExposures;
 }
 
 /**
@@ -135,7 +138,7 @@ function grepEvent(ev: GrepEvent) {
 export type ToolContextOf = (workspaceId: string, hctx: HandlerContext) => Promise<ToolContext>;
 
 /** The context maker of ToolService and ProcessService alike. */
-export function toolContextOf({ workspaces, limits, git, commandPolicy = commandPolicyOf, fileChanges, processes }: ToolServiceDeps): ToolContextOf {
+export function toolContextOf({ workspaces, limits, git, commandPolicy = commandPolicyOf, fileChanges, processes, ports }: ToolServiceDeps): ToolContextOf {
   /** The server's tool limits, with the command timeouts of the workspace's agent type. */
   const limitsOf = (workspaceId: string): ToolLimits => {
     const binding = workspaces.find(workspaceId)?.agentType;
@@ -160,6 +163,7 @@ export function toolContextOf({ workspaces, limits, git, commandPolicy = command
       git: git(workspaceId),
       ...(fileChanges ? { changes: fileChanges.forCall(workspace, source) } : {}),
       ...(processes ? { processes, sessionId: source.sessionId, binding: record?.agentType } : {}),
+      ...(ports ? { ports } : {}),
     };
   };
   return context;

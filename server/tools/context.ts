@@ -3,6 +3,7 @@
  * `(ctx, input) → AsyncIterable<event>`, registered by tool name in registry.ts; the service
  * builds the context once per call. Later steps add the caller (principal) and the session here.
  */
+import type { PortExposures } from "../ports/exposures.ts";
 import type { AgentTypeBinding, WorkspaceHandle } from "../../providers/types.ts";
 import type { FileRules } from "../../providers/executor/sensitive-files.ts";
 import type { BotIdentity } from "../git/credentials.ts";
@@ -38,6 +39,8 @@ export interface ToolContext {
   changes?: ChangeTracking;
   /** The server's background processes (absent where none can start: setup commands). */
   processes?: ProcessTable;
+  /** The ports exposed through the server's proxy (absent where none can be: setup commands). */
+  ports?: PortExposures;
   /** The session the call belongs to ("" for none). */
   sessionId?: string;
   /** The agent type the workspace was made for, as it was then. */

@@ -104,7 +104,7 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
   if (options.providers) overrides.providers = options.providers;
   if (options.onLog) overrides.logger = createLogger({ level: "debug", sink: options.onLog });
   const app = await createApp(config, overrides);
-  const server = await listen(app.handler, { host: "127.0.0.1", port: options.port ?? 0 });
+  const server = await listen(app.handler, { upgrade: app.upgrade, host: "127.0.0.1", port: options.port ?? 0 });
   app.egress.listening("127.0.0.1", server.port);
   const baseUrl = server.url;
 

@@ -67,7 +67,9 @@ export type ErrorReasonName =
   | "PROCESS_LIMIT"
   | "PROCESS_NOT_RUNNING"
   | "STDIN_CLOSED"
-  | "NOT_A_TERMINAL";
+  | "NOT_A_TERMINAL"
+  | "PORT_NOT_LISTENING"
+  | "PORT_NOT_EXPOSED";
 
 /** `FILE_NOT_FOUND`: The path names nothing in the workspace. Code NOT_FOUND. */
 export class FileNotFoundError extends AgentWorkspaceError {
@@ -389,6 +391,16 @@ export class NotATerminalError extends AgentWorkspaceError {
   declare readonly reason: "NOT_A_TERMINAL";
 }
 
+/** `PORT_NOT_LISTENING`: Nothing in the workspace accepts connections on the port (yet): the process that should listen has not started listening, or has ended. metadata: port. Code UNAVAILABLE: retry once it listens. */
+export class PortNotListeningError extends AgentWorkspaceError {
+  declare readonly reason: "PORT_NOT_LISTENING";
+}
+
+/** `PORT_NOT_EXPOSED`: The port was not exposed with ExposePort (or was unexposed): the proxy reaches only exposed ports. metadata: workspace_id, port. Code NOT_FOUND. */
+export class PortNotExposedError extends AgentWorkspaceError {
+  declare readonly reason: "PORT_NOT_EXPOSED";
+}
+
 /** The class of each reason, by the reason's number. */
 export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>> = {
   1: FileNotFoundError,
@@ -455,4 +467,6 @@ export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>>
   62: ProcessNotRunningError,
   63: StdinClosedError,
   64: NotATerminalError,
+  65: PortNotListeningError,
+  66: PortNotExposedError,
 };

@@ -656,6 +656,22 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_NOT_A_TERMINAL = 64;
    */
   NOT_A_TERMINAL = 64,
+
+  /**
+   * Nothing in the workspace accepts connections on the port (yet): the process that should listen
+   * has not started listening, or has ended. metadata: port. Code UNAVAILABLE: retry once it listens.
+   *
+   * @generated from enum value: ERROR_REASON_PORT_NOT_LISTENING = 65;
+   */
+  PORT_NOT_LISTENING = 65,
+
+  /**
+   * The port was not exposed with ExposePort (or was unexposed): the proxy reaches only exposed
+   * ports. metadata: workspace_id, port. Code NOT_FOUND.
+   *
+   * @generated from enum value: ERROR_REASON_PORT_NOT_EXPOSED = 66;
+   */
+  PORT_NOT_EXPOSED = 66,
 }
 
 /**

@@ -69,6 +69,8 @@ __all__ = [
     "ProcessNotRunning",
     "StdinClosed",
     "NotATerminal",
+    "PortNotListening",
+    "PortNotExposed",
 ]
 
 
@@ -550,6 +552,22 @@ class NotATerminal(AgentWorkspaceError):
     reason_number = 64
 
 
+class PortNotListening(AgentWorkspaceError):
+    """Nothing in the workspace accepts connections on the port (yet): the process that should listen
+    has not started listening, or has ended. metadata: port. Code UNAVAILABLE: retry once it listens."""
+
+    reason_name = "PORT_NOT_LISTENING"
+    reason_number = 65
+
+
+class PortNotExposed(AgentWorkspaceError):
+    """The port was not exposed with ExposePort (or was unexposed): the proxy reaches only exposed
+    ports. metadata: workspace_id, port. Code NOT_FOUND."""
+
+    reason_name = "PORT_NOT_EXPOSED"
+    reason_number = 66
+
+
 #: ErrorReason number → its exception class.
 BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     1: FileNotFound,
@@ -616,4 +634,6 @@ BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     62: ProcessNotRunning,
     63: StdinClosed,
     64: NotATerminal,
+    65: PortNotListening,
+    66: PortNotExposed,
 }

@@ -836,6 +836,189 @@ export declare type WaitProcessResponse = Message<"agentworkspace.v1.WaitProcess
 export declare const WaitProcessResponseSchema: GenMessage<WaitProcessResponse>;
 
 /**
+ * ExposedPort is a port of a workspace reachable through the server's proxy.
+ *
+ * @generated from message agentworkspace.v1.ExposedPort
+ */
+export declare type ExposedPort = Message<"agentworkspace.v1.ExposedPort"> & {
+  /**
+   * The port on the workspace's loopback.
+   *
+   * @generated from field: uint32 port = 1;
+   */
+  port: number;
+
+  /**
+   * Where the proxy serves it on the server: "/ports/{workspace_id}/{port}/".
+   *
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * When it was exposed.
+   *
+   * @generated from field: google.protobuf.Timestamp exposed_at = 3;
+   */
+  exposedAt?: Timestamp | undefined;
+
+  /**
+   * Connections open through the proxy now.
+   *
+   * @generated from field: uint32 open_connections = 4;
+   */
+  openConnections: number;
+};
+
+/**
+ * Describes the message agentworkspace.v1.ExposedPort.
+ * Use `create(ExposedPortSchema)` to create a new message.
+ */
+export declare const ExposedPortSchema: GenMessage<ExposedPort>;
+
+/**
+ * ExposePortRequest names the port to expose.
+ *
+ * @generated from message agentworkspace.v1.ExposePortRequest
+ */
+export declare type ExposePortRequest = Message<"agentworkspace.v1.ExposePortRequest"> & {
+  /**
+   * The workspace.
+   *
+   * @generated from field: string workspace_id = 1;
+   */
+  workspaceId: string;
+
+  /**
+   * The port, 1 to 65535, that a process of the workspace listens on (or will).
+   *
+   * @generated from field: uint32 port = 2;
+   */
+  port: number;
+};
+
+/**
+ * Describes the message agentworkspace.v1.ExposePortRequest.
+ * Use `create(ExposePortRequestSchema)` to create a new message.
+ */
+export declare const ExposePortRequestSchema: GenMessage<ExposePortRequest>;
+
+/**
+ * ExposePortResponse says where the port is served.
+ *
+ * @generated from message agentworkspace.v1.ExposePortResponse
+ */
+export declare type ExposePortResponse = Message<"agentworkspace.v1.ExposePortResponse"> & {
+  /**
+   * The exposed port.
+   *
+   * @generated from field: agentworkspace.v1.ExposedPort port = 1;
+   */
+  port?: ExposedPort | undefined;
+
+  /**
+   * True when something accepted a connection on the port just now; false when nothing listens
+   * yet (the proxy answers 503 PORT_NOT_LISTENING until it does).
+   *
+   * @generated from field: bool listening = 2;
+   */
+  listening: boolean;
+};
+
+/**
+ * Describes the message agentworkspace.v1.ExposePortResponse.
+ * Use `create(ExposePortResponseSchema)` to create a new message.
+ */
+export declare const ExposePortResponseSchema: GenMessage<ExposePortResponse>;
+
+/**
+ * UnexposePortRequest names the port to take off the proxy.
+ *
+ * @generated from message agentworkspace.v1.UnexposePortRequest
+ */
+export declare type UnexposePortRequest = Message<"agentworkspace.v1.UnexposePortRequest"> & {
+  /**
+   * The workspace.
+   *
+   * @generated from field: string workspace_id = 1;
+   */
+  workspaceId: string;
+
+  /**
+   * The port.
+   *
+   * @generated from field: uint32 port = 2;
+   */
+  port: number;
+};
+
+/**
+ * Describes the message agentworkspace.v1.UnexposePortRequest.
+ * Use `create(UnexposePortRequestSchema)` to create a new message.
+ */
+export declare const UnexposePortRequestSchema: GenMessage<UnexposePortRequest>;
+
+/**
+ * UnexposePortResponse confirms it.
+ *
+ * @generated from message agentworkspace.v1.UnexposePortResponse
+ */
+export declare type UnexposePortResponse = Message<"agentworkspace.v1.UnexposePortResponse"> & {
+  /**
+   * Connections that were open through the proxy and were closed.
+   *
+   * @generated from field: uint32 closed_connections = 1;
+   */
+  closedConnections: number;
+};
+
+/**
+ * Describes the message agentworkspace.v1.UnexposePortResponse.
+ * Use `create(UnexposePortResponseSchema)` to create a new message.
+ */
+export declare const UnexposePortResponseSchema: GenMessage<UnexposePortResponse>;
+
+/**
+ * ListExposedPortsRequest names the workspace.
+ *
+ * @generated from message agentworkspace.v1.ListExposedPortsRequest
+ */
+export declare type ListExposedPortsRequest = Message<"agentworkspace.v1.ListExposedPortsRequest"> & {
+  /**
+   * The workspace.
+   *
+   * @generated from field: string workspace_id = 1;
+   */
+  workspaceId: string;
+};
+
+/**
+ * Describes the message agentworkspace.v1.ListExposedPortsRequest.
+ * Use `create(ListExposedPortsRequestSchema)` to create a new message.
+ */
+export declare const ListExposedPortsRequestSchema: GenMessage<ListExposedPortsRequest>;
+
+/**
+ * ListExposedPortsResponse lists its exposed ports, lowest first.
+ *
+ * @generated from message agentworkspace.v1.ListExposedPortsResponse
+ */
+export declare type ListExposedPortsResponse = Message<"agentworkspace.v1.ListExposedPortsResponse"> & {
+  /**
+   * The ports.
+   *
+   * @generated from field: repeated agentworkspace.v1.ExposedPort ports = 1;
+   */
+  ports: ExposedPort[];
+};
+
+/**
+ * Describes the message agentworkspace.v1.ListExposedPortsResponse.
+ * Use `create(ListExposedPortsResponseSchema)` to create a new message.
+ */
+export declare const ListExposedPortsResponseSchema: GenMessage<ListExposedPortsResponse>;
+
+/**
  * ProcessState says whether a process still runs.
  *
  * @generated from enum agentworkspace.v1.ProcessState
@@ -979,6 +1162,39 @@ export declare const ProcessService: GenService<{
     methodKind: "unary";
     input: typeof WaitProcessRequestSchema;
     output: typeof WaitProcessResponseSchema;
+  },
+  /**
+   * ExposePort makes a port the workspace listens on (on its own loopback) reachable through the
+   * server, at `/ports/{workspace_id}/{port}/` on the server's one port: an HTTP and WebSocket
+   * proxy for callers with the workspace's session token or an operator key. Nothing is opened on
+   * the host. Exposing a port again is not an error.
+   *
+   * @generated from rpc agentworkspace.v1.ProcessService.ExposePort
+   */
+  exposePort: {
+    methodKind: "unary";
+    input: typeof ExposePortRequestSchema;
+    output: typeof ExposePortResponseSchema;
+  },
+  /**
+   * UnexposePort takes a port off the proxy and closes the connections open through it.
+   *
+   * @generated from rpc agentworkspace.v1.ProcessService.UnexposePort
+   */
+  unexposePort: {
+    methodKind: "unary";
+    input: typeof UnexposePortRequestSchema;
+    output: typeof UnexposePortResponseSchema;
+  },
+  /**
+   * ListExposedPorts lists the workspace's exposed ports.
+   *
+   * @generated from rpc agentworkspace.v1.ProcessService.ListExposedPorts
+   */
+  listExposedPorts: {
+    methodKind: "unary";
+    input: typeof ListExposedPortsRequestSchema;
+    output: typeof ListExposedPortsResponseSchema;
   },
 }>;
 

@@ -36,6 +36,34 @@ class AttachProcessResponse(_message.Message):
     stdout: ProcessOutput
     def __init__(self, stdout: _Optional[_Union[ProcessOutput, _Mapping]] = ..., stderr: _Optional[_Union[ProcessOutput, _Mapping]] = ..., missed: _Optional[_Union[ProcessOutputMissed, _Mapping]] = ..., ended: _Optional[_Union[Process, _Mapping]] = ...) -> None: ...
 
+class ExposePortRequest(_message.Message):
+    __slots__ = ["port", "workspace_id"]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    workspace_id: str
+    def __init__(self, workspace_id: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class ExposePortResponse(_message.Message):
+    __slots__ = ["listening", "port"]
+    LISTENING_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    listening: bool
+    port: ExposedPort
+    def __init__(self, port: _Optional[_Union[ExposedPort, _Mapping]] = ..., listening: bool = ...) -> None: ...
+
+class ExposedPort(_message.Message):
+    __slots__ = ["exposed_at", "open_connections", "path", "port"]
+    EXPOSED_AT_FIELD_NUMBER: _ClassVar[int]
+    OPEN_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    exposed_at: _timestamp_pb2.Timestamp
+    open_connections: int
+    path: str
+    port: int
+    def __init__(self, port: _Optional[int] = ..., path: _Optional[str] = ..., exposed_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., open_connections: _Optional[int] = ...) -> None: ...
+
 class GetProcessRequest(_message.Message):
     __slots__ = ["process_id", "workspace_id"]
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +77,18 @@ class GetProcessResponse(_message.Message):
     PROCESS_FIELD_NUMBER: _ClassVar[int]
     process: Process
     def __init__(self, process: _Optional[_Union[Process, _Mapping]] = ...) -> None: ...
+
+class ListExposedPortsRequest(_message.Message):
+    __slots__ = ["workspace_id"]
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    def __init__(self, workspace_id: _Optional[str] = ...) -> None: ...
+
+class ListExposedPortsResponse(_message.Message):
+    __slots__ = ["ports"]
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    ports: _containers.RepeatedCompositeFieldContainer[ExposedPort]
+    def __init__(self, ports: _Optional[_Iterable[_Union[ExposedPort, _Mapping]]] = ...) -> None: ...
 
 class ListProcessesRequest(_message.Message):
     __slots__ = ["workspace_id"]
@@ -220,6 +260,20 @@ class TerminalSize(_message.Message):
     cols: int
     rows: int
     def __init__(self, rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
+
+class UnexposePortRequest(_message.Message):
+    __slots__ = ["port", "workspace_id"]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    workspace_id: str
+    def __init__(self, workspace_id: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class UnexposePortResponse(_message.Message):
+    __slots__ = ["closed_connections"]
+    CLOSED_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    closed_connections: int
+    def __init__(self, closed_connections: _Optional[int] = ...) -> None: ...
 
 class WaitProcessRequest(_message.Message):
     __slots__ = ["process_id", "timeout_ms", "workspace_id"]

@@ -66,6 +66,21 @@ class ProcessServiceStub(object):
                 request_serializer=agentworkspace_dot_v1_dot_process__pb2.WaitProcessRequest.SerializeToString,
                 response_deserializer=agentworkspace_dot_v1_dot_process__pb2.WaitProcessResponse.FromString,
                 )
+        self.ExposePort = channel.unary_unary(
+                '/agentworkspace.v1.ProcessService/ExposePort',
+                request_serializer=agentworkspace_dot_v1_dot_process__pb2.ExposePortRequest.SerializeToString,
+                response_deserializer=agentworkspace_dot_v1_dot_process__pb2.ExposePortResponse.FromString,
+                )
+        self.UnexposePort = channel.unary_unary(
+                '/agentworkspace.v1.ProcessService/UnexposePort',
+                request_serializer=agentworkspace_dot_v1_dot_process__pb2.UnexposePortRequest.SerializeToString,
+                response_deserializer=agentworkspace_dot_v1_dot_process__pb2.UnexposePortResponse.FromString,
+                )
+        self.ListExposedPorts = channel.unary_unary(
+                '/agentworkspace.v1.ProcessService/ListExposedPorts',
+                request_serializer=agentworkspace_dot_v1_dot_process__pb2.ListExposedPortsRequest.SerializeToString,
+                response_deserializer=agentworkspace_dot_v1_dot_process__pb2.ListExposedPortsResponse.FromString,
+                )
 
 
 class ProcessServiceServicer(object):
@@ -143,6 +158,30 @@ class ProcessServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExposePort(self, request, context):
+        """ExposePort makes a port the workspace listens on (on its own loopback) reachable through the
+        server, at `/ports/{workspace_id}/{port}/` on the server's one port: an HTTP and WebSocket
+        proxy for callers with the workspace's session token or an operator key. Nothing is opened on
+        the host. Exposing a port again is not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnexposePort(self, request, context):
+        """UnexposePort takes a port off the proxy and closes the connections open through it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListExposedPorts(self, request, context):
+        """ListExposedPorts lists the workspace's exposed ports.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProcessServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -190,6 +229,21 @@ def add_ProcessServiceServicer_to_server(servicer, server):
                     servicer.WaitProcess,
                     request_deserializer=agentworkspace_dot_v1_dot_process__pb2.WaitProcessRequest.FromString,
                     response_serializer=agentworkspace_dot_v1_dot_process__pb2.WaitProcessResponse.SerializeToString,
+            ),
+            'ExposePort': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExposePort,
+                    request_deserializer=agentworkspace_dot_v1_dot_process__pb2.ExposePortRequest.FromString,
+                    response_serializer=agentworkspace_dot_v1_dot_process__pb2.ExposePortResponse.SerializeToString,
+            ),
+            'UnexposePort': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnexposePort,
+                    request_deserializer=agentworkspace_dot_v1_dot_process__pb2.UnexposePortRequest.FromString,
+                    response_serializer=agentworkspace_dot_v1_dot_process__pb2.UnexposePortResponse.SerializeToString,
+            ),
+            'ListExposedPorts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListExposedPorts,
+                    request_deserializer=agentworkspace_dot_v1_dot_process__pb2.ListExposedPortsRequest.FromString,
+                    response_serializer=agentworkspace_dot_v1_dot_process__pb2.ListExposedPortsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -358,5 +412,56 @@ class ProcessService(object):
         return grpc.experimental.unary_unary(request, target, '/agentworkspace.v1.ProcessService/WaitProcess',
             agentworkspace_dot_v1_dot_process__pb2.WaitProcessRequest.SerializeToString,
             agentworkspace_dot_v1_dot_process__pb2.WaitProcessResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ExposePort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/agentworkspace.v1.ProcessService/ExposePort',
+            agentworkspace_dot_v1_dot_process__pb2.ExposePortRequest.SerializeToString,
+            agentworkspace_dot_v1_dot_process__pb2.ExposePortResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UnexposePort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/agentworkspace.v1.ProcessService/UnexposePort',
+            agentworkspace_dot_v1_dot_process__pb2.UnexposePortRequest.SerializeToString,
+            agentworkspace_dot_v1_dot_process__pb2.UnexposePortResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListExposedPorts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/agentworkspace.v1.ProcessService/ListExposedPorts',
+            agentworkspace_dot_v1_dot_process__pb2.ListExposedPortsRequest.SerializeToString,
+            agentworkspace_dot_v1_dot_process__pb2.ListExposedPortsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
