@@ -157,6 +157,13 @@ for (const provider of PROVIDERS) {
       await lane(t, provider, async () => fn(t, arena, t.context.server.clients.grpc), RED_TEAM_BUDGET_MS);
     });
 
+  /**
+   * A family the command policy's parser decides before anything runs, the same code on every
+   * provider: not repeated on microvm, whose every command costs an emulated VM's time. What the
+   * guest's kernel enforces under an allowlist there is enforcement.test.ts's, on microvm too.
+   */
+  const parserFamily: typeof family = (title, fn) => (provider === "microvm" ? undefined : family(title, fn));
+
   // ── Paths ──────────────────────────────────────────────────────────────────────────────────
 
   family("traversal: '..' and absolute paths elsewhere are PATH_OUTSIDE_WORKSPACE through every tool; paths that come back inside work", async (t, a, c) => {
@@ -326,7 +333,8 @@ for (const provider of PROVIDERS) {
     const seen = new Map<string, number>();
     const leaked: string[] = [];
     let next = 0;
-    const total = 360;
+    // An emulated VM runs each operation slowly: fewer there, the same flips against them.
+    const total = provider === "microvm" ? 120 : 360;
     const worker = async () => {
       for (let i = next++; i < total; i = next++) {
         let text: string;
@@ -553,7 +561,7 @@ for (const provider of PROVIDERS) {
 
   // ── The command policy ─────────────────────────────────────────────────────────────────────
 
-  family("allowlist bypass through separators: ; && || | & newline CR and CRLF (Bash and StreamBash); the same lists of allowed commands run", async (t, a, c) => {
+  parserFamily("allowlist bypass through separators: ; && || | & newline CR and CRLF (Bash and StreamBash); the same lists of allowed commands run", async (t, a, c) => {
     const seps: Array<[string, string, string | RegExp]> = [
       [";", "; ", "a\nb\n"],
       ["&&", " && ", "a\nb\n"],
@@ -594,7 +602,7 @@ for (const provider of PROVIDERS) {
     t.is(out, "a\n.\n");
   });
 
-  family("allowlist bypass through nesting: subshells, groups, $( ), backticks, process substitution, heredocs, here-strings, eval, function definitions, coproc, control flow, trap", async (t, a, c) => {
+  parserFamily("allowlist bypass through nesting: subshells, groups, $( ), backticks, process substitution, heredocs, here-strings, eval, function definitions, coproc, control flow, trap", async (t, a, c) => {
     const attacks: Array<(p: string) => [string, string?]> = [
       (p) => [`(touch ${p})`],
       (p) => [`{ touch ${p}; }`],
@@ -647,7 +655,7 @@ for (const provider of PROVIDERS) {
     for (const [script, want] of lookAlikes) t.is((await allowed(t, c, a.agent, script)).stdout, want, script);
   });
 
-  family("allowlist bypass through wrappers: bash -c, sh -c, env (-i, -S), timeout, nice, nohup, xargs, find -exec, busybox, nested; the same wrappers around allowed commands run", async (t, a, c) => {
+  parserFamily("allowlist bypass through wrappers: bash -c, sh -c, env (-i, -S), timeout, nice, nohup, xargs, find -exec, busybox, nested; the same wrappers around allowed commands run", async (t, a, c) => {
     const attacks: Array<(p: string) => [string, string]> = [
       (p) => [`bash -c 'touch ${p}'`, `touch ${p}`],
       (p) => [`sh -c "touch ${p}"`, `touch ${p}`],
@@ -701,7 +709,7 @@ for (const provider of PROVIDERS) {
     await allowed(t, c, a.agent, "busybox echo ok", { anyExit: true });
   });
 
-  family("restricted variables under an allowlist: PATH, LD_PRELOAD, BASH_ENV, GIT_* as prefixes, exports, declarations, env, read, ${X:=…} and the request's env; other variables work", async (t, a, c) => {
+  parserFamily("restricted variables under an allowlist: PATH, LD_PRELOAD, BASH_ENV, GIT_* as prefixes, exports, declarations, env, read, ${X:=…} and the request's env; other variables work", async (t, a, c) => {
     const cases: Array<(p: string) => [string, Expected]> = [
       () => ["PATH=/tmp/evil ls", { command: "PATH=/tmp/evil", rule: "PATH", why: "restricted_variable" }],
       () => ["export PATH=/tmp/evil; ls", { command: "export PATH=/tmp/evil", rule: "PATH", why: "restricted_variable" }],
@@ -743,7 +751,7 @@ for (const provider of PROVIDERS) {
     t.is((await allowed(t, c, a.plain, "PATH=/usr/bin:/bin ls -d .")).stdout, ".\n");
   });
 
-  family("computed and disguised command names: $x args and substitutions are refused as computed; r''m, $'\\x72m', /bin/./rm, \\rm and \"rm\" are rm (allowlist and deny rules alike)", async (t, a, c) => {
+  parserFamily("computed and disguised command names: $x args and substitutions are refused as computed; r''m, $'\\x72m', /bin/./rm, \\rm and \"rm\" are rm (allowlist and deny rules alike)", async (t, a, c) => {
     const made: string[] = [];
     const computed: Array<[string, string]> = [
       ["x=touch; $x P", "$x P"],
@@ -783,7 +791,7 @@ for (const provider of PROVIDERS) {
     t.is((await allowed(t, c, a.agent, "echo {a,b}")).stdout, "a b\n");
   });
 
-  family("unparseable input is refused under every policy and nothing of it runs; the same characters quoted work", async (t, a, c) => {
+  parserFamily("unparseable input is refused under every policy and nothing of it runs; the same characters quoted work", async (t, a, c) => {
     const made: string[] = [];
     for (const ws of [a.agent, a.plain]) {
       for (const bad of ["ls (", 'echo "unterminated', "if true; then ls", "ls; )", "echo $(", "case x in"]) {
@@ -799,7 +807,7 @@ for (const provider of PROVIDERS) {
     }
   });
 
-  family("a 60-command chain (and a 60-stage pipeline, and a denied command in the middle) is checked to its last command; nesting past the limit is too_deep", async (t, a, c) => {
+  parserFamily("a 60-command chain (and a 60-stage pipeline, and a denied command in the middle) is checked to its last command; nesting past the limit is too_deep", async (t, a, c) => {
     const made: string[] = [];
     const m1 = marker("chain");
     const p1 = marker("chain-p");
@@ -883,7 +891,7 @@ for (const provider of PROVIDERS) {
   // allowed command it hid behind: GoClaw (first token checked, `&&` chain), cmd-line-mcp (newline
   // separator), the A2A .NET CLI agent (first token, `;`), amd/gaia (`find -exec` and find's write
   // predicates), and the `| sh` pipe the allowlist can never see through.
-  family("payloads from published advisories against other agent tools' allowlists are refused in the agent type's workspace; the allowed halves alone run", async (t, a, c) => {
+  parserFamily("payloads from published advisories against other agent tools' allowlists are refused in the agent type's workspace; the allowed halves alone run", async (t, a, c) => {
     const hook = ".git/hooks/pre-commit";
     const cases: Array<[string, string, Partial<Expected>, string[]]> = [
       ["goclaw: echo VULN_OK && touch P", "echo VULN_OK && touch P", { command: "touch P", why: "not_in_allowlist" }, ["P"]],
@@ -906,7 +914,7 @@ for (const provider of PROVIDERS) {
     t.is((await allowed(t, c, a.agent, "find . -maxdepth 0 -exec echo found {} \\;")).stdout, "found .\n");
   });
 
-  family("the shell reading sensitive files is refused: cat .env, cp .env x, cat < .env, echo x > .git/hooks/pre-commit and their spellings; cat .env.example, echo .env >> .gitignore and ls -a work", async (t, a, c) => {
+  parserFamily("the shell reading sensitive files is refused: cat .env, cp .env x, cat < .env, echo x > .git/hooks/pre-commit and their spellings; cat .env.example, echo .env >> .gitignore and ls -a work", async (t, a, c) => {
     const made: string[] = [];
     for (const ws of [a.plain, a.agent]) {
       const leaked = marker("leaked");

@@ -1,13 +1,20 @@
 /**
  * The directory flipper of the symlink-race tests: a Node script, run inside the workspace (the
  * sandbox's own Node on container providers), that renames each of its arguments in turn to
- * `race/d` and back, as fast as it can, so `race/d` keeps changing between a real directory and
+ * `race/d` and back, over and over, so `race/d` keeps changing between a real directory and
  * links elsewhere while tools resolve paths through it. It prints "flipping" when it starts and
  * "flips N" when `race/stop` appears (looked for every `stopEvery` flips).
+ *
+ * With each argument in place as `race/d` it sleeps `pauseMs`: flat out, one flipper per
+ * provider kept a host core each busy for a CI run's race tests (20 million flips in one of them,
+ * 2 000 per operation), starving everything else on a 2-core host. With the pause a flip still
+ * comes every few hundred microseconds, many times within one tool call's milliseconds (the
+ * outcome counts in the tests' logs show the race stays live).
  */
-export function flipperScript(stopEvery: number): string {
+export function flipperScript(stopEvery: number, pauseMs = 0.1): string {
   return `const fs = require("fs");
 const names = process.argv.slice(2);
+const nap = new Int32Array(new SharedArrayBuffer(4));
 let flips = 0;
 process.stdout.write("flipping\\n");
 for (;;) {
@@ -23,6 +30,8 @@ for (;;) {
       }
       continue;
     }
+    // race/d stays this state for a moment; the renames themselves are instants.
+    if (${pauseMs} > 0) Atomics.wait(nap, 0, 0, ${pauseMs});
     fs.renameSync("race/d", n);
     flips++;
   }
