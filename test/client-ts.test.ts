@@ -22,6 +22,8 @@ import {
   NoRepositoryError,
   NothingToCommitError,
   PathOutsideWorkspaceError,
+  ProcessNotRunningError,
+  ProcessState,
   SessionStatus,
   ToolNotEnabledError,
   UnauthenticatedError,
@@ -193,6 +195,46 @@ test("git helpers: status, diff, commit, checkout on a repository made in the wo
   const push = await rejection(ws.git.push());
   t.true(push instanceof NoRepositoryError, `${push.name}: ${push.message}`);
   t.is(push.code, Code.FailedPrecondition);
+});
+
+test("processes and ports: a session's workspace starts a REPL, writes to it, reads and follows its output, waits for its end; a server it runs is exposed and reached through /ports/ with the session token", async (t) => {
+  const aw = client(t, { protocol: "connect" });
+  const agentType = unique("client-proc");
+  await aw.agentTypes.create({ id: agentType, workspace: { enabled: true, provider: "local", tools: ["bash", "write"] } });
+  const session = await aw.startSession({ agentType });
+  t.teardown(() => session.end().catch(() => undefined));
+  await session.ready();
+  const procs = session.workspace.processes;
+
+  // A REPL over stdin: what is written is read back, closing stdin ends it.
+  const repl = await procs.start({ command: "while read -r line; do echo \"got $line\"; done; echo bye", stdin: true });
+  t.is(repl.state, ProcessState.RUNNING);
+  t.true((await procs.write(repl.processId, "one\n")) === 4n);
+  await procs.write(repl.processId, "two\n", { close: true });
+  const ended = await procs.wait(repl.processId, 30_000);
+  t.false(ended.timedOut);
+  t.is(ended.process?.exitCode, 0);
+  const out = await procs.read(repl.processId);
+  t.is(new TextDecoder().decode(out.stdout), "got one\ngot two\nbye\n");
+  let followed = "";
+  for await (const ev of procs.attach(repl.processId)) if (ev.event.case === "stdout") followed += new TextDecoder().decode(ev.event.value.data);
+  t.is(followed, "got one\ngot two\nbye\n");
+  t.deepEqual((await procs.list()).map((p) => p.processId), [repl.processId]);
+  t.true((await rejection(procs.signal(repl.processId, "TERM"))) instanceof ProcessNotRunningError);
+
+  // A server, exposed and reached through the proxy with the session token.
+  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  await session.workspace.write({ path: "srv.cjs", content: `require("node:http").createServer((q, s) => s.end("from " + q.url)).listen(${port}, "127.0.0.1", () => console.log("up"));` });
+  const srv = await procs.start(`exec ${JSON.stringify(process.execPath)} srv.cjs`);
+  for (let i = 0; i < 200 && !new TextDecoder().decode((await procs.read(srv.processId)).stdout).includes("up"); i++) await new Promise((r) => setTimeout(r, 50));
+  const exposed = await procs.exposePort(port);
+  t.true(exposed.listening);
+  t.deepEqual((await procs.listExposedPorts()).map((p) => p.port), [port]);
+  const res = await fetch(`${t.context.server.url}${exposed.port?.path}hello`, { headers: { authorization: `Bearer ${session.token}` } });
+  t.is(await res.text(), "from /hello");
+  t.is(await procs.unexposePort(port), 0);
+  await procs.signal(srv.processId, "KILL");
+  t.is((await procs.wait(srv.processId, 30_000)).process?.signal, "SIGKILL");
 });
 
 test("watchEvents sees a tool call start and finish, and the audit trail lists it", async (t) => {

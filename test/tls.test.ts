@@ -1,9 +1,10 @@
 /**
  * TLS: with a certificate configured, the same port negotiates HTTP/2 (gRPC) or HTTP/1.1
- * (Connect) through ALPN.
+ * (Connect, and upgrades for the port proxy's WebSockets) through ALPN.
  */
 import test from "ava";
 import { execFileSync } from "node:child_process";
+import https from "node:https";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -33,6 +34,25 @@ test("TLS with ALPN serves gRPC over HTTP/2 and Connect over HTTP/1.1 on one por
     t.is(viaGrpc.stdout, "h2\n");
     const viaConnect = await createClient(ToolService, connect).bash({ workspaceId: workspace!.id, command: "echo h1" });
     t.is(viaConnect.stdout, "h1\n");
+    // An HTTP/1.1 upgrade (a WebSocket through the port proxy) reaches the proxy over TLS too: a
+    // port not exposed is refused with its reason, not left hanging.
+    const refused = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = https.request(`${server.url}/ports/${workspace!.id}/3000/`, {
+        ca,
+        headers: { connection: "Upgrade", upgrade: "websocket", "sec-websocket-version": "13", "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==" },
+      });
+      req.on("response", (res) => {
+        let body = "";
+        res.setEncoding("utf8");
+        res.on("data", (c: string) => (body += c));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on("upgrade", () => reject(new Error("upgraded to a port that was never exposed")));
+      req.on("error", reject);
+      req.end();
+    });
+    t.is(refused.status, 404, refused.body);
+    t.regex(refused.body, /PORT_NOT_EXPOSED/);
   } finally {
     await app.close();
     await server.close();

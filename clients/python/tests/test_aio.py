@@ -1,5 +1,7 @@
-"""The asyncio client against a real server: sessions, bash, streams, files, an error, a cancel."""
+"""The asyncio client against a real server: sessions, bash, streams, files, background processes
+and exposed ports, an error, a cancel."""
 import asyncio
+import random
 import unittest
 
 import grpc
@@ -52,6 +54,27 @@ class AsyncClient(unittest.IsolatedAsyncioTestCase):
         gone = await self.ws.bash("p=$(cat shell.pid); for i in $(seq 200); do kill -0 $p 2>/dev/null || { echo gone; exit; }; sleep 0.05; done; echo alive")
         self.assertEqual(gone.stdout, "gone\n")
         self.assertEqual((await self.ws.bash("test -e marker && echo written || echo absent")).stdout, "absent\n")
+
+    async def test_a_background_process_and_an_exposed_port(self) -> None:
+        processes = self.ws.processes
+        process = await processes.start('while read -r line; do echo "got $line"; done; echo bye', stdin=True)
+        self.assertEqual(await processes.write(process.process_id, "one\n"), 4)
+        self.assertEqual(await processes.write(process.process_id, "two\n", close=True), 4)
+        waited = await processes.wait(process.process_id, timeout_ms=30_000)
+        self.assertEqual((waited.timed_out, waited.process.state, waited.process.exit_code), (False, pb.process.PROCESS_STATE_EXITED, 0))
+        self.assertEqual((await processes.read(process.process_id)).stdout, b"got one\ngot two\nbye\n")
+        async with processes.attach(process.process_id) as stream:
+            events = [e async for e in stream]
+        self.assertEqual(events[-1].WhichOneof("event"), "ended")
+        self.assertEqual(b"".join(e.stdout.data for e in events if e.WhichOneof("event") == "stdout"), b"got one\ngot two\nbye\n")
+        self.assertIn(process.process_id, [p.process_id for p in await processes.list()])
+        with self.assertRaises(errors.ProcessNotRunning):
+            await processes.signal(process.process_id, "TERM")
+        port = random.randint(20000, 40000)
+        exposed = await processes.expose_port(port)
+        self.assertEqual((exposed.port.path, exposed.listening), (f"/ports/{self.ws.id}/{port}/", False))
+        self.assertEqual([p.port for p in await processes.list_exposed_ports()], [port])
+        self.assertEqual(await processes.unexpose_port(port), 0)
 
     async def test_a_session_with_async_with_is_ready_and_ended_on_exit(self) -> None:
         agent_type = unique("py-async")

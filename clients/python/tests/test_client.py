@@ -1,5 +1,6 @@
 """The sync client against a real server (see _server.py): sessions, bash, streams, files, grep,
-an error of every reason family, cancellation."""
+background processes and exposed ports, an error of every reason family, cancellation."""
+import random
 import unittest
 
 import grpc
@@ -140,6 +141,40 @@ class SyncClient(unittest.TestCase):
         limited = self.ws.stream_grep("alpha", case_sensitive=False, max_results=3)
         self.assertEqual(len(list(limited)), 3)
         self.assertTrue(limited.done.truncated)
+
+    # --- background processes and exposed ports ------------------------------------------------
+
+    def test_a_background_process_reads_its_stdin_and_is_read_attached_listed_and_waited_for(self) -> None:
+        process = self.ws.processes.start('while read -r line; do echo "got $line"; done; echo bye', stdin=True)
+        self.assertTrue(process.process_id.startswith("proc_"))
+        self.assertEqual((pb.process.ProcessState.Name(process.state), process.stdin_open), ("PROCESS_STATE_RUNNING", True))
+        self.assertEqual(self.ws.processes.write(process.process_id, "one\n"), 4)
+        self.assertEqual(self.ws.processes.write(process.process_id, b"two\n", close=True), 4)
+        waited = self.ws.processes.wait(process.process_id, timeout_ms=30_000)
+        self.assertFalse(waited.timed_out)
+        self.assertEqual((pb.process.ProcessState.Name(waited.process.state), waited.process.exit_code), ("PROCESS_STATE_EXITED", 0))
+        output = self.ws.processes.read(process.process_id)
+        self.assertEqual((output.stdout, output.stderr, output.next_stdout_offset), (b"got one\ngot two\nbye\n", b"", 20))
+        with self.ws.processes.attach(process.process_id) as stream:
+            events = list(stream)
+        self.assertEqual([e.WhichOneof("event") for e in events][-1], "ended")
+        self.assertEqual(b"".join(e.stdout.data for e in events if e.WhichOneof("event") == "stdout"), b"got one\ngot two\nbye\n")
+        self.assertEqual((events[-1].ended.process_id, events[-1].ended.exit_code), (process.process_id, 0))
+        self.assertIn(process.process_id, [p.process_id for p in self.ws.processes.list()])
+        self.assertEqual(self.ws.processes.get(process.process_id).stdout_total_bytes, 20)
+        with self.assertRaises(errors.ProcessNotRunning) as caught:
+            self.ws.processes.signal(process.process_id, "TERM")
+        self.assertEqual((caught.exception.code, caught.exception.reason), (grpc.StatusCode.FAILED_PRECONDITION, "PROCESS_NOT_RUNNING"))
+        with self.assertRaises(errors.ProcessNotFound):
+            self.ws.processes.get("proc_missing")
+
+    def test_an_exposed_port_is_listed_and_unexposed(self) -> None:
+        port = random.randint(20000, 40000)
+        exposed = self.ws.processes.expose_port(port)
+        self.assertEqual((exposed.port.port, exposed.port.path, exposed.listening), (port, f"/ports/{self.ws.id}/{port}/", False))
+        self.assertEqual([(p.port, p.path) for p in self.ws.processes.list_exposed_ports()], [(port, f"/ports/{self.ws.id}/{port}/")])
+        self.assertEqual(self.ws.processes.unexpose_port(port), 0)
+        self.assertEqual(self.ws.processes.list_exposed_ports(), [])
 
     # --- errors, one per reason family --------------------------------------------------------
 

@@ -23,6 +23,7 @@ import {
   type WorkspaceConfigSchema,
 } from "../gen/agentworkspace/v1/config_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
+import { ProcessService } from "../gen/agentworkspace/v1/process_pb.js";
 import {
   WorkspaceService,
   type CreateWorkspaceRequestSchema,
@@ -118,6 +119,7 @@ export class AgentWorkspace {
   /** The generated connect-es clients on this client's transport, for anything the helpers do not cover. */
   readonly raw: {
     tools: Client<typeof ToolService>;
+    processes: Client<typeof ProcessService>;
     workspaces: Client<typeof WorkspaceService>;
     config: Client<typeof ConfigService>;
     audit: Client<typeof AuditService>;
@@ -165,6 +167,7 @@ export class AgentWorkspace {
     this.#close = close;
     const raw = (this.raw = {
       tools: createClient(ToolService, transport),
+      processes: createClient(ProcessService, transport),
       workspaces: createClient(WorkspaceService, transport),
       config: createClient(ConfigService, transport),
       audit: createClient(AuditService, transport),

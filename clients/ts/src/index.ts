@@ -24,6 +24,7 @@ export * from "../gen/agentworkspace/v1/audit_pb.js";
 export * from "../gen/agentworkspace/v1/config_pb.js";
 export * from "../gen/agentworkspace/v1/errors_pb.js";
 export * from "../gen/agentworkspace/v1/git_pb.js";
+export * from "../gen/agentworkspace/v1/process_pb.js";
 export * from "../gen/agentworkspace/v1/tool_pb.js";
 export * from "../gen/agentworkspace/v1/workspace_pb.js";
 /** The `Workspace` and `Session` messages, named apart from the handle classes above. */

@@ -41,6 +41,18 @@ import type {
   WriteFileResponse,
 } from "../gen/agentworkspace/v1/tool_pb.js";
 import type { AuditService, WatchEventsResponse } from "../gen/agentworkspace/v1/audit_pb.js";
+import type {
+  AttachProcessRequestSchema,
+  AttachProcessResponse,
+  ExposePortResponse,
+  ExposedPort,
+  Process,
+  ProcessService,
+  ReadProcessOutputRequestSchema,
+  ReadProcessOutputResponse,
+  StartProcessRequestSchema,
+  WaitProcessResponse,
+} from "../gen/agentworkspace/v1/process_pb.js";
 import { BashStream } from "./bash-stream.ts";
 import type { CallOptions, Caller } from "./call.ts";
 
@@ -63,6 +75,44 @@ export type GitDiffInput = ToolInput<typeof GitDiffRequestSchema>;
 export type GitCommitInput = ToolInput<typeof GitCommitRequestSchema>;
 export type GitCheckoutInput = ToolInput<typeof GitCheckoutRequestSchema>;
 export type GitPushInput = ToolInput<typeof GitPushRequestSchema>;
+
+export type StartProcessInput = ToolInput<typeof StartProcessRequestSchema>;
+export type ReadProcessOutputInput = Omit<ToolInput<typeof ReadProcessOutputRequestSchema>, "processId">;
+export type AttachProcessInput = Omit<ToolInput<typeof AttachProcessRequestSchema>, "processId">;
+
+/**
+ * A workspace's background processes and exposed ports (ProcessService; the `bash` tool). Reads
+ * (`list`, `get`, `read`, `wait`, `listExposedPorts`, and `exposePort`, which may be repeated) are
+ * retried on UNAVAILABLE; `start`, stdin, resizes and signals are never sent twice.
+ */
+export interface ProcessTools {
+  /** Starts `bash -c command` in the background; answers at once with the running process. */
+  start(input: StartProcessInput | string, opts?: CallOptions): Promise<Process>;
+  /** The workspace's processes, running and ended, oldest first. */
+  list(opts?: CallOptions): Promise<Process[]>;
+  /** One process: running, or how it ended. */
+  get(processId: string, opts?: CallOptions): Promise<Process>;
+  /** Kept output from the offsets (both 0 by default), without waiting. */
+  read(processId: string, input?: ReadProcessOutputInput, opts?: CallOptions): Promise<ReadProcessOutputResponse>;
+  /** Output from the offsets, then live output, then `ended`. Leaving the loop leaves the process running. */
+  attach(processId: string, input?: AttachProcessInput, opts?: CallOptions): AsyncIterable<AttachProcessResponse>;
+  /** Writes to its stdin (or terminal); text is sent as UTF-8. `close` ends stdin after the bytes. */
+  write(processId: string, data: string | Uint8Array, options?: { close?: boolean }, opts?: CallOptions): Promise<bigint>;
+  /** Ends its stdin (a terminal gets end-of-file). */
+  closeStdin(processId: string, opts?: CallOptions): Promise<void>;
+  /** Sets its terminal's size. */
+  resize(processId: string, rows: number, cols: number, opts?: CallOptions): Promise<void>;
+  /** Sends a signal ("TERM", "KILL", …) to its whole tree. */
+  signal(processId: string, signal: string, opts?: CallOptions): Promise<void>;
+  /** Waits until it ends or `timeoutMs` passes; `timedOut` says which. */
+  wait(processId: string, timeoutMs?: number, opts?: CallOptions): Promise<WaitProcessResponse>;
+  /** Exposes a port the workspace listens on at `/ports/{workspace}/{port}/` on the server. */
+  exposePort(port: number, opts?: CallOptions): Promise<ExposePortResponse>;
+  /** Takes a port off the proxy; how many connections through it were closed. */
+  unexposePort(port: number, opts?: CallOptions): Promise<number>;
+  /** The exposed ports. */
+  listExposedPorts(opts?: CallOptions): Promise<ExposedPort[]>;
+}
 
 /** The end of a `streamGrep`: matches sent, and whether `max_results` stopped the search. */
 export interface GrepSummary {
@@ -87,6 +137,7 @@ export interface GitTools {
 /** The services a handle calls. */
 export interface HandleClients {
   tools: Client<typeof ToolService>;
+  processes: Client<typeof ProcessService>;
   audit: Client<typeof AuditService>;
 }
 
@@ -101,6 +152,8 @@ export class Workspace {
   readonly id: string;
   /** The git tools. */
   readonly git: GitTools;
+  /** Background processes and exposed ports. */
+  readonly processes: ProcessTools;
   readonly #clients: HandleClients;
   readonly #caller: Caller;
 
@@ -116,6 +169,27 @@ export class Workspace {
       commit: (input, opts) => caller.unary(tools.gitCommit, { ...input, workspaceId }, opts, "once"),
       checkout: (input, opts) => caller.unary(tools.gitCheckout, { ...(typeof input === "string" ? { branch: input } : input), workspaceId }, opts, "once"),
       push: (input = {}, opts) => caller.unary(tools.gitPush, { ...input, workspaceId }, opts, "once"),
+    };
+    const procs = clients.processes;
+    const must = <T>(value: T | undefined): T => {
+      if (value === undefined) throw new TypeError("The server's answer has no process");
+      return value;
+    };
+    this.processes = {
+      start: async (input, opts) => must((await caller.unary(procs.startProcess, { ...(typeof input === "string" ? { command: input } : input), workspaceId }, opts, "once")).process),
+      list: async (opts) => (await caller.unary(procs.listProcesses, { workspaceId }, opts, "idempotent")).processes,
+      get: async (processId, opts) => must((await caller.unary(procs.getProcess, { workspaceId, processId }, opts, "idempotent")).process),
+      read: (processId, input = {}, opts) => caller.unary(procs.readProcessOutput, { ...input, workspaceId, processId }, opts, "idempotent"),
+      attach: (processId, input = {}, opts) => caller.stream(procs.attachProcess, { ...input, workspaceId, processId }, opts),
+      write: async (processId, data, options = {}, opts) =>
+        (await caller.unary(procs.writeProcessStdin, { workspaceId, processId, data: typeof data === "string" ? new TextEncoder().encode(data) : data, close: options.close ?? false }, opts, "once")).bytesWritten,
+      closeStdin: async (processId, opts) => void (await caller.unary(procs.writeProcessStdin, { workspaceId, processId, close: true }, opts, "once")),
+      resize: async (processId, rows, cols, opts) => void (await caller.unary(procs.resizeProcess, { workspaceId, processId, size: { rows, cols } }, opts, "once")),
+      signal: async (processId, signal, opts) => void (await caller.unary(procs.signalProcess, { workspaceId, processId, signal }, opts, "once")),
+      wait: (processId, timeoutMs = 0, opts) => caller.unary(procs.waitProcess, { workspaceId, processId, timeoutMs: BigInt(timeoutMs) }, opts, "idempotent"),
+      exposePort: (port, opts) => caller.unary(procs.exposePort, { workspaceId, port }, opts, "idempotent"),
+      unexposePort: async (port, opts) => (await caller.unary(procs.unexposePort, { workspaceId, port }, opts, "once")).closedConnections,
+      listExposedPorts: async (opts) => (await caller.unary(procs.listExposedPorts, { workspaceId }, opts, "idempotent")).ports,
     };
   }
 

@@ -13,7 +13,7 @@ Sync API here (grpcio); asyncio in ``agent_workspace.aio``; exceptions in
 """
 from . import errors, pb
 from ._common import BashOutput, OutputChunk
-from .client import AgentWorkspace, Git, Session, Workspace
+from .client import AgentWorkspace, Git, Processes, Session, Workspace
 from .errors import AgentWorkspaceError
 from .streams import BashStream, GrepStream, Stream
 
@@ -27,6 +27,7 @@ __all__ = [
     "Git",
     "GrepStream",
     "OutputChunk",
+    "Processes",
     "Session",
     "Stream",
     "Workspace",

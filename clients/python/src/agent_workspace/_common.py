@@ -5,7 +5,7 @@ import datetime
 import urllib.parse
 from typing import Any, Iterable, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from ._gen.agentworkspace.v1 import git_pb2, tool_pb2, workspace_pb2
+from ._gen.agentworkspace.v1 import git_pb2, process_pb2, tool_pb2, workspace_pb2
 
 #: gRPC call metadata.
 Metadata = Tuple[Tuple[str, str], ...]
@@ -85,6 +85,27 @@ def git_diff_request(workspace_id: str, paths: Sequence[str], ref: str, context_
     return request
 
 
+def start_process_request(
+    workspace_id: str, command: str, workdir: str, env: Optional[Mapping[str, str]], stdin: bool, pty: Optional[Tuple[int, int]], timeout_ms: int
+) -> process_pb2.StartProcessRequest:
+    return process_pb2.StartProcessRequest(
+        workspace_id=workspace_id, command=command, workdir=workdir, env=dict(env or {}), stdin=stdin, pty=terminal_size(pty), timeout_ms=timeout_ms
+    )
+
+
+def terminal_size(size: Optional[Tuple[int, int]]) -> Optional[process_pb2.TerminalSize]:
+    """``(rows, cols)`` → a ``TerminalSize``; None stays None (no terminal)."""
+    if size is None:
+        return None
+    rows, cols = size
+    return process_pb2.TerminalSize(rows=rows, cols=cols)
+
+
+def stdin_bytes(data: Union[str, bytes]) -> bytes:
+    """Bytes for WriteProcessStdin: a str is encoded as UTF-8."""
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+
 class OutputChunk(NamedTuple):
     """A piece of a streamed command's output."""
 
@@ -159,7 +180,7 @@ class GrepEvents:
 
 
 class PassThrough:
-    """Streams whose messages are the items (WatchSession)."""
+    """Streams whose messages are the items (WatchSession, AttachProcess)."""
 
     def feed(self, message: Any) -> list:
         return [message]

@@ -14,7 +14,7 @@ Streams cancel their RPC when their ``async with`` block is left, or on ``cancel
 """
 import collections
 import datetime
-from typing import Any, Awaitable, Callable, Deque, Generator, Generic, Iterable, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Deque, Generator, Generic, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 import grpc.aio
@@ -25,6 +25,8 @@ from ._gen.agentworkspace.v1 import (
     config_pb2,
     config_pb2_grpc,
     git_pb2,
+    process_pb2,
+    process_pb2_grpc,
     tool_pb2,
     tool_pb2_grpc,
     workspace_pb2,
@@ -35,7 +37,7 @@ from .errors import from_rpc_error
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["AsyncAgentWorkspace", "AsyncWorkspace", "AsyncGit", "AsyncSession", "AsyncStream", "AsyncBashStream", "AsyncGrepStream"]
+__all__ = ["AsyncAgentWorkspace", "AsyncWorkspace", "AsyncGit", "AsyncProcesses", "AsyncSession", "AsyncStream", "AsyncBashStream", "AsyncGrepStream"]
 
 
 class _Conn:
@@ -43,6 +45,7 @@ class _Conn:
         self.channel = channel
         self.timeout = timeout
         self.tools = tool_pb2_grpc.ToolServiceStub(channel)
+        self.processes = process_pb2_grpc.ProcessServiceStub(channel)
         self.workspaces = workspace_pb2_grpc.WorkspaceServiceStub(channel)
         self.config = config_pb2_grpc.ConfigServiceStub(channel)
 
@@ -182,6 +185,75 @@ class AsyncGit:
         return await self._ws._unary(self._ws._conn.tools.GitPush, git_pb2.GitPushRequest(workspace_id=self._ws.id, branch=branch, force=force), timeout)
 
 
+class AsyncProcesses:
+    """The background processes and exposed ports of an ``AsyncWorkspace`` (see ``Processes``)."""
+
+    def __init__(self, workspace: "AsyncWorkspace") -> None:
+        self._ws = workspace
+
+    async def start(
+        self,
+        command: str,
+        *,
+        workdir: str = "",
+        env: Optional[Mapping[str, str]] = None,
+        stdin: bool = False,
+        pty: Optional[Tuple[int, int]] = None,
+        timeout_ms: int = 0,
+        timeout: Optional[float] = None,
+    ) -> process_pb2.Process:
+        request = c.start_process_request(self._ws.id, command, workdir, env, stdin, pty, timeout_ms)
+        return (await self._ws._unary(self._ws._conn.processes.StartProcess, request, timeout)).process
+
+    async def list(self, *, timeout: Optional[float] = None) -> List[process_pb2.Process]:
+        return list((await self._ws._unary(self._ws._conn.processes.ListProcesses, process_pb2.ListProcessesRequest(workspace_id=self._ws.id), timeout)).processes)
+
+    async def get(self, process_id: str, *, timeout: Optional[float] = None) -> process_pb2.Process:
+        request = process_pb2.GetProcessRequest(workspace_id=self._ws.id, process_id=process_id)
+        return (await self._ws._unary(self._ws._conn.processes.GetProcess, request, timeout)).process
+
+    async def read(
+        self, process_id: str, *, stdout_offset: int = 0, stderr_offset: int = 0, max_bytes: int = 0, timeout: Optional[float] = None
+    ) -> process_pb2.ReadProcessOutputResponse:
+        request = process_pb2.ReadProcessOutputRequest(
+            workspace_id=self._ws.id, process_id=process_id, stdout_offset=stdout_offset, stderr_offset=stderr_offset, max_bytes=max_bytes
+        )
+        return await self._ws._unary(self._ws._conn.processes.ReadProcessOutput, request, timeout)
+
+    def attach(self, process_id: str, *, stdout_offset: int = 0, stderr_offset: int = 0, timeout: Optional[float] = None) -> "AsyncStream[process_pb2.AttachProcessResponse]":
+        request = process_pb2.AttachProcessRequest(workspace_id=self._ws.id, process_id=process_id, stdout_offset=stdout_offset, stderr_offset=stderr_offset)
+        return AsyncStream(self._ws._conn.stream(self._ws._conn.processes.AttachProcess, request, self._ws._metadata, timeout), c.PassThrough())
+
+    async def write(self, process_id: str, data: Union[str, bytes], *, close: bool = False, timeout: Optional[float] = None) -> int:
+        request = process_pb2.WriteProcessStdinRequest(workspace_id=self._ws.id, process_id=process_id, data=c.stdin_bytes(data), close=close)
+        return (await self._ws._unary(self._ws._conn.processes.WriteProcessStdin, request, timeout)).bytes_written
+
+    async def close_stdin(self, process_id: str, *, timeout: Optional[float] = None) -> None:
+        await self.write(process_id, b"", close=True, timeout=timeout)
+
+    async def resize(self, process_id: str, rows: int, cols: int, *, timeout: Optional[float] = None) -> None:
+        request = process_pb2.ResizeProcessRequest(workspace_id=self._ws.id, process_id=process_id, size=process_pb2.TerminalSize(rows=rows, cols=cols))
+        await self._ws._unary(self._ws._conn.processes.ResizeProcess, request, timeout)
+
+    async def signal(self, process_id: str, signal: str, *, timeout: Optional[float] = None) -> None:
+        request = process_pb2.SignalProcessRequest(workspace_id=self._ws.id, process_id=process_id, signal=signal)
+        await self._ws._unary(self._ws._conn.processes.SignalProcess, request, timeout)
+
+    async def wait(self, process_id: str, *, timeout_ms: int = 0, timeout: Optional[float] = None) -> process_pb2.WaitProcessResponse:
+        request = process_pb2.WaitProcessRequest(workspace_id=self._ws.id, process_id=process_id, timeout_ms=timeout_ms)
+        return await self._ws._unary(self._ws._conn.processes.WaitProcess, request, timeout)
+
+    async def expose_port(self, port: int, *, timeout: Optional[float] = None) -> process_pb2.ExposePortResponse:
+        return await self._ws._unary(self._ws._conn.processes.ExposePort, process_pb2.ExposePortRequest(workspace_id=self._ws.id, port=port), timeout)
+
+    async def unexpose_port(self, port: int, *, timeout: Optional[float] = None) -> int:
+        request = process_pb2.UnexposePortRequest(workspace_id=self._ws.id, port=port)
+        return (await self._ws._unary(self._ws._conn.processes.UnexposePort, request, timeout)).closed_connections
+
+    async def list_exposed_ports(self, *, timeout: Optional[float] = None) -> List[process_pb2.ExposedPort]:
+        return list((await self._ws._unary(self._ws._conn.processes.ListExposedPorts, process_pb2.ListExposedPortsRequest(workspace_id=self._ws.id), timeout)).ports)
+
+
 class AsyncWorkspace:
     """The asyncio ``Workspace``: the same methods, awaited; streams are async iterators."""
 
@@ -192,6 +264,7 @@ class AsyncWorkspace:
         self.id = workspace_id
         self.info = info
         self.git = AsyncGit(self)
+        self.processes = AsyncProcesses(self)
 
     def __repr__(self) -> str:
         return f"AsyncWorkspace(id={self.id!r})" if self.id else "AsyncWorkspace(<the session's workspace>)"

@@ -1,5 +1,5 @@
-"""The synchronous client over grpcio: ``AgentWorkspace``, ``Workspace``, ``Git``, ``Session``."""
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar
+"""The synchronous client over grpcio: ``AgentWorkspace``, ``Workspace``, ``Git``, ``Processes``, ``Session``."""
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 
@@ -10,6 +10,8 @@ from ._gen.agentworkspace.v1 import (
     config_pb2,
     config_pb2_grpc,
     git_pb2,
+    process_pb2,
+    process_pb2_grpc,
     tool_pb2,
     tool_pb2_grpc,
     workspace_pb2,
@@ -20,7 +22,7 @@ from .streams import BashStream, GrepStream, Stream
 
 R = TypeVar("R")
 
-__all__ = ["AgentWorkspace", "Workspace", "Git", "Session"]
+__all__ = ["AgentWorkspace", "Workspace", "Git", "Processes", "Session"]
 
 
 class _Conn:
@@ -30,6 +32,7 @@ class _Conn:
         self.channel = channel
         self.timeout = timeout
         self.tools = tool_pb2_grpc.ToolServiceStub(channel)
+        self.processes = process_pb2_grpc.ProcessServiceStub(channel)
         self.workspaces = workspace_pb2_grpc.WorkspaceServiceStub(channel)
         self.config = config_pb2_grpc.ConfigServiceStub(channel)
         self.audit = audit_pb2_grpc.AuditServiceStub(channel)
@@ -74,6 +77,102 @@ class Git:
         return self._ws._unary(self._ws._conn.tools.GitPush, git_pb2.GitPushRequest(workspace_id=self._ws.id, branch=branch, force=force), timeout)
 
 
+class Processes:
+    """The background processes of a workspace (``workspace.processes``): long-lived commands (dev
+    servers, watchers, REPLs) that keep running after the call that started them, and the ports
+    they listen on, exposed through the server's proxy. Every call is the ``bash`` tool's
+    (its permission, command policy and audit). Ended processes raise ``ProcessNotRunning`` to
+    input and signals; an unknown id raises ``ProcessNotFound``."""
+
+    def __init__(self, workspace: "Workspace") -> None:
+        self._ws = workspace
+
+    def start(
+        self,
+        command: str,
+        *,
+        workdir: str = "",
+        env: Optional[Mapping[str, str]] = None,
+        stdin: bool = False,
+        pty: Optional[Tuple[int, int]] = None,
+        timeout_ms: int = 0,
+        timeout: Optional[float] = None,
+    ) -> process_pb2.Process:
+        """Starts ``bash -c command`` in the background and returns its handle at once (``process_id``,
+        running). ``stdin`` keeps its stdin open for ``write``; ``pty=(rows, cols)`` runs it under a
+        terminal of that size (its output is one stream, stdout). ``timeout_ms`` kills its tree
+        after that long (0: no limit of its own)."""
+        request = c.start_process_request(self._ws.id, command, workdir, env, stdin, pty, timeout_ms)
+        return self._ws._unary(self._ws._conn.processes.StartProcess, request, timeout).process
+
+    def list(self, *, timeout: Optional[float] = None) -> List[process_pb2.Process]:
+        """The workspace's processes, running and ended (those still kept), oldest first."""
+        return list(self._ws._unary(self._ws._conn.processes.ListProcesses, process_pb2.ListProcessesRequest(workspace_id=self._ws.id), timeout).processes)
+
+    def get(self, process_id: str, *, timeout: Optional[float] = None) -> process_pb2.Process:
+        """One process: running or how it ended (``exit_code``, ``signal``), its times and output totals."""
+        request = process_pb2.GetProcessRequest(workspace_id=self._ws.id, process_id=process_id)
+        return self._ws._unary(self._ws._conn.processes.GetProcess, request, timeout).process
+
+    def read(self, process_id: str, *, stdout_offset: int = 0, stderr_offset: int = 0, max_bytes: int = 0, timeout: Optional[float] = None) -> process_pb2.ReadProcessOutputResponse:
+        """The kept output from byte offsets in each stream, without waiting (``max_bytes`` of each,
+        default and most 1 MiB); ``next_stdout_offset``/``next_stderr_offset`` continue it."""
+        request = process_pb2.ReadProcessOutputRequest(
+            workspace_id=self._ws.id, process_id=process_id, stdout_offset=stdout_offset, stderr_offset=stderr_offset, max_bytes=max_bytes
+        )
+        return self._ws._unary(self._ws._conn.processes.ReadProcessOutput, request, timeout)
+
+    def attach(self, process_id: str, *, stdout_offset: int = 0, stderr_offset: int = 0, timeout: Optional[float] = None) -> "Stream[process_pb2.AttachProcessResponse]":
+        """Follows the output from byte offsets: a stream of ``AttachProcessResponse`` events
+        (``stdout``, ``stderr``, ``missed``) that ends with ``ended``, the process's final state.
+        Cancelling the stream leaves the process running."""
+        request = process_pb2.AttachProcessRequest(workspace_id=self._ws.id, process_id=process_id, stdout_offset=stdout_offset, stderr_offset=stderr_offset)
+        return Stream(self._ws._conn.stream(self._ws._conn.processes.AttachProcess, request, self._ws._metadata, timeout), c.PassThrough())
+
+    def write(self, process_id: str, data: Union[str, bytes], *, close: bool = False, timeout: Optional[float] = None) -> int:
+        """Writes to the process's stdin (or its terminal; a str as UTF-8) and with ``close`` closes
+        it after; returns the bytes written. Answers once the sandbox took them. A process started
+        without ``stdin`` raises ``StdinClosed``."""
+        request = process_pb2.WriteProcessStdinRequest(workspace_id=self._ws.id, process_id=process_id, data=c.stdin_bytes(data), close=close)
+        return self._ws._unary(self._ws._conn.processes.WriteProcessStdin, request, timeout).bytes_written
+
+    def close_stdin(self, process_id: str, *, timeout: Optional[float] = None) -> None:
+        """Closes the process's stdin (with a pty: sends end-of-file)."""
+        self.write(process_id, b"", close=True, timeout=timeout)
+
+    def resize(self, process_id: str, rows: int, cols: int, *, timeout: Optional[float] = None) -> None:
+        """Sets the size of the process's terminal (``NotATerminal`` without a ``pty``)."""
+        request = process_pb2.ResizeProcessRequest(workspace_id=self._ws.id, process_id=process_id, size=process_pb2.TerminalSize(rows=rows, cols=cols))
+        self._ws._unary(self._ws._conn.processes.ResizeProcess, request, timeout)
+
+    def signal(self, process_id: str, signal: str, *, timeout: Optional[float] = None) -> None:
+        """Sends a signal (``"TERM"``, ``"SIGINT"``, ``"KILL"``, …) to the process's whole tree."""
+        request = process_pb2.SignalProcessRequest(workspace_id=self._ws.id, process_id=process_id, signal=signal)
+        self._ws._unary(self._ws._conn.processes.SignalProcess, request, timeout)
+
+    def wait(self, process_id: str, *, timeout_ms: int = 0, timeout: Optional[float] = None) -> process_pb2.WaitProcessResponse:
+        """Waits until the process ends or ``timeout_ms`` passes (0: up to the call's deadline or
+        the server's longest command timeout) and reports it; ``timed_out`` when it still runs."""
+        request = process_pb2.WaitProcessRequest(workspace_id=self._ws.id, process_id=process_id, timeout_ms=timeout_ms)
+        return self._ws._unary(self._ws._conn.processes.WaitProcess, request, timeout)
+
+    def expose_port(self, port: int, *, timeout: Optional[float] = None) -> process_pb2.ExposePortResponse:
+        """Makes a port the workspace listens on (on its own loopback) reachable through the server at
+        ``port.path`` (``/ports/{workspace_id}/{port}/``), for callers with the session token or an
+        operator key; ``listening`` says whether something accepts connections there yet. Exposing
+        a port again is not an error."""
+        return self._ws._unary(self._ws._conn.processes.ExposePort, process_pb2.ExposePortRequest(workspace_id=self._ws.id, port=port), timeout)
+
+    def unexpose_port(self, port: int, *, timeout: Optional[float] = None) -> int:
+        """Takes a port off the proxy; returns how many connections through it were closed."""
+        request = process_pb2.UnexposePortRequest(workspace_id=self._ws.id, port=port)
+        return self._ws._unary(self._ws._conn.processes.UnexposePort, request, timeout).closed_connections
+
+    def list_exposed_ports(self, *, timeout: Optional[float] = None) -> List[process_pb2.ExposedPort]:
+        """The workspace's exposed ports, lowest first."""
+        return list(self._ws._unary(self._ws._conn.processes.ListExposedPorts, process_pb2.ListExposedPortsRequest(workspace_id=self._ws.id), timeout).ports)
+
+
 class Workspace:
     """One workspace and the credential its tool calls carry.
 
@@ -94,6 +193,7 @@ class Workspace:
         #: The Workspace message from when it was made or last fetched (``refresh()``), if any.
         self.info = info
         self.git = Git(self)
+        self.processes = Processes(self)
 
     def __repr__(self) -> str:
         return f"Workspace(id={self.id!r})" if self.id else "Workspace(<the session's workspace>)"
