@@ -20,7 +20,7 @@
  * stalled one; (n) `egress` — a 100 MB download and the time to first byte through the egress
  * proxy vs straight (and through docker and gvisor workspaces); (o) `git`; (p) `mounts`; (q) `enforcement` — a no-op Bash under
  * an allowlist (setpriv, program groups) and in a workspace of 20,000 files (the sweep) vs a plain one, on
- * docker and gvisor; (r) `client-ts` — the TypeScript client's per-call overhead over raw connect-es; (s) `mcp` — the MCP bridge's file tools (stdio and /mcp) vs the reference MCP filesystem server; (t) `changes` — a no-op Bash with and without the change scan that follows a watched command, in 10 and in 10,000 files; (u) `microvm` — the microvm provider against gvisor (create restored from a template, and a cold boot with snapshots off; small operations, a 100 MB stream, idle memory). `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p), (q) and (t).
+ * docker and gvisor; (r) `client-ts` — the TypeScript client's per-call overhead over raw connect-es; (s) `mcp` — the MCP bridge's file tools (stdio and /mcp) vs the reference MCP filesystem server; (t) `changes` — a no-op Bash with and without the change scan that follows a watched command, in 10 and in 10,000 files; (u) `microvm` — the microvm provider against gvisor (create restored from a template, and a cold boot with snapshots off; small operations, a 100 MB stream, idle memory); (v) `ports` — downloads and small requests through the port proxy vs straight, StartProcess vs Bash. `--providers` applies to (a), (d), (g), (h), (i), (j), (k), (n), (p), (q) and (t).
  * `--profile` runs the server with `--cpu-prof` (profiles in bench/results/profiles).
  * `node bench/table.ts` turns bench/results/latest.json into a Markdown table for the README.
  */
@@ -49,6 +49,7 @@ import { benchMcp } from "./mcp.ts";
 import { benchReads } from "./reads.ts";
 import { benchPolicy } from "./policy.ts";
 import { benchEgress, EGRESS_BENCH_ENV } from "./egress.ts";
+import { benchPorts } from "./ports.ts";
 import { benchEnforcement } from "./enforcement.ts";
 import { benchGit } from "./git.ts";
 import { benchMounts, MOUNT_ROOT } from "./mounts.ts";
@@ -62,7 +63,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor", "microvm"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "client-ts", s: "mcp", t: "changes", u: "microvm" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "client-ts", s: "mcp", t: "changes", u: "microvm", v: "ports" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -105,7 +106,8 @@ function parseOptions() {
         "  s|mcp       the MCP bridge's read/write/edit/list (stdio and /mcp) vs the reference MCP filesystem server\n" +
         "  t|changes   a no-op Bash with and without the change scan of a watched command\n" +
         "  u|microvm   the microvm provider vs gvisor: create (restored, and cold with snapshots off), no-op Bash, ReadFile, WriteFile, a 100 MB stream, idle memory\n" +
-        "  --providers applies to a, d, g, h, i, j, k, n, p and q\n",
+        "  v|ports     background processes: downloads and small requests through /ports/ vs straight, StartProcess vs Bash\n" +
+        "  --providers applies to a, d, g, h, i, j, k, n, p, q, t and v\n",
     );
     process.exit(0);
   }
@@ -173,6 +175,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     s: { iterations: quick ? 100 : 500, warmup: quick ? 20 : 50 },
     t: { providers, iterations: quick ? 20 : 100, warmup: quick ? 3 : 10 },
     u: { creations: quick ? 5 : 20, coldBoots: quick ? 1 : 3, iterations: quick ? 20 : 100, drains: quick ? 1 : 3 },
+    v: { providers, downloads: quick ? 2 : 5, requests: quick ? 20 : 100 },
   };
 }
 
@@ -263,6 +266,7 @@ async function main(): Promise<void> {
     if (opts.only.has("s")) results.mcp = await withServer("mcp", false, (ctx) => benchMcp(ctx, settings.s));
     if (opts.only.has("t")) results.changes = await withServer("changes", true, (ctx) => benchChanges(ctx, settings.t));
     if (opts.only.has("u")) results.microvm = await withServer("microvm", true, (ctx) => benchMicrovm(ctx, settings.u));
+    if (opts.only.has("v")) results.ports = await withServer("ports", containers, (ctx) => benchPorts(ctx, settings.v));
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];

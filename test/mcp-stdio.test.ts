@@ -8,9 +8,9 @@
 import { AuditOutcome } from "../gen/agentworkspace/v1/audit_pb.js";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
-import { toolCatalog } from "../server/mcp/catalog.ts";
+import { bridgeCatalog } from "../server/mcp/catalog.ts";
 import { TOOL_NAMES } from "../server/tools/registry.ts";
-import { errorOf, exerciseTools, ok, stdioBridge, textOf } from "./helpers/mcp.ts";
+import { errorOf, exerciseTools, ok, PROCESS_TOOL_NAMES, stdioBridge, textOf } from "./helpers/mcp.ts";
 import { LOCAL_ONLY, serverTest } from "./helpers/server.ts";
 import { waitDead } from "./helpers/process.ts";
 
@@ -32,9 +32,9 @@ test("--agent-type starts a session, serves every tool over stdio, and ends the 
   await server.clients.connect.config.createAgentType({ agentType: { id: type, workspace: { enabled: true, provider: "local", tools: [...TOOL_NAMES] } } });
   const bridge = await stdioBridge(["--agent-type", type, "--server", server.url], { AGENT_WORKSPACE_API_KEY: KEY });
   const { tools } = await bridge.client.listTools();
-  t.deepEqual(tools.map((tool) => tool.name), toolCatalog().map((c) => c.name));
+  t.deepEqual(tools.map((tool) => tool.name), bridgeCatalog().map((c) => c.name));
   const called = await exerciseTools(t, bridge.client);
-  t.deepEqual([...called].sort(), toolCatalog().map((c) => c.name).sort());
+  t.deepEqual([...called].sort(), bridgeCatalog().map((c) => c.name).sort());
   const [running] = await sessionsOf(t, type);
   t.is(running.status, "ACTIVE");
 
@@ -73,7 +73,7 @@ test("--session serves an existing session: a tool its agent type lacks and a co
   const { session, sessionToken } = await op.workspaces.startSession({ agentType: type });
   const bridge = await stdioBridge(["--session", sessionToken, "--server", server.url], { AGENT_WORKSPACE_API_KEY: KEY });
   try {
-    t.deepEqual((await bridge.client.listTools()).tools.map((tool) => tool.name), ["bash", "read"]);
+    t.deepEqual((await bridge.client.listTools()).tools.map((tool) => tool.name), ["bash", "read", ...PROCESS_TOOL_NAMES]);
     const write = await bridge.client.callTool({ name: "write", arguments: { path: "x.txt", content: "x" } });
     t.like(errorOf(write), { code: "permission_denied", reason: "ERROR_REASON_TOOL_NOT_ENABLED", message: "Tool 'write' is not enabled for this agent type" });
     const denied = await bridge.client.callTool({ name: "bash", arguments: { command: "whoami" } });

@@ -12,9 +12,10 @@ import { AuditOutcome, ListAuditEventsRequestSchema } from "../gen/agentworkspac
 import { StreamBashResponseSchema } from "../gen/agentworkspace/v1/tool_pb.js";
 import { messageSchema } from "../server/mcp/schema.ts";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
-import { toolCatalog } from "../server/mcp/catalog.ts";
+import { bridgeCatalog } from "../server/mcp/catalog.ts";
 import { TOOL_NAMES } from "../server/tools/registry.ts";
-import { errorOf, exerciseTools, httpClient, ok, textOf } from "./helpers/mcp.ts";
+import { errorOf, exerciseTools, httpClient, ok, PROCESS_TOOL_NAMES, textOf } from "./helpers/mcp.ts";
+import { ProcessService } from "../gen/agentworkspace/v1/process_pb.js";
 import { LOCAL_ONLY, serverTest } from "./helpers/server.ts";
 
 const KEY = "mcp-test-operator-key-0123456789";
@@ -47,12 +48,14 @@ test("every registry tool is exposed, one MCP tool per unary RPC, with a schema 
   try {
     const { tools } = await client.listTools();
     const names = tools.map((tool) => tool.name);
-    t.deepEqual(names, toolCatalog().map((c) => c.name));
-    t.deepEqual(names, ["bash", "read", "write", "edit", "patch", "delete", "list", "glob", "grep", "git_status", "git_diff", "git_commit", "git_checkout", "git_push"]);
+    t.deepEqual(names, bridgeCatalog().map((c) => c.name));
+    t.deepEqual(names, ["bash", "read", "write", "edit", "patch", "delete", "list", "glob", "grep", "git_status", "git_diff", "git_commit", "git_checkout", "git_push", ...PROCESS_TOOL_NAMES]);
     for (const tool of TOOL_NAMES) t.true(names.some((n) => n === tool || n.startsWith(`${tool}_`)), `registry tool ${tool} is exposed`);
     // Every ToolService RPC is reachable: as a tool's RPC, or as the streamed form of one.
-    const catalog = toolCatalog();
+    const catalog = bridgeCatalog();
     for (const method of ToolService.methods) t.true(catalog.some((c) => c.method === method || c.stream === method), `${method.name} is bridged`);
+    // Every unary ProcessService RPC is a tool of its own; AttachProcess, a stream, is not bridged.
+    for (const method of ProcessService.methods) t.is(catalog.some((c) => c.method === method), method.methodKind === "unary", `${method.name}`);
     for (const tool of tools) {
       t.true((tool.description ?? "").length > 20, `${tool.name} has a description`);
       const props = (tool.inputSchema.properties ?? {}) as Record<string, { description?: string }>;
@@ -96,7 +99,7 @@ test("each tool runs over streamable HTTP, as an operator naming the workspace",
   const client = await httpClient(server.url, { credential: KEY, workspace: await plainWorkspace(t) });
   try {
     const called = await exerciseTools(t, client);
-    t.deepEqual([...called].sort(), toolCatalog().map((c) => c.name).sort());
+    t.deepEqual([...called].sort(), bridgeCatalog().map((c) => c.name).sort());
   } finally {
     await client.close();
   }
@@ -112,7 +115,7 @@ test("a tool the agent type lacks and a command its policy denies come back as t
   const texts: string[] = [];
   try {
     const { tools } = await client.listTools();
-    t.deepEqual(tools.map((tool) => tool.name), ["bash", "read", "write"]);
+    t.deepEqual(tools.map((tool) => tool.name), ["bash", "read", "write", ...PROCESS_TOOL_NAMES]);
 
     // Not listed, still callable: the server refuses it.
     const grep = await client.callTool({ name: "grep", arguments: { pattern: "x" } });
@@ -254,7 +257,7 @@ test("/mcp answers an operator who names no workspace, or an unknown one, a body
   // And it goes on serving.
   const client = await httpClient(server.url, { credential: KEY, workspace });
   try {
-    t.is((await client.listTools()).tools.length, toolCatalog().length);
+    t.is((await client.listTools()).tools.length, bridgeCatalog().length);
   } finally {
     await client.close();
   }

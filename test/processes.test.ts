@@ -727,21 +727,27 @@ for (const provider of PROVIDERS) {
       const secret = `stdin-secret-${randomBytes(12).toString("hex")}`;
       const command = 'cat; echo "stdin ended"';
       const proc = await start(c, { workspaceId: ws, command, stdin: true });
-      await c.processes.writeProcessStdin({ workspaceId: ws, processId: proc.processId, data: Buffer.from(`${secret}\n`), close: true });
+      // Half as bytes, half as text: neither is recorded, both are counted.
+      await c.processes.writeProcessStdin({ workspaceId: ws, processId: proc.processId, data: Buffer.from(secret.slice(0, 20)) });
+      await c.processes.writeProcessStdin({ workspaceId: ws, processId: proc.processId, text: `${secret.slice(20)}\n`, close: true });
       t.is(await waitForOutput(c, ws, proc.processId, /stdin ended\n/), `${secret}\nstdin ended\n`, "the bytes reached the process");
       await waitEnded(c, ws, proc.processId);
+      await c.processes.exposePort({ workspaceId: ws, port: 3999 });
 
       const records = await eventually(async () => {
         const all = await auditRecords(c, ws);
         const has = (method: string) => all.some((e) => e.procedure === `${PROCEDURE}${method}`);
-        return has("StartProcess") && has("WriteProcessStdin") ? all : undefined;
-      }, 15_000, "the StartProcess and WriteProcessStdin records");
+        return has("StartProcess") && has("WriteProcessStdin") && has("ExposePort") ? all : undefined;
+      }, 15_000, "the StartProcess, WriteProcessStdin and ExposePort records");
       const started = records.filter((e) => e.procedure === `${PROCEDURE}StartProcess`);
       t.is(started.length, 1);
       t.like(started[0], { name: "execute_tool bash", tool: "bash", workspaceId: ws, provider, outcome: AuditOutcome.OK, code: "ok", request: { command } });
       const writes = records.filter((e) => e.procedure === `${PROCEDURE}WriteProcessStdin`);
-      t.is(writes.length, 1);
-      t.like(writes[0], { tool: "bash", workspaceId: ws, outcome: AuditOutcome.OK });
+      t.is(writes.length, 2);
+      for (const w of writes) t.like(w, { tool: "bash", workspaceId: ws, outcome: AuditOutcome.OK });
+      t.deepEqual(writes.map((w) => w.request.data_bytes).sort(), [String(secret.length - 20 + 1), "20"].sort(), "each write's size is counted");
+      const exposed = records.filter((e) => e.procedure === `${PROCEDURE}ExposePort`);
+      t.like(exposed[0], { tool: "bash", workspaceId: ws, outcome: AuditOutcome.OK, request: { port: "3999" } });
       for (const e of records) t.false(JSON.stringify(toJson(AuditEventSchema, e)).includes(secret), `${e.procedure} records the bytes written (or the output)`);
     });
   });

@@ -76,6 +76,8 @@ function bashRequest(r: (BashRequest | StreamBashRequest) & Partial<ProcessField
   if (r.size) out.size = `${r.size.rows}x${r.size.cols}`;
   put(out, "stdin", r.stdin);
   if (r.data instanceof Uint8Array) out.data_bytes = r.data.length;
+  // Text for stdin is counted like its bytes, never kept.
+  if (typeof r.text === "string" && r.text !== "") out.data_bytes = Buffer.byteLength(r.text, "utf8");
   put(out, "close", r.close);
   if (typeof r.signal === "string") put(out, "signal", redact.redact(r.signal.slice(0, 20)));
   put(out, "stdout_offset", r.stdoutOffset);
@@ -97,6 +99,8 @@ interface ProcessFields {
   stderrOffset: bigint;
   /** ExposePort's and UnexposePort's. */
   port: number;
+  /** WriteProcessStdin's text form of `data`. */
+  text: string;
 }
 
 /** What ProcessService's responses say about their process. */

@@ -19,7 +19,7 @@ import { BashResponseSchema, type StreamBashResponse } from "../../gen/agentwork
 import { DomainError } from "../../core/errors.ts";
 import { toConnectError } from "../interceptors/error-interceptor.ts";
 import { DEFAULT_TOOL_LIMITS } from "../tools/tool-limits.ts";
-import { BOUND_FIELD, type BridgedTool, toolCatalog } from "./catalog.ts";
+import { BOUND_FIELD, type BridgedTool, bridgeCatalog } from "./catalog.ts";
 import { errorResult, toolResult } from "./results.ts";
 
 /** The MCP server's name and version, as it introduces itself. */
@@ -45,7 +45,7 @@ export interface BridgeOptions {
   workspaceId: string;
   /** Registry tools to list (an agent type's); undefined lists every tool. */
   enabledTools?: readonly string[];
-  /** The tools; default: the catalog of ToolService. */
+  /** The tools; default: `bridgeCatalog()`. */
   catalog?: readonly BridgedTool[];
   /** Hears of failures that are not the server's answers (a bug, a broken connection), for the log. */
   onUnexpected?(err: unknown): void;
@@ -54,9 +54,9 @@ export interface BridgeOptions {
 }
 
 let defaultCatalog: BridgedTool[] | undefined;
-/** The ToolService catalog, built once per process. */
+/** The bridge's catalog (ToolService's tools, then ProcessService's), built once per process. */
 export function catalog(): readonly BridgedTool[] {
-  return (defaultCatalog ??= toolCatalog());
+  return (defaultCatalog ??= bridgeCatalog());
 }
 
 /** The part of a protobuf-es JSON parse error worth showing, as INVALID_ARGUMENT naming the field. */

@@ -6,8 +6,14 @@
  * (`StreamBash` under `bash`, used when the client asks for progress). Descriptions and field
  * descriptions are the protos' comments; input schemas are the request messages' JSON Schemas
  * without `workspace_id`, which the bridge binds.
+ *
+ * ProcessService's RPCs (background processes and exposed ports, all of the `bash` tool) follow,
+ * each named after its RPC (`start_process`, `read_process_output`, `expose_port`): listed and
+ * allowed with `bash`. AttachProcess, a stream with no unary form, is not bridged;
+ * `read_process_output` from the offsets it returns follows a process instead.
  */
 import type { DescMethod, DescMethodServerStreaming, DescMethodUnary, DescService } from "@bufbuild/protobuf";
+import { ProcessService } from "../../gen/agentworkspace/v1/process_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
 import { TOOL_NAMES, toolNameOf } from "../tools/registry.ts";
 import { apiComments } from "./proto-comments.ts";
@@ -70,4 +76,23 @@ export function toolCatalog(service: DescService = ToolService, comments: Readon
     }
   }
   return out;
+}
+
+/** ProcessService's unary RPCs as tools named after them (`start_process`), of the tool their option names. */
+export function processCatalog(service: DescService = ProcessService, comments: ReadonlyMap<string, string> = apiComments()): BridgedTool[] {
+  const out: BridgedTool[] = [];
+  for (const method of service.methods.filter((m): m is DescMethodUnary => m.methodKind === "unary")) {
+    const tool = toolNameOf(method);
+    if (tool === "") continue;
+    const description = comments.get(`${service.typeName}.${method.name}`) ?? `${method.name} (tool ${tool}).`;
+    const inputSchema = messageSchema(method.input, { omit: [BOUND_FIELD], describe: (fullName) => comments.get(fullName) });
+    out.push({ name: snake(method.name), tool, method, description, inputSchema });
+  }
+  return out;
+}
+
+/** Every tool the bridge offers: ToolService's, then ProcessService's. */
+export function bridgeCatalog(): BridgedTool[] {
+  const comments = apiComments();
+  return [...toolCatalog(ToolService, comments), ...processCatalog(ProcessService, comments)];
 }

@@ -18,6 +18,7 @@ import {
   FileKind,
   FileType,
 } from "../../gen/agentworkspace/v1/tool_pb.js";
+import { ProcessState, type ReadProcessOutputResponse } from "../../gen/agentworkspace/v1/process_pb.js";
 
 /** proto3 JSON as the bridge writes it: the proto's field names, every field present (an exit code of 0 too), as the REST paths write it. */
 export const MCP_JSON = { useProtoFieldName: true, alwaysEmitImplicit: true } as const;
@@ -70,9 +71,25 @@ function listText(r: ListFilesResponse): string {
   return lines.join("\n");
 }
 
+/** A process's output as text: each stream decoded, with where to read on from and what was missed. */
+function processOutputText(r: ReadProcessOutputResponse): string {
+  const p = r.process;
+  const state = !p ? "unknown" : p.state === ProcessState.RUNNING ? "running" : p.state === ProcessState.EXITED ? `exited, exit code ${p.exitCode}${p.signal ? `, signal ${p.signal}` : ""}` : "lost";
+  const parts = [`[process ${p?.processId ?? ""} ${state}; next stdout_offset ${r.nextStdoutOffset}, stderr_offset ${r.nextStderrOffset}]`];
+  for (const [name, bytes, missed] of [["stdout", r.stdout, r.stdoutMissedBytes], ["stderr", r.stderr, r.stderrMissedBytes]] as const) {
+    if (missed > 0n) parts.push(`[${name}: ${missed} earlier bytes no longer kept]`);
+    if (bytes.length === 0) continue;
+    const text = Buffer.from(bytes).toString("utf8");
+    parts.push(`--- ${name} ---`, text.endsWith("\n") ? text.slice(0, -1) : text);
+  }
+  if (parts.length === 1) parts.push("(no new output)");
+  return parts.join("\n");
+}
+
 /** Text layouts by RPC (local name); any other response is compact JSON. */
 const TEXT: Partial<Record<string, (message: never) => string>> = {
   bash: bashText,
+  readProcessOutput: processOutputText,
   readFile: readText,
   grep: grepText,
   glob: globText,

@@ -112,7 +112,7 @@ export function createProcessService(context: ToolContextOf): ServiceImpl<typeof
       }
     },
     async writeProcessStdin(req, hctx) {
-      const r = await writeProcessStdin(await ctx(req, hctx), { processId: req.processId, data: req.data, close: req.close });
+      const r = await writeProcessStdin(await ctx(req, hctx), { processId: req.processId, data: req.data, text: req.text, close: req.close });
       return { bytesWritten: BigInt(r.bytesWritten) };
     },
     async resizeProcess(req, hctx) {

@@ -170,7 +170,11 @@ export async function* attachProcess(ctx: ToolContext, input: { processId: strin
   }
 }
 
-export async function writeProcessStdin(ctx: ToolContext, input: { processId: string; data: Uint8Array; close: boolean }): Promise<{ bytesWritten: number }> {
+export async function writeProcessStdin(ctx: ToolContext, input: { processId: string; data: Uint8Array; text?: string; close: boolean }): Promise<{ bytesWritten: number }> {
+  if (input.text !== undefined && input.text !== "") {
+    if (input.data.length > 0) throw new DomainError("INVALID_ARGUMENT", "Give data or text, not both", { metadata: { field: "text" } });
+    return writeProcessStdin(ctx, { processId: input.processId, data: Buffer.from(input.text, "utf8"), close: input.close });
+  }
   if (input.data.length > MAX_STDIN_BYTES) {
     throw new DomainError("INVALID_ARGUMENT", `data may be at most ${MAX_STDIN_BYTES} bytes per call`, { metadata: { field: "data", max_bytes: String(MAX_STDIN_BYTES) } });
   }

@@ -78,6 +78,21 @@ export async function ok(t: ExecutionContext<unknown>, client: Client, name: str
  * repository made with bash), and asserts what each returns. Resolves to the names of the tools it
  * called, so a caller can prove none was left out.
  */
+/** The bridge's ProcessService tools, in their order (all of the `bash` tool: listed with it). */
+export const PROCESS_TOOL_NAMES = [
+  "start_process",
+  "list_processes",
+  "get_process",
+  "read_process_output",
+  "write_process_stdin",
+  "resize_process",
+  "signal_process",
+  "wait_process",
+  "expose_port",
+  "unexpose_port",
+  "list_exposed_ports",
+];
+
 export async function exerciseTools(t: ExecutionContext<unknown>, client: Client): Promise<Set<string>> {
   const called = new Set<string>();
   const call = async (name: string, args: Record<string, unknown>) => {
@@ -112,6 +127,27 @@ export async function exerciseTools(t: ExecutionContext<unknown>, client: Client
   called.add("git_push");
   const push = await client.callTool({ name: "git_push", arguments: {} });
   t.is(errorOf(push).reason, "ERROR_REASON_NO_REPOSITORY");
+
+  // Background processes: a REPL fed text on stdin, its output as text, a terminal resized and
+  // killed, a port exposed and taken back.
+  const procOf = (r: CallToolResult) => (structured(r).process ?? {}) as { process_id: string; state: string; exit_code: number; signal: string };
+  const repl = procOf(await call("start_process", { command: 'while read -r l; do echo "got $l"; done', stdin: true }));
+  t.is(repl.state, "PROCESS_STATE_RUNNING");
+  t.is(structured(await call("write_process_stdin", { process_id: repl.process_id, text: "hello\n", close: true })).bytes_written, "6");
+  t.is(procOf(await call("wait_process", { process_id: repl.process_id, timeout_ms: 30_000 })).state, "PROCESS_STATE_EXITED");
+  t.regex(textOf(await call("read_process_output", { process_id: repl.process_id })), /^\[process proc_\S+ exited, exit code 0; next stdout_offset 10, stderr_offset 0\]\n--- stdout ---\ngot hello$/);
+  t.is(procOf(await call("get_process", { process_id: repl.process_id })).exit_code, 0);
+  t.true(JSON.stringify(structured(await call("list_processes", {}))).includes(repl.process_id));
+  const term = procOf(await call("start_process", { command: "exec sleep 600", pty: { rows: 10, cols: 40 } }));
+  await call("resize_process", { process_id: term.process_id, size: { rows: 20, cols: 80 } });
+  await call("signal_process", { process_id: term.process_id, signal: "KILL" });
+  t.is(procOf(await call("wait_process", { process_id: term.process_id, timeout_ms: 30_000 })).signal, "SIGKILL");
+  const port = 20_000 + Math.floor(Math.random() * 20_000);
+  const exposed = structured(await call("expose_port", { port }));
+  t.like(exposed, { listening: false, port: { port } });
+  t.regex(String((exposed.port as { path: string }).path), new RegExp(`^/ports/[^/]+/${port}/$`));
+  t.deepEqual((structured(await call("list_exposed_ports", {})).ports as Array<{ port: number }>).map((p) => p.port), [port]);
+  t.is(structured(await call("unexpose_port", { port })).closed_connections, 0);
 
   await call("delete", { path: "src/app.txt" });
   const gone = await client.callTool({ name: "read", arguments: { path: "src/app.txt" } });

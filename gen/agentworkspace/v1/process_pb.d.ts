@@ -650,6 +650,13 @@ export declare type WriteProcessStdinRequest = Message<"agentworkspace.v1.WriteP
    * @generated from field: bool close = 4;
    */
   close: boolean;
+
+  /**
+   * Text to write instead of `data`, as UTF-8 (at most 1 MiB of it); not both.
+   *
+   * @generated from field: string text = 5;
+   */
+  text: string;
 };
 
 /**

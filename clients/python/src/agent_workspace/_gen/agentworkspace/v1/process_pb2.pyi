@@ -294,16 +294,18 @@ class WaitProcessResponse(_message.Message):
     def __init__(self, process: _Optional[_Union[Process, _Mapping]] = ..., timed_out: bool = ...) -> None: ...
 
 class WriteProcessStdinRequest(_message.Message):
-    __slots__ = ["close", "data", "process_id", "workspace_id"]
+    __slots__ = ["close", "data", "process_id", "text", "workspace_id"]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     close: bool
     data: bytes
     process_id: str
+    text: str
     workspace_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., process_id: _Optional[str] = ..., data: _Optional[bytes] = ..., close: bool = ...) -> None: ...
+    def __init__(self, workspace_id: _Optional[str] = ..., process_id: _Optional[str] = ..., data: _Optional[bytes] = ..., close: bool = ..., text: _Optional[str] = ...) -> None: ...
 
 class WriteProcessStdinResponse(_message.Message):
     __slots__ = ["bytes_written"]
