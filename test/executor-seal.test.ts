@@ -5,6 +5,7 @@
  * Every attempt must fail, no forged byte may reach any call's output, and the sandbox must carry
  * on unrestarted. The server's frame checks are tested directly on a connection below.
  */
+import { once } from "node:events";
 import { type Duplex, PassThrough } from "node:stream";
 import Docker from "dockerode";
 import anyTest, { type TestFn } from "ava";
@@ -253,6 +254,68 @@ plain("egress tunnels: bytes from the sandbox wait for credit; the server return
   t.is(framesOf(written).filter((f) => f.type === F.TCLOSE).length, 0);
   t.true(conn.alive);
   conn.close();
+});
+
+plain("DIAL (ExposePort): the connection its TOPEN names goes to that call alone; a TOPEN naming another call, a second one, or a RESULT without one are refused", async (t) => {
+  const base = TUNNEL_ID_BASE;
+  const naming = (id: number) => {
+    const b = Buffer.alloc(4);
+    b.writeUInt32BE(id, 0);
+    return b;
+  };
+  {
+    // The executor names the DIAL call (id 1) in its TOPEN, then answers it: the stream is the call's.
+    const { fromExecutor, written, conn } = fakeExecutor();
+    const dialled = conn.dial(3000);
+    await new Promise((r) => setImmediate(r));
+    t.deepEqual(framesOf(written).map((f) => [f.type, f.id, JSON.parse(f.payload.toString())]), [[F.DIAL, 1, { port: 3000 }]]);
+    fromExecutor.write(encodeFrame(F.TOPEN, base + 1, naming(1)));
+    fromExecutor.write(encodeFrame(F.RESULT, 1, Buffer.from(JSON.stringify({ tunnel: base + 1 }))));
+    const stream = await dialled;
+    fromExecutor.write(encodeFrame(F.TDATA, base + 1, Buffer.from("HTTP/1.1 200 OK\r\n")));
+    const [first] = (await once(stream, "data")) as [Buffer];
+    t.is(first.toString(), "HTTP/1.1 200 OK\r\n");
+    // A TOPEN naming a call that is not a DIAL (a PING), or no call, is closed at once, never handed out.
+    const ping = conn.ping(5000);
+    fromExecutor.write(encodeFrame(F.TOPEN, base + 2, naming(2)));
+    fromExecutor.write(encodeFrame(F.TOPEN, base + 3, naming(99)));
+    fromExecutor.write(encodeFrame(F.PONG, 2, Buffer.from("v")));
+    t.is(await ping, "v");
+    await new Promise((r) => setImmediate(r));
+    t.deepEqual(framesOf(written).filter((f) => f.type === F.TCLOSE).map((f) => f.id), [base + 2, base + 3]);
+    // A second TOPEN for a DIAL that has its connection already is closed too; the first stays the call's.
+    const again = conn.dial(3001);
+    fromExecutor.write(encodeFrame(F.TOPEN, base + 4, naming(3)));
+    fromExecutor.write(encodeFrame(F.TOPEN, base + 5, naming(3)));
+    fromExecutor.write(encodeFrame(F.RESULT, 3, Buffer.from("{}")));
+    const second = await again;
+    await new Promise((r) => setImmediate(r));
+    t.false(second.destroyed);
+    t.true(framesOf(written).some((f) => f.type === F.TCLOSE && f.id === base + 5));
+    // A port nothing listens on: the executor's fault, with its reason.
+    const refused = conn.dial(3002);
+    fromExecutor.write(encodeFrame(F.FAULT, 4, Buffer.from(JSON.stringify({ reason: "PORT_NOT_LISTENING", message: "Nothing in the workspace accepts connections on port 3002", metadata: { port: "3002" } }))));
+    await t.throwsAsync(refused, { message: /port 3002/ });
+    t.true(conn.alive);
+    conn.close();
+  }
+  {
+    // A RESULT for a DIAL whose TOPEN never came is a violation.
+    const { fromExecutor, conn } = fakeExecutor();
+    const dialled = conn.dial(3000);
+    fromExecutor.write(encodeFrame(F.RESULT, 1, Buffer.from("{}")));
+    await t.throwsAsync(dialled);
+    t.false(conn.alive);
+    t.regex(conn.violation ?? "", /DIAL answered before its connection's TOPEN/);
+  }
+  {
+    // A TOPEN with a payload of another size is a violation.
+    const { fromExecutor, conn } = fakeExecutor();
+    fromExecutor.write(encodeFrame(F.TOPEN, base + 1, Buffer.from("xy")));
+    await new Promise((r) => setImmediate(r));
+    t.false(conn.alive);
+    t.regex(conn.violation ?? "", /TOPEN with 2 payload bytes/);
+  }
 });
 
 plain("egress tunnels: at most MAX_TUNNELS open at once; a flood of TOPEN is a violation", async (t) => {
