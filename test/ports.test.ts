@@ -19,7 +19,11 @@ import { Code } from "@connectrpc/connect";
 import type { ExecutionContext } from "ava";
 import { ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { gate, probeEngines } from "./helpers/engines.ts";
+import { startServerProcess, waitDead } from "./helpers/process.ts";
 import { type ClientSet, expectError, type ServerCtx, serverTest } from "./helpers/server.ts";
 import { clientsWithToken, eventually, watchUntilReady } from "./helpers/sessions.ts";
 
@@ -363,4 +367,40 @@ test("ExposePort: a memory workspace has no ports; an agent type without bash re
   await op.workspaces.endSession({ id: s.sessionId });
   await op.workspaces.deleteWorkspace({ id: mem });
   await op.workspaces.deleteWorkspace({ id: local?.id ?? "" });
+});
+
+test("SIGTERM while a WebSocket and a request are open through the proxy: both are closed, the application's process ends, and the server exits 0", async (t) => {
+  t.timeout(120_000);
+  const dataDir = await mkdtemp(path.join(tmpdir(), "aw-ports-term-"));
+  const server = await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_HOST: "127.0.0.1" } });
+  try {
+    const c = clientsWithToken(server.url, "");
+    const { workspace } = await c.workspaces.createWorkspace({ provider: "local" });
+    const id = workspace?.id ?? "";
+    const port = 20_000 + randomInt(20_000);
+    const processId = await runApp(c, id, process.execPath, port);
+    const pid = (await c.processes.getProcess({ workspaceId: id, processId })).process?.pid ?? 0;
+    await c.processes.exposePort({ workspaceId: id, port });
+    const ws = await upgrade(server.url, `/ports/${id}/${port}/socket`, {});
+    if (!("socket" in ws)) return t.fail(`upgrade refused: ${ws.status} ${ws.body}`);
+    t.is(await roundTrip(ws.socket, "before"), "echo:BEFORE");
+    // A request whose body never ends holds a second proxy connection open.
+    const hanging = http.request(`${server.url}/ports/${id}/${port}/upload`, { method: "POST", agent: false, headers: { "content-type": "text/plain" } });
+    const hangingDone = new Promise<string>((resolve) => {
+      hanging.on("response", (res) => resolve(`answered ${res.statusCode}`));
+      hanging.on("error", (err) => resolve(`closed: ${err.message}`));
+      hanging.on("close", () => resolve("closed"));
+    });
+    hanging.write("part of a body");
+    await eventually(async () => ((await c.processes.listExposedPorts({ workspaceId: id })).ports[0]?.openConnections === 2 ? true : undefined), 30_000, "two open proxy connections");
+    const exited = new Promise<number | null>((resolve) => server.child.once("exit", (code) => resolve(code)));
+    process.kill(server.serverPid, "SIGTERM");
+    t.true(await closed(ws.socket), "the WebSocket outlived the server");
+    t.regex(await hangingDone, /closed|answered/);
+    t.is(await exited, 0, server.stderr().slice(-2000));
+    t.true(await waitDead([pid], 10_000), "the application outlived the server");
+  } finally {
+    if (server.child.exitCode === null) process.kill(-server.child.pid!, "SIGKILL");
+    await rm(dataDir, { recursive: true, force: true });
+  }
 });
