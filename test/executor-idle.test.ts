@@ -211,10 +211,12 @@ if (CONTAINERS.includes("docker")) {
           const top = execFileSync("docker", ["top", `aw-${workspaceId}`], { encoding: "utf8" });
           return top.includes(marker) ? top.split("\n").find((l) => /\d\d:\d\d:\d\d\s+\/opt\/agent-workspace\/node /.test(l))?.trim().split(/\s+/)[1] : undefined;
         }, 30_000, "the command to start");
-      const killed = bash(second.clients.grpc, workspaceId, "sleep 301 & echo $! > left.pid; wait");
-      process.kill(Number(await executorDuring("sleep 301")), "SIGKILL");
+      // `sleep 302` starts only once left.pid is written: the executor is killed after that, never
+      // between the fork and the write (which left an empty pid file, read as a survivor, in one CI run).
+      const killed = bash(second.clients.grpc, workspaceId, "sleep 301 & echo $! > left.pid; sleep 302; wait");
+      process.kill(Number(await executorDuring("sleep 302")), "SIGKILL");
       await t.throwsAsync(killed, { message: /stopped responding/ });
-      const left = await bash(second.clients.grpc, workspaceId, "p=$(cat left.pid); [ -e /proc/$p ] && echo \"still there\" || echo gone");
+      const left = await bash(second.clients.grpc, workspaceId, 'p=$(cat left.pid); if [ -z "$p" ]; then echo "no pid"; elif [ -e /proc/$p ]; then echo "still there"; else echo gone; fi');
       t.is(left.out, "gone\n", "the orphaned sleep was killed by the next executor");
     } finally {
       const last = servers.at(-1);
