@@ -6,15 +6,18 @@
  * environment, as server/main.ts reads it). It listens on 127.0.0.1 with an ephemeral port and
  * speaks JSON lines:
  * - stdout, once listening: `{"type":"ready","port":N,"url":"…","pid":N,"providers":[…]}`;
- * - stdin, requests `{"id":N,"cmd":"stats"|"track"|"untrack","intervalMs"?:N,"gc"?:true}`, each
+ * - stdin, requests `{"id":N,"cmd":"stats"|"track"|"untrack"|"profile-start"|"profile-stop","intervalMs"?:N,"gc"?:true,"file"?:"…"}`, each
  *   answered on stdout with `{"type":"stats","id":N,…ServerStats}`. `track` resets the peak and
  *   samples RSS every `intervalMs` (default 5) until `untrack`; the peak covers the samples since
  *   `track`. With `gc` (and node's `--expose-gc`) a full garbage collection runs first, so the
- *   numbers show live memory rather than garbage not yet collected.
+ *   numbers show live memory rather than garbage not yet collected. `profile-start` and
+ *   `profile-stop` (with `file`) take a CPU profile of the main thread between them.
  * Closing stdin (the parent went away) or SIGTERM/SIGINT shuts the server down cleanly, which
  * also lets `--cpu-prof` write its profile.
  */
 import "../server/base64.ts";
+import { writeFile } from "node:fs/promises";
+import { Session } from "node:inspector/promises";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { createApp } from "../server/app.ts";
@@ -44,7 +47,9 @@ export interface ServerStats {
 /** A request from the parent. */
 export interface ChildRequest {
   id: number;
-  cmd: "stats" | "track" | "untrack";
+  cmd: "stats" | "track" | "untrack" | "profile-start" | "profile-stop";
+  /** For `profile-stop`: where to write the main thread's CPU profile (a .cpuprofile file). */
+  file?: string;
   intervalMs?: number;
   /** Run a full GC before measuring (needs --expose-gc). */
   gc?: boolean;
@@ -105,6 +110,24 @@ async function stop(code: number): Promise<void> {
   }
 }
 
+// CPU profiles of a window only (the calls being measured, not the server's start).
+let profiler: Session | undefined;
+async function profile(cmd: "profile-start" | "profile-stop", file: string | undefined): Promise<void> {
+  if (cmd === "profile-start") {
+    profiler = new Session();
+    profiler.connect();
+    await profiler.post("Profiler.enable");
+    await profiler.post("Profiler.setSamplingInterval", { interval: 100 });
+    await profiler.post("Profiler.start");
+    return;
+  }
+  if (!profiler || !file) return;
+  const { profile } = await profiler.post("Profiler.stop");
+  profiler.disconnect();
+  profiler = undefined;
+  await writeFile(file, JSON.stringify(profile));
+}
+
 const lines = createInterface({ input: process.stdin });
 lines.on("line", (line) => {
   let req: ChildRequest;
@@ -128,6 +151,13 @@ lines.on("line", (line) => {
       clearInterval(sampler);
       sampler = undefined;
       break;
+    case "profile-start":
+    case "profile-stop":
+      void profile(req.cmd, req.file).then(
+        () => send({ type: "stats", id: req.id, ...stats() }),
+        (err: Error) => send({ type: "stats", id: req.id, error: err.message, ...stats() }),
+      );
+      return;
     case "stats":
       break;
   }

@@ -44,6 +44,10 @@ export interface ServerProcess {
   track(intervalMs?: number): Promise<ServerStats>;
   /** Stops sampling and returns the stats of the window. */
   untrack(): Promise<ServerStats>;
+  /** Starts a CPU profile of the server's main thread. */
+  profileStart(): Promise<ServerStats>;
+  /** Stops it and writes it to `file` (.cpuprofile). */
+  profileStop(file: string): Promise<ServerStats>;
   /** The server's recent stderr lines (for diagnostics). */
   stderrTail(): string[];
   /** Asks the server to shut down cleanly (which writes a CPU profile if enabled), then kills it. */
@@ -105,7 +109,7 @@ export async function startServerProcess(options: ServerProcessOptions): Promise
     };
   });
 
-  const request = (cmd: "stats" | "track" | "untrack", extra: object = {}) =>
+  const request = (cmd: "stats" | "track" | "untrack" | "profile-start" | "profile-stop", extra: object = {}) =>
     new Promise<ServerStats>((resolve, reject) => {
       if (child.exitCode !== null || child.signalCode !== null) {
         reject(new Error("server child is not running"));
@@ -121,6 +125,8 @@ export async function startServerProcess(options: ServerProcessOptions): Promise
     stats: (opts = {}) => request("stats", opts),
     track: (intervalMs = 5) => request("track", { intervalMs }),
     untrack: () => request("untrack"),
+    profileStart: () => request("profile-start"),
+    profileStop: (file: string) => request("profile-stop", { file }),
     stderrTail: () => [...tail],
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;

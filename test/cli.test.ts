@@ -33,10 +33,11 @@ function portOpen(url: string): Promise<boolean> {
 }
 
 /**
- * Opens what a busy server has: a running StreamBash, an open reflection stream, an idle HTTP/2
- * connection. Returns how to release them, and the pid of the running command.
+ * Opens what a busy server has: a running StreamBash, a unary Bash waiting for its command, an
+ * open reflection stream, an idle HTTP/2 connection. Returns how to release them, the pids of the
+ * running commands, and the unary call's outcome once it has one.
  */
-async function holdConnections(url: string): Promise<{ release: () => void; commandPid: number }> {
+async function holdConnections(url: string): Promise<{ release: () => void; commandPid: number; unaryPid: number; unary: Promise<string> }> {
   const sessions = new Http2SessionManager(url);
   const transport = createGrpcTransport({ baseUrl: url, sessionManager: sessions });
   const { workspace } = await createClient(WorkspaceService, transport).createWorkspace({});
@@ -56,6 +57,17 @@ async function holdConnections(url: string): Promise<{ release: () => void; comm
   void (async () => {
     for (;;) if ((await it.next().catch(() => ({ done: true }))).done) break;
   })();
+  // A unary Bash in flight: its pid is written to a file in the workspace before it sleeps.
+  const unary = tools.bash({ workspaceId: workspace!.id, command: "echo $$ > unary.pid; exec sleep 301" }, { signal: abort.signal }).then(
+    () => "answered",
+    (err: unknown) => `failed: ${err instanceof Error ? err.message : String(err)}`,
+  );
+  let unaryPid = 0;
+  for (let i = 0; i < 200 && !(unaryPid > 0); i++) {
+    const { content } = await tools.readFile({ workspaceId: workspace!.id, path: "unary.pid" }).catch(() => ({ content: "" }));
+    unaryPid = Number(/(\d+)\s*$/.exec(content)?.[1] ?? 0);
+    if (!(unaryPid > 0)) await new Promise((r) => setTimeout(r, 50));
+  }
   // A reflection stream the client never half-closes.
   const reflection = createClient(ServerReflection, transport);
   const never = (async function* () {
@@ -69,6 +81,8 @@ async function holdConnections(url: string): Promise<{ release: () => void; comm
   idle.on("error", () => undefined);
   return {
     commandPid,
+    unaryPid,
+    unary,
     release: () => {
       abort.abort();
       sessions.abort();
@@ -85,20 +99,22 @@ for (const [how, command, args] of [
     test(`SIGTERM to ${target} of \`${how}\` stops the server within a bounded time while clients hold streams open`, async (t) => {
       const dataDir = await mkdtemp(path.join(tmpdir(), "aw-cli-"));
       const s = await startServerProcess({ dataDir, command, args: [...args] });
-      const { release, commandPid } = await holdConnections(s.url);
+      const { release, commandPid, unaryPid, unary } = await holdConnections(s.url);
       try {
         t.true(commandPid > 0 && alive(commandPid), "the held command runs");
+        t.true(unaryPid > 0 && alive(unaryPid), `the unary call's command runs (pid ${unaryPid})`);
         const pid = s.child.pid as number;
         process.kill(target === "the process" ? pid : -pid, "SIGTERM");
         t.true(await waitDead([pid, s.serverPid], STOP_WITHIN_MS), `still running after SIGTERM:\n${s.stderr()}`);
         t.false(await portOpen(s.url), "the port is released");
         await Promise.race([s.stderrClosed, new Promise((r) => setTimeout(r, 5000))]);
         t.regex(s.stderr(), /"msg":"stopped"/);
-        // The command the server was running did not outlive it.
-        t.true(await waitDead([commandPid], 5000), "the running command outlived the server");
+        // The commands the server was running did not outlive it, and the unary call has its answer.
+        t.true(await waitDead([commandPid, unaryPid], 5000), "a running command outlived the server");
+        t.regex(await Promise.race([unary, new Promise<string>((r) => setTimeout(() => r("no answer"), 5000))]), /^failed: /);
       } finally {
         release();
-        if (commandPid > 0 && alive(commandPid)) process.kill(commandPid, "SIGKILL");
+        for (const p of [commandPid, unaryPid]) if (p > 0 && alive(p)) process.kill(p, "SIGKILL");
         for (const p of [s.child.pid as number, s.serverPid]) if (alive(p)) process.kill(p, "SIGKILL");
         await rm(dataDir, { recursive: true, force: true });
       }

@@ -5,7 +5,7 @@
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
 import type { Readable } from "node:stream";
-import { Code, ConnectError, createHandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
+import { Code, ConnectError, createContextValues, createHandlerContext, type HandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
 import type { JsonReadOptions, JsonWriteOptions } from "@bufbuild/protobuf";
 import { discardRest, messageTooLarge } from "../refused-bodies.ts";
 
@@ -55,6 +55,79 @@ export function directContext(
     responseHeader: { "content-type": call.contentType },
   });
   return { context, settle: () => (settled = true) };
+}
+
+/** Unary calls in flight by the shutdown signal they end with: one listener on that signal, not one per call. */
+const inFlight = new WeakMap<AbortSignal, Set<AbortController>>();
+
+function callsEndingWith(shutdown: AbortSignal): Set<AbortController> {
+  let calls = inFlight.get(shutdown);
+  if (!calls) {
+    const set = new Set<AbortController>();
+    calls = set;
+    inFlight.set(shutdown, set);
+    shutdown.addEventListener("abort", () => {
+      for (const c of set) c.abort(shutdown.reason ?? new ConnectError("the server is shutting down", Code.Canceled));
+      set.clear();
+    }, { once: true });
+  }
+  return calls;
+}
+
+/**
+ * A unary call's context: what `directContext` makes, for a call whose handler has returned when
+ * its answer goes out. Its signal aborts when the client goes away before `settle()`, at the
+ * protocol's deadline, or at the server's shutdown, as connect's does; but `finish()` ends it
+ * without aborting, where connect aborts the signal of every call at its end. That abort ran every
+ * listener the call's layers had added (the tool's, the provider's, the executor connection's),
+ * and dispatching it was a measurable part of a no-op call's CPU; a unary handler has nothing
+ * left running once it returned, so its listeners go with the signal. Streams keep
+ * `directContext`, whose end aborts what is still producing.
+ */
+export function unaryContext(
+  req: IncomingMessage | Http2ServerRequest,
+  closing: { once(event: "close", listener: () => void): unknown },
+  spec: MethodImplSpec,
+  call: { protocolName: string; timeoutMs: number | undefined; contentType: string },
+  options: DirectOptions,
+): { context: HandlerContext; settle(): void; finish(): void } {
+  const controller = new AbortController();
+  const calls = callsEndingWith(options.shutdownSignal);
+  let settled = false;
+  let timer: NodeJS.Timeout | undefined;
+  if (options.shutdownSignal.aborted) controller.abort(options.shutdownSignal.reason);
+  else calls.add(controller);
+  closing.once("close", () => {
+    if (!settled) controller.abort(new ConnectError("the client went away", Code.Canceled));
+  });
+  const deadline = call.timeoutMs === undefined ? undefined : Date.now() + call.timeoutMs;
+  if (call.timeoutMs !== undefined) {
+    const expire = () => controller.abort(new ConnectError("the operation timed out", Code.DeadlineExceeded));
+    if (call.timeoutMs <= 0) expire();
+    else timer = setTimeout(expire, call.timeoutMs);
+  }
+  const context: HandlerContext = {
+    service: spec.method.parent,
+    method: spec.method,
+    protocolName: call.protocolName,
+    requestMethod: "POST",
+    url: req.url ?? "",
+    signal: controller.signal,
+    timeoutMs: () => (deadline === undefined ? undefined : deadline - Date.now()),
+    requestHeader: requestHeaders(req.headers),
+    responseHeader: new Headers({ "content-type": call.contentType }),
+    responseTrailer: new Headers(),
+    values: createContextValues(),
+  };
+  return {
+    context,
+    settle: () => (settled = true),
+    finish: () => {
+      settled = true;
+      clearTimeout(timer);
+      calls.delete(controller);
+    },
+  };
 }
 
 /** Request headers without HTTP/2 pseudo-headers, as connect hands them to handlers. */

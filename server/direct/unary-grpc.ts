@@ -4,7 +4,7 @@
  * runs even a unary call through a chain of async iterables and ends it by aborting a signal
  * without a reason (a fresh DOMException with a stack trace, several per call): together most of
  * a no-op call's CPU. Here the request is read from the HTTP/2 stream, decoded, and handed to
- * connect's own `invokeUnaryImplementation` with a context from connect's `createHandlerContext`,
+ * connect's own `invokeUnaryImplementation` with a context like connect's own (`unaryContext`),
  * so the same interceptors run (errors, and later authentication, permissions, audit) and the
  * handlers see the same context; the answer goes out as headers, one message, and trailers.
  *
@@ -17,7 +17,7 @@ import { fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type MethodImplSpec } from "@connectrpc/connect";
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { parseTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
-import { CALL_ENDED, type DirectOptions, directContext, headerBlock, readBody, unwrapOne } from "./common.ts";
+import { type DirectOptions, headerBlock, readBody, unaryContext, unwrapOne } from "./common.ts";
 import { envelopeBinary } from "./wire.ts";
 
 const CONTENT_TYPES = new Set(["application/grpc", "application/grpc+proto"]);
@@ -35,7 +35,7 @@ export async function serveUnaryGrpc(req: Http2ServerRequest, res: Http2ServerRe
   const stream = res.stream;
   const contentType = String(req.headers["content-type"]);
   const timeout = parseTimeout(typeof req.headers["grpc-timeout"] === "string" ? req.headers["grpc-timeout"] : null, options.maxTimeoutMs);
-  const { context, settle } = directContext(req, stream, spec, { protocolName: "grpc", timeoutMs: timeout.timeoutMs, contentType }, options);
+  const { context, settle, finish } = unaryContext(req, stream, spec, { protocolName: "grpc", timeoutMs: timeout.timeoutMs, contentType }, options);
   try {
     if (timeout.error) throw timeout.error;
     let input;
@@ -63,6 +63,6 @@ export async function serveUnaryGrpc(req: Http2ServerRequest, res: Http2ServerRe
     res.addTrailers(headerBlock(status));
     res.end();
   } finally {
-    context.abort(CALL_ENDED);
+    finish();
   }
 }
