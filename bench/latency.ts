@@ -14,7 +14,10 @@
  * the call taken apart, in the same interleaved series: the server's floor, a no-op RPC (the gRPC
  * health check on the same connection) with its server CPU per call; and the sandbox's part, the
  * same command run through the local provider's executor and workspace launcher from this process
- * with no RPC at all. What a `Bash` costs beyond those two is the server's own work per call.
+ * with no RPC at all. What a `Bash` costs beyond those two is the server's own work per call. And
+ * under the floor, the same health check answered by a bare node:http2 server in its own process
+ * (bare-grpc.ts: the raw stream API, nothing decoded or checked), its CPU per call measured as the
+ * server's is: what any Node gRPC server pays per call on this machine.
  */
 import type Docker from "dockerode";
 import type { Client } from "@connectrpc/connect";
@@ -29,6 +32,12 @@ import type { WorkspaceHandle } from "../providers/types.ts";
 import path from "node:path";
 import { createClients, startServerProcess, type Clients, type ServerProcess } from "./server-process.ts";
 import { type Row, signed } from "./report.ts";
+import { type ChildProcess, spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { round, roundSummary, summarize, type Summary } from "./stats.ts";
 
 /** Options of section (a). */
@@ -60,6 +69,8 @@ const MINIMAL_SPAWN = "spawn";
 const SPAWN_MODE = "grpc, spawn per command";
 /** The server's floor: a no-op RPC on the same gRPC connection. */
 const NOOP_RPC = "grpc Health/Check";
+/** The floor under the floor: the same no-op RPC answered by a bare node:http2 server (bare-grpc.ts). */
+const BARE_RPC = "grpc Health/Check, bare node:http2 server";
 /** The same call through a lean Connect JSON client over HTTP/2 (lean-client.ts). */
 const LEAN = "connect-json/h2, lean client";
 /** The sandbox's part: the command through the local provider's executor and launcher, no RPC. */
@@ -223,6 +234,33 @@ function partRows(provider: string, stats: Record<string, Summary>, baselineName
   ];
 }
 
+/** bare-grpc.ts in a child process, with a health client on its own connection and its CPU. */
+async function bareGrpcServer(): Promise<{ measure: Measure; cpuUs(): Promise<number>; close(): void }> {
+  const child: ChildProcess = spawn(process.execPath, ["--max-semi-space-size=1", path.join(path.dirname(fileURLToPath(import.meta.url)), "bare-grpc.ts")], { stdio: ["pipe", "pipe", "inherit"] });
+  const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+  const next = async () => {
+    const line = await lines.next();
+    if (line.done) throw new Error("the bare gRPC server exited");
+    return JSON.parse(line.value) as Record<string, number>;
+  };
+  const { port } = await next();
+  const health = createClient(Health, createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` }));
+  return {
+    measure: timed(
+      () => health.check({ service: "" }),
+      (r) => {
+        if (r.status !== ServingStatus.SERVING) throw new Error(`bare Health/Check: status ${r.status}`);
+      },
+    ),
+    async cpuUs() {
+      child.stdin!.write("\n");
+      const { user, system } = await next();
+      return user + system;
+    },
+    close: () => child.kill(),
+  };
+}
+
 /** Runs section (a) for each requested provider. */
 export async function benchLatency(ctx: BenchContext, options: LatencyOptions): Promise<SectionResult> {
   const rows: Row[] = [];
@@ -241,6 +279,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
     let spawnServer: { server: ServerProcess; clients: Clients } | undefined;
     let direct: { measure: Measure; close(): Promise<void> } | undefined;
     let lean: LeanUnary | undefined;
+    let bare: Awaited<ReturnType<typeof bareGrpcServer>> | undefined;
     try {
       const series: Record<string, Measure> = {
         grpc: serverTrue(ctx.clients.grpc.tools, ws.id),
@@ -266,6 +305,8 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
             if (r.status !== ServingStatus.SERVING) throw new Error(`Health/Check: status ${r.status}`);
           },
         );
+        bare = await bareGrpcServer();
+        series[BARE_RPC] = bare.measure;
         const l = (lean = await LeanUnary.connect(ctx.server.url));
         const body = JSON.stringify({ workspaceId: ws.id, command: "true" });
         series[LEAN] = timed(
@@ -301,6 +342,11 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
         const after = await ctx.server.stats();
         cpuPerCallMs[transport] = serverCpuMs(before, after) / CPU_CALLS;
         systemPerCallMs[transport] = (after.cpuSystemUs - before.cpuSystemUs) / 1000 / CPU_CALLS;
+      }
+      if (bare) {
+        const before = await bare.cpuUs();
+        for (let i = 0; i < CPU_CALLS; i++) await series[BARE_RPC]();
+        cpuPerCallMs[BARE_RPC] = ((await bare.cpuUs()) - before) / 1000 / CPU_CALLS;
       }
       const stats = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
       data[provider] = {
@@ -339,6 +385,19 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
           });
         }
         if (stats[NOOP_RPC] && stats[SANDBOX_PATH]) rows.push(...partRows(provider, stats, baselineName, cpuPerCallMs, systemPerCallMs));
+        if (cpuPerCallMs[BARE_RPC] !== undefined) {
+          const bareCpu = cpuPerCallMs[BARE_RPC];
+          rows.push({
+            section: "a latency",
+            metric: `no-op RPC server CPU per call (${provider}): ours vs a bare node:http2 server`,
+            server: cpuPerCallMs[NOOP_RPC],
+            baseline: bareCpu,
+            unit: "ms",
+            ratio: cpuPerCallMs[NOOP_RPC] / bareCpu,
+            goal: "",
+            note: `grpc Health/Check, ${CPU_CALLS} calls in a row each; the bare server's p50 ${stats[BARE_RPC].p50.toFixed(2)} ms against ours ${stats[NOOP_RPC].p50.toFixed(2)} ms (interleaved); a no-op Bash's server CPU is ${(cpuPerCallMs.grpc / bareCpu).toFixed(1)}× the bare server's per call`,
+          });
+        }
       } else {
         for (const transport of ["grpc", "connect"]) {
           rows.push({ section: "a latency", metric: `Bash no-op p50, ${transport} (${provider})`, server: stats[transport].p50, baseline: Number.NaN, unit: "ms", ratio: Number.NaN, goal: "no baseline" });
@@ -346,6 +405,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
       }
     } finally {
       lean?.close();
+      bare?.close();
       await direct?.close();
       spawner?.close();
       spawnServer?.clients.close();
