@@ -72,7 +72,8 @@ export type Reason =
   | "STDIN_CLOSED"
   | "NOT_A_TERMINAL"
   | "PORT_NOT_LISTENING"
-  | "PORT_NOT_EXPOSED";
+  | "PORT_NOT_EXPOSED"
+  | "CONCURRENT_MODIFICATION";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

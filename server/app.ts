@@ -48,7 +48,9 @@ import { ProcessTable } from "./processes/process-table.ts";
 import type { ToolAccess } from "./interceptors/permission-interceptor.ts";
 import { createWorkspaceService } from "./services/workspace-service.ts";
 import { SettingsError, type Settings } from "./settings.ts";
+import { openPostgresStore } from "./store/postgres-store.ts";
 import { openSqliteStore } from "./store/sqlite-store.ts";
+import { StoreError } from "./store/store.ts";
 import type { Store } from "./store/store.ts";
 import { createToolAccess } from "./tool-access.ts";
 import { checkToolRegistry, TOOL_NAMES } from "./tools/registry.ts";
@@ -100,6 +102,16 @@ export interface AppOverrides {
   commandPolicy?: CommandPolicyOf;
 }
 
+/** The database URL's password, for the redactor (none for SQLite or a URL without one). */
+function databasePassword(url: string): string[] {
+  try {
+    const password = url === "" ? "" : decodeURIComponent(new URL(url).password);
+    return password === "" ? [] : [password];
+  } catch {
+    return [];
+  }
+}
+
 /** Builds the application from settings. */
 export async function createApp(settings: Settings, overrides: AppOverrides = {}): Promise<App> {
   // Before anything else: a proto method without its tool, or a tool without its method, is a build fault.
@@ -107,7 +119,12 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   // The command policy's parser (WebAssembly) loads once, now, so no call waits for it.
   await loadShellParser();
   const logger = overrides.logger ?? createLogger({ level: settings.logLevel });
-  const store = openSqliteStore(settings.providers.dataDir, logger);
+  const store =
+    settings.databaseUrl !== ""
+      ? await openPostgresStore(settings.databaseUrl, logger).catch((err: unknown) => {
+          throw err instanceof StoreError ? new StoreError(`AGENT_WORKSPACE_DATABASE_URL: ${err.message}`, { cause: err.cause }) : err;
+        })
+      : openSqliteStore(settings.providers.dataDir, logger);
   // The audit trail exists before anything it reports on. Its redactor knows the credentials the
   // server holds, so they never reach a record even where no pattern would recognise them.
   const known: { workspaces?: WorkspaceManager; sessions?: SessionManager } = {};
@@ -115,7 +132,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     settings: settings.audit,
     store: store.audit,
     logger,
-    redactor: new Redactor([...settings.apiKeys, ...[...settings.git.credentials.values()].map((c) => c.token)]),
+    redactor: new Redactor([...settings.apiKeys, ...[...settings.git.credentials.values()].map((c) => c.token), ...databasePassword(settings.databaseUrl)]),
     describe(workspaceId) {
       const record = known.workspaces?.find(workspaceId);
       if (!record) return undefined;

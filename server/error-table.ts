@@ -83,4 +83,6 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   NOT_A_TERMINAL: { code: Code.FailedPrecondition, reason: ErrorReason.NOT_A_TERMINAL },
   PORT_NOT_LISTENING: { code: Code.Unavailable, reason: ErrorReason.PORT_NOT_LISTENING },
   PORT_NOT_EXPOSED: { code: Code.NotFound, reason: ErrorReason.PORT_NOT_EXPOSED },
+  // ABORTED like PATH_CHANGED: a conflict the caller resolves by reading again and retrying.
+  CONCURRENT_MODIFICATION: { code: Code.Aborted, reason: ErrorReason.CONCURRENT_MODIFICATION },
 };

@@ -11,7 +11,7 @@
 import { createApp } from "./app.ts";
 import { listen } from "./http-server.ts";
 import { parseSettings, SettingsError, USAGE } from "./settings.ts";
-import { StoreError } from "./store/sqlite-store.ts";
+import { StoreError } from "./store/store.ts";
 
 /** Longest a graceful shutdown may take before the process exits regardless. */
 const SHUTDOWN_LIMIT_MS = 10_000;

@@ -50,6 +50,11 @@ export interface Settings {
   apiKeys: string[];
   /** A YAML or JSON file of agent types applied at start; "" for none. */
   agentTypesFile: string;
+  /**
+   * The shared database (AGENT_WORKSPACE_DATABASE_URL, postgres:// or postgresql://); "" for the
+   * embedded SQLite store in the data directory. May hold a password: never logged or echoed.
+   */
+  databaseUrl: string;
   sessions: SessionSettings;
   processes: ProcessSettings;
   git: GitSettings;
@@ -683,9 +688,16 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
     );
   }
 
+  const databaseUrl = read(env, "AGENT_WORKSPACE_DATABASE_URL") ?? "";
+  if (databaseUrl !== "" && !/^postgres(ql)?:\/\/[^\s]*$/i.test(databaseUrl)) {
+    // Not echoed: the value may hold a password.
+    throw new SettingsError("AGENT_WORKSPACE_DATABASE_URL must be a postgres:// or postgresql:// URL (unset for the embedded SQLite store); the value is not shown, in case it holds a password");
+  }
+
   return {
     host,
     port: integer(...pick("port"), 8080, 0, 65535),
+    databaseUrl,
     tlsCert: tlsCert ?? "",
     tlsKey: tlsKey ?? "",
     defaultProvider: oneOf(...pick("default-provider"), PROVIDER_NAMES, "local"),

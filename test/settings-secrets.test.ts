@@ -62,6 +62,9 @@ function cases(certFile: string, appKey: string): Case[] {
   add("an OTLP endpoint with a password", "OTEL_EXPORTER_OTLP_ENDPOINT", (s) => ({ env: { OTEL_EXPORTER_OTLP_ENDPOINT: `http://collector:${s}@otel.example:4318` } }));
   add("the OTLP client key itself where its file's path belongs", "OTEL_EXPORTER_OTLP_CLIENT_KEY", (s) => ({ env: { OTEL_EXPORTER_OTLP_ENDPOINT: "https://127.0.0.1:4318", OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE: certFile, OTEL_EXPORTER_OTLP_CLIENT_KEY: pem(s) } }));
   add("the OTLP trace client key itself where its file's path belongs", "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", (s) => ({ env: { OTEL_EXPORTER_OTLP_ENDPOINT: "https://127.0.0.1:4318", OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE: certFile, OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY: pem(s) } }));
+  add("a database URL of another scheme, with a password", "AGENT_WORKSPACE_DATABASE_URL", (s) => ({ env: { AGENT_WORKSPACE_DATABASE_URL: `mysql://root:${s}@db.example/aw` } }));
+  add("a PostgreSQL URL with a password and a port out of range", "AGENT_WORKSPACE_DATABASE_URL", (s) => ({ env: { AGENT_WORKSPACE_DATABASE_URL: `postgres://agent:${s}@db.example:99999/aw` } }));
+  add("a PostgreSQL URL with a password, nothing listening", "AGENT_WORKSPACE_DATABASE_URL", (s) => ({ env: { AGENT_WORKSPACE_DATABASE_URL: `postgresql://agent:${s}@127.0.0.1:1/aw` } }));
   add("a Docker host with a password that is not a URL", "DOCKER_HOST", (s) => ({ env: { DOCKER_HOST: `tcp://engine:${s}@docker.example:99999` } }));
   add("the TLS key itself where its file's path belongs", "AGENT_WORKSPACE_TLS_KEY", (s) => ({ env: { AGENT_WORKSPACE_TLS_CERT: certFile, AGENT_WORKSPACE_TLS_KEY: pem(s) } }));
   add("the TLS key given to --tls-key", "--tls-key", (s) => ({ args: ["--tls-cert", certFile, "--tls-key", pem(s)] }));

@@ -47,7 +47,14 @@ export class AgentTypes {
 
   /** Loads the stored agent types; call once before serving. */
   async init(): Promise<void> {
-    for (const row of await this.#store.list()) {
+    await this.#reload();
+  }
+
+  /** Replaces the cache with what the store holds (another server sharing the database may have changed it). */
+  async #reload(): Promise<void> {
+    const rows = await this.#store.list();
+    this.#cache.clear();
+    for (const row of rows) {
       const t = fromJsonString(AgentTypeSchema, row.body, { ignoreUnknownFields: true });
       t.revision = BigInt(row.revision);
       t.createdAt = timestampFromDate(row.createdAt);
@@ -144,8 +151,12 @@ export class AgentTypes {
     if (specOf(current) === specOf(t)) return current;
     const next = create(AgentTypeSchema, { ...t, revision: current.revision + 1n, createdAt: current.createdAt, updatedAt: timestampFromDate(new Date()) });
     if (!(await this.#store.update(this.#row(next), Number(current.revision)))) {
-      // Another writer (another replica, later) changed it first; nothing was written.
-      throw new DomainError("INTERNAL", `Agent type '${t.id}' changed while it was being updated; retry`);
+      // Another server on the same database changed (or deleted) it first; nothing was written.
+      // This server's copy is refreshed, so the caller's retry works on the current revision.
+      await this.#reload();
+      throw new DomainError("CONCURRENT_MODIFICATION", `Agent type '${t.id}' was changed by another server since revision ${current.revision}; read it again and retry`, {
+        metadata: { agent_type: t.id, revision: String(current.revision) },
+      });
     }
     this.#cache.set(t.id, next);
     return next;

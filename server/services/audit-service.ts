@@ -97,7 +97,7 @@ export function createAuditService(trail: AuditTrail, store: AuditStore, session
       const limit = Math.min(req.pageSize || DEFAULT_PAGE, MAX_PAGE);
       // Calls that finished this very moment are still waiting for their batch: write them first.
       await trail.flushed();
-      const rows = store.query({
+      const rows = await store.query({
         workspaceId: req.workspaceId,
         sessionId,
         agentType: req.agentType,

@@ -1,8 +1,10 @@
 /**
  * The database schema, as an ordered list of migrations. A migration is never edited once it has
- * shipped: a change to the schema is a new entry at the end. `openDatabase` applies the ones a
- * database lacks at start, each in its own transaction together with the new `user_version`, so
- * a crash mid-migration leaves the database at the previous version.
+ * shipped: a change to the schema is a new entry at the end. Each store applies the ones its
+ * database lacks at start, each in its own transaction together with the new version (SQLite's
+ * `user_version`, PostgreSQL's `schema_version` row), so a crash mid-migration leaves the database
+ * at the previous version. Every step is written twice, once per dialect, with the same tables,
+ * columns and meaning: `sql` for SQLite, `postgres` for PostgreSQL.
  */
 
 /** One step of the schema. */
@@ -11,8 +13,10 @@ export interface Migration {
   version: number;
   /** What the step does, for the start log. */
   name: string;
-  /** The statements, run in one transaction. */
+  /** The statements for SQLite, run in one transaction. */
   sql: string;
+  /** The same step for PostgreSQL. */
+  postgres: string;
 }
 
 export const MIGRATIONS: readonly Migration[] = [
@@ -46,6 +50,27 @@ export const MIGRATIONS: readonly Migration[] = [
         value  TEXT NOT NULL
       ) STRICT;
     `,
+    postgres: `
+      CREATE TABLE workspaces (
+        id          TEXT PRIMARY KEY,
+        provider    TEXT NOT NULL,
+        agent_type  TEXT,
+        created_at  TEXT NOT NULL,
+        record      TEXT NOT NULL
+      );
+      CREATE INDEX workspaces_agent_type ON workspaces (agent_type);
+      CREATE TABLE agent_types (
+        id          TEXT PRIMARY KEY,
+        revision    BIGINT NOT NULL,
+        created_at  TEXT NOT NULL,
+        updated_at  TEXT NOT NULL,
+        body        TEXT NOT NULL
+      );
+      CREATE TABLE meta (
+        key    TEXT PRIMARY KEY,
+        value  TEXT NOT NULL
+      );
+    `,
   },
   {
     version: 2,
@@ -63,6 +88,17 @@ export const MIGRATIONS: readonly Migration[] = [
       ) STRICT;
       CREATE INDEX sessions_status ON sessions (status);
     `,
+    postgres: `
+      CREATE TABLE sessions (
+        id          TEXT PRIMARY KEY,
+        agent_type  TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        token_hash  TEXT NOT NULL UNIQUE,
+        created_at  TEXT NOT NULL,
+        record      TEXT NOT NULL
+      );
+      CREATE INDEX sessions_status ON sessions (status);
+    `,
   },
   {
     version: 3,
@@ -78,6 +114,12 @@ export const MIGRATIONS: readonly Migration[] = [
         WHERE json_type(body, '$.workspace') = 'object'
           AND json_type(body, '$.workspace.checkoutOnStart') IS NULL;
     `,
+    postgres: `
+      UPDATE agent_types
+        SET body = jsonb_set(body::jsonb, '{workspace,checkoutOnStart}', 'false'::jsonb)::text
+        WHERE jsonb_typeof(body::jsonb -> 'workspace') = 'object'
+          AND (body::jsonb -> 'workspace') -> 'checkoutOnStart' IS NULL;
+    `,
   },
   {
     version: 4,
@@ -90,6 +132,16 @@ export const MIGRATIONS: readonly Migration[] = [
         workspace_id  TEXT NOT NULL,
         record        TEXT NOT NULL
       ) STRICT;
+      CREATE INDEX processes_workspace ON processes (workspace_id);
+    `,
+    postgres: `
+      -- seq keeps the order records were first stored in (SQLite's rowid).
+      CREATE TABLE processes (
+        id            TEXT PRIMARY KEY,
+        seq           BIGSERIAL NOT NULL,
+        workspace_id  TEXT NOT NULL,
+        record        TEXT NOT NULL
+      );
       CREATE INDEX processes_workspace ON processes (workspace_id);
     `,
   },

@@ -15,7 +15,7 @@ import type { WorkspaceRecord } from "../../providers/types.ts";
 import type { Logger } from "../logger.ts";
 import { AUDIT_SCHEMA, type WriterReply, type WriterRequest } from "./audit-writer.ts";
 import { MIGRATIONS, type Migration } from "./migrations.ts";
-import type { AgentTypeDeletion, AuditStore, Store, StoredAgentType } from "./store.ts";
+import { type AgentTypeDeletion, type AuditStore, type Store, type StoredAgentType, StoreError } from "./store.ts";
 
 /** The audit trail's database file, beside the main one. */
 export const AUDIT_DATABASE_FILE = "audit.db";
@@ -24,13 +24,7 @@ export const AUDIT_DATABASE_FILE = "audit.db";
 export const DATABASE_FILE = "agent-workspace.db";
 const LEGACY_FILE = "workspaces.json";
 
-/** A database that cannot be used as it is (newer than this server, a corrupt legacy file). */
-export class StoreError extends Error {
-  constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = "StoreError";
-  }
-}
+export { StoreError } from "./store.ts";
 
 /** Runs `fn` in a transaction: committed when it returns, rolled back when it throws. */
 function transaction<T>(db: DatabaseSync, fn: () => T): T {
@@ -165,7 +159,7 @@ function auditStore(db: DatabaseSync, location: string): AuditStore & { close():
       timer.unref();
       return exited.finally(() => clearTimeout(timer));
     },
-    query(q) {
+    async query(q) {
       // Only the filters given become conditions (each shape's statement is prepared once), so
       // SQLite picks the index of the most selective one.
       const where: string[] = [];

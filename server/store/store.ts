@@ -1,10 +1,19 @@
 /**
- * The server's durable state behind one small interface: workspace records, agent types and
- * sessions now, audit records later. Services never see SQL; a shared database for several
- * replicas (PostgreSQL) is another implementation of `Store`, which is why every method is async
- * although the embedded SQLite below answers synchronously.
+ * The server's durable state behind one small interface: workspace records, agent types,
+ * sessions, background processes and the audit trail. Services never see SQL. Two
+ * implementations: the embedded SQLite (sqlite-store.ts, the default) and PostgreSQL
+ * (postgres-store.ts, a database several servers can share), which is why every method is async
+ * although SQLite answers synchronously.
  */
 import type { WorkspaceRecord } from "../../providers/types.ts";
+
+/** A database that cannot be used as it is (newer than this server, unreachable, a corrupt legacy file). */
+export class StoreError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "StoreError";
+  }
+}
 
 /** Where workspace records live. */
 export interface WorkspaceStore {
@@ -98,7 +107,7 @@ export interface AuditQuery {
 export interface AuditStore {
   /** Appends records in one transaction; resolves once they are committed (appends commit in order). */
   append(rows: StoredAuditEvent[]): Promise<void>;
-  query(q: AuditQuery): Array<StoredAuditEvent & { id: number }>;
+  query(q: AuditQuery): Promise<Array<StoredAuditEvent & { id: number }>>;
   /** Removes records that started before `beforeUs` (0: none) and all but the newest `maxRows` (0: no bound); resolves to how many. */
   prune(beforeUs: number, maxRows: number): Promise<number>;
 }
@@ -127,7 +136,7 @@ export interface Store {
   agentTypes: AgentTypeStore;
   sessions: SessionStore;
   processes: ProcessStore;
-  /** The audit trail: written off the event loop, read synchronously (a span processor's `onEnd` cannot wait). */
+  /** The audit trail: written off the event loop, in batches. */
   audit: AuditStore;
   /** Where the state lives, for the start log (a file path; never credentials). */
   readonly location: string;

@@ -69,7 +69,8 @@ export type ErrorReasonName =
   | "STDIN_CLOSED"
   | "NOT_A_TERMINAL"
   | "PORT_NOT_LISTENING"
-  | "PORT_NOT_EXPOSED";
+  | "PORT_NOT_EXPOSED"
+  | "CONCURRENT_MODIFICATION";
 
 /** `FILE_NOT_FOUND`: The path names nothing in the workspace. Code NOT_FOUND. */
 export class FileNotFoundError extends AgentWorkspaceError {
@@ -401,6 +402,11 @@ export class PortNotExposedError extends AgentWorkspaceError {
   declare readonly reason: "PORT_NOT_EXPOSED";
 }
 
+/** `CONCURRENT_MODIFICATION`: Another writer (another server sharing the database) changed the same record first, so nothing was written; the server now holds the current version. metadata: the record's id (e.g. agent_type) and the revision the change was based on. Code ABORTED: read it again and retry. */
+export class ConcurrentModificationError extends AgentWorkspaceError {
+  declare readonly reason: "CONCURRENT_MODIFICATION";
+}
+
 /** The class of each reason, by the reason's number. */
 export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>> = {
   1: FileNotFoundError,
@@ -469,4 +475,5 @@ export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>>
   64: NotATerminalError,
   65: PortNotListeningError,
   66: PortNotExposedError,
+  67: ConcurrentModificationError,
 };

@@ -71,6 +71,7 @@ __all__ = [
     "NotATerminal",
     "PortNotListening",
     "PortNotExposed",
+    "ConcurrentModification",
 ]
 
 
@@ -568,6 +569,15 @@ class PortNotExposed(AgentWorkspaceError):
     reason_number = 66
 
 
+class ConcurrentModification(AgentWorkspaceError):
+    """Another writer (another server sharing the database) changed the same record first, so
+    nothing was written; the server now holds the current version. metadata: the record's id
+    (e.g. agent_type) and the revision the change was based on. Code ABORTED: read it again and retry."""
+
+    reason_name = "CONCURRENT_MODIFICATION"
+    reason_number = 67
+
+
 #: ErrorReason number → its exception class.
 BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     1: FileNotFound,
@@ -636,4 +646,5 @@ BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     64: NotATerminal,
     65: PortNotListening,
     66: PortNotExposed,
+    67: ConcurrentModification,
 }

@@ -672,6 +672,15 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_PORT_NOT_EXPOSED = 66;
    */
   PORT_NOT_EXPOSED = 66,
+
+  /**
+   * Another writer (another server sharing the database) changed the same record first, so
+   * nothing was written; the server now holds the current version. metadata: the record's id
+   * (e.g. agent_type) and the revision the change was based on. Code ABORTED: read it again and retry.
+   *
+   * @generated from enum value: ERROR_REASON_CONCURRENT_MODIFICATION = 67;
+   */
+  CONCURRENT_MODIFICATION = 67,
 }
 
 /**

@@ -1,0 +1,303 @@
+/**
+ * The shared store: PostgreSQL, chosen by `AGENT_WORKSPACE_DATABASE_URL=postgres://…`, through
+ * `pg` (node-postgres: pure JavaScript, pooled, the most used PostgreSQL driver for Node). The
+ * same tables, migrations (their `postgres` dialect) and `Store` interface as the embedded SQLite
+ * store, so services cannot tell them apart:
+ * - every change is one statement or one transaction, committed (PostgreSQL's default
+ *   `synchronous_commit`) before its promise resolves;
+ * - schema changes run under an advisory lock, so servers starting together on one database
+ *   migrate it once;
+ * - the audit trail is a table of the same database (`audit_events`), appended in batches by one
+ *   multi-row INSERT each, one batch at a time so records commit in order, as the SQLite writer
+ *   thread does.
+ * The location logged is the URL without its password or parameters.
+ */
+import pg from "pg";
+import type { WorkspaceRecord } from "../../providers/types.ts";
+import type { Logger } from "../logger.ts";
+import { MIGRATIONS, type Migration } from "./migrations.ts";
+import { type AgentTypeDeletion, type AuditStore, type Store, type StoredAuditEvent, StoreError } from "./store.ts";
+
+/** The audit trail's table, made once (as SQLite's audit.db schema is) under the migration lock. */
+const AUDIT_SCHEMA = `
+  CREATE TABLE IF NOT EXISTS audit_events (
+    id            BIGSERIAL PRIMARY KEY,
+    start_us      BIGINT NOT NULL,
+    trace_id      TEXT NOT NULL,
+    span_id       TEXT NOT NULL,
+    workspace_id  TEXT NOT NULL,
+    session_id    TEXT NOT NULL,
+    agent_type    TEXT NOT NULL,
+    tool          TEXT NOT NULL,
+    outcome       TEXT NOT NULL,
+    record        TEXT NOT NULL
+  );
+  CREATE INDEX IF NOT EXISTS audit_events_start ON audit_events (start_us, id);
+  CREATE INDEX IF NOT EXISTS audit_events_workspace ON audit_events (workspace_id, start_us, id);
+  CREATE INDEX IF NOT EXISTS audit_events_session ON audit_events (session_id, start_us, id);
+`;
+
+/** The advisory lock key under which the schema changes (any fixed 64-bit number). */
+const SCHEMA_LOCK = 0x6177_5f73_6368;
+
+/** True for the URLs this store serves. */
+export function isPostgresUrl(url: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(url);
+}
+
+/** The URL as it may be logged: no password, no parameters but a socket directory. */
+export function describePostgresUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    const socket = u.searchParams.get("host");
+    return `${u.protocol}//${u.username ? `${decodeURIComponent(u.username)}@` : ""}${u.host}${u.pathname}${socket ? ` (socket ${socket})` : ""}`;
+  } catch {
+    return "postgres (unparseable URL)";
+  }
+}
+
+type Queryable = pg.Pool | pg.PoolClient;
+
+async function inTransaction<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+  const c = await pool.connect();
+  try {
+    await c.query("BEGIN");
+    const result = await fn(c);
+    await c.query("COMMIT");
+    return result;
+  } catch (err) {
+    await c.query("ROLLBACK").catch(() => undefined);
+    throw err;
+  } finally {
+    c.release();
+  }
+}
+
+async function schemaVersion(c: Queryable): Promise<number> {
+  const r = await c.query<{ version: number }>("SELECT version FROM schema_version");
+  return r.rows.length === 0 ? 0 : Number(r.rows[0].version);
+}
+
+/** Makes the schema current: refuses a newer one, applies the missing steps, each in a transaction. */
+async function migrate(pool: pg.Pool, migrations: readonly Migration[], logger: Logger): Promise<void> {
+  const c = await pool.connect();
+  try {
+    // Held for the whole migration: a second server starting now waits here, then finds it done.
+    await c.query("SELECT pg_advisory_lock($1)", [SCHEMA_LOCK]);
+    try {
+      await c.query("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)");
+      const current = await schemaVersion(c);
+      const latest = migrations.at(-1)?.version ?? 0;
+      if (current > latest) {
+        throw new StoreError(`the database is at schema version ${current}, newer than this server knows (${latest}); run a newer agent-workspace or restore a backup`);
+      }
+      for (const m of migrations) {
+        if (m.version <= current) continue;
+        await c.query("BEGIN");
+        try {
+          await c.query(m.postgres);
+          await c.query("DELETE FROM schema_version");
+          await c.query("INSERT INTO schema_version (version) VALUES ($1)", [m.version]);
+          await c.query("COMMIT");
+        } catch (err) {
+          await c.query("ROLLBACK").catch(() => undefined);
+          throw err;
+        }
+        logger.info("database migrated", { version: m.version, migration: m.name });
+      }
+      await c.query(AUDIT_SCHEMA);
+    } finally {
+      await c.query("SELECT pg_advisory_unlock($1)", [SCHEMA_LOCK]).catch(() => undefined);
+    }
+  } finally {
+    c.release();
+  }
+}
+
+type LegacyRecord = Omit<WorkspaceRecord, "createdAt"> & { createdAt: string };
+type AuditRow = { id: string; start_us: string; trace_id: string; span_id: string; workspace_id: string; session_id: string; agent_type: string; tool: string; outcome: string; record: string };
+
+/** The audit trail's half: batches appended one at a time (in order), queries on the pool. */
+function auditStore(pool: pg.Pool): AuditStore & { drained(): Promise<void> } {
+  // One write at a time: a batch commits after the one before it, as the SQLite writer's queue does.
+  let tail: Promise<unknown> = Promise.resolve();
+  const serial = <T>(fn: () => Promise<T>): Promise<T> => {
+    const run = tail.then(fn, fn);
+    tail = run.catch(() => undefined);
+    return run;
+  };
+  return {
+    append(rows: StoredAuditEvent[]) {
+      if (rows.length === 0) return Promise.resolve();
+      return serial(async () => {
+        const values: Array<string | number> = [];
+        const tuples = rows.map((r) => {
+          const at = values.length;
+          values.push(r.startUs, r.traceId, r.spanId, r.workspaceId, r.sessionId, r.agentType, r.tool, r.outcome, r.record);
+          return `(${Array.from({ length: 9 }, (_, i) => `$${at + i + 1}`).join(", ")})`;
+        });
+        await pool.query(`INSERT INTO audit_events (start_us, trace_id, span_id, workspace_id, session_id, agent_type, tool, outcome, record) VALUES ${tuples.join(", ")}`, values);
+      });
+    },
+    prune(beforeUs, maxRows) {
+      return serial(async () => {
+        let n = 0;
+        if (beforeUs > 0) n += (await pool.query("DELETE FROM audit_events WHERE start_us < $1", [beforeUs])).rowCount ?? 0;
+        if (maxRows > 0) n += (await pool.query("DELETE FROM audit_events WHERE id <= (SELECT id FROM audit_events ORDER BY id DESC LIMIT 1 OFFSET $1)", [maxRows])).rowCount ?? 0;
+        return n;
+      });
+    },
+    async query(q) {
+      const where: string[] = [];
+      const args: Array<string | number> = [];
+      const arg = (v: string | number) => {
+        args.push(v);
+        return `$${args.length}`;
+      };
+      for (const [column, value] of [["workspace_id", q.workspaceId], ["session_id", q.sessionId], ["agent_type", q.agentType], ["tool", q.tool], ["outcome", q.outcome]] as const) {
+        if (value !== "") where.push(`${column} = ${arg(value)}`);
+      }
+      if (q.fromUs > 0) where.push(`start_us >= ${arg(q.fromUs)}`);
+      if (q.toUs > 0) where.push(`start_us < ${arg(q.toUs)}`);
+      if (q.after) {
+        const s = arg(q.after.startUs);
+        where.push(`(start_us < ${s} OR (start_us = ${s} AND id < ${arg(q.after.id)}))`);
+      }
+      const sql = `SELECT * FROM audit_events${where.length > 0 ? ` WHERE ${where.join(" AND ")}` : ""} ORDER BY start_us DESC, id DESC LIMIT ${arg(q.limit)}`;
+      const r = await pool.query<AuditRow>(sql, args);
+      return r.rows.map((row) => ({
+        id: Number(row.id),
+        startUs: Number(row.start_us),
+        traceId: row.trace_id,
+        spanId: row.span_id,
+        workspaceId: row.workspace_id,
+        sessionId: row.session_id,
+        agentType: row.agent_type,
+        tool: row.tool,
+        outcome: row.outcome,
+        record: row.record,
+      }));
+    },
+    drained: () => tail.then(() => undefined),
+  };
+}
+
+/** Options of `openPostgresStore`. */
+export interface PostgresStoreOptions {
+  /** Most connections the pool opens (default 10). */
+  maxConnections?: number;
+}
+
+/** Connects to the database at `url`, migrates it as needed, and returns the store. */
+export async function openPostgresStore(url: string, logger: Logger, migrations: readonly Migration[] = MIGRATIONS, options: PostgresStoreOptions = {}): Promise<Store> {
+  const location = describePostgresUrl(url);
+  const pool = new pg.Pool({ connectionString: url, max: options.maxConnections ?? 10, application_name: "agent-workspace", connectionTimeoutMillis: 10_000 });
+  // An idle connection that breaks (the database restarted) must not take the server down; the
+  // pool replaces it on the next query.
+  pool.on("error", (err) => logger.warn("database connection lost", { database: location, error: err.message }));
+  try {
+    await migrate(pool, migrations, logger);
+  } catch (err) {
+    await pool.end().catch(() => undefined);
+    if (err instanceof StoreError) throw err;
+    throw new StoreError(`cannot open the database ${location}: ${(err as Error).message}`, { cause: err });
+  }
+  const audit = auditStore(pool);
+  let closed = false;
+  return {
+    location,
+    workspaces: {
+      async load() {
+        const r = await pool.query<{ record: string }>("SELECT record FROM workspaces ORDER BY created_at, id");
+        return r.rows.map((row) => {
+          const rec = JSON.parse(row.record) as LegacyRecord;
+          return { ...rec, createdAt: new Date(rec.createdAt) };
+        });
+      },
+      async put(r) {
+        await pool.query(
+          "INSERT INTO workspaces (id, provider, agent_type, created_at, record) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO UPDATE SET provider = EXCLUDED.provider, agent_type = EXCLUDED.agent_type, created_at = EXCLUDED.created_at, record = EXCLUDED.record",
+          [r.id, r.provider, r.agentType?.id ?? null, r.createdAt.toISOString(), JSON.stringify(r)],
+        );
+      },
+      async delete(id) {
+        await pool.query("DELETE FROM workspaces WHERE id = $1", [id]);
+      },
+    },
+    agentTypes: {
+      async list() {
+        const r = await pool.query<{ id: string; revision: string; created_at: string; updated_at: string; body: string }>("SELECT id, revision, created_at, updated_at, body FROM agent_types ORDER BY id");
+        return r.rows.map((row) => ({ id: row.id, revision: Number(row.revision), createdAt: new Date(row.created_at), updatedAt: new Date(row.updated_at), body: row.body }));
+      },
+      async insert(row) {
+        const r = await pool.query("INSERT INTO agent_types (id, revision, created_at, updated_at, body) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING", [
+          row.id,
+          row.revision,
+          row.createdAt.toISOString(),
+          row.updatedAt.toISOString(),
+          row.body,
+        ]);
+        return r.rowCount === 1;
+      },
+      async update(row, expectedRevision) {
+        const r = await pool.query("UPDATE agent_types SET revision = $1, updated_at = $2, body = $3 WHERE id = $4 AND revision = $5", [row.revision, row.updatedAt.toISOString(), row.body, row.id, expectedRevision]);
+        return r.rowCount === 1;
+      },
+      delete(id): Promise<AgentTypeDeletion> {
+        return inTransaction(pool, async (c) => {
+          // The row stays locked until the end: a concurrent update or delete of it waits.
+          if ((await c.query("SELECT 1 FROM agent_types WHERE id = $1 FOR UPDATE", [id])).rowCount === 0) return { deleted: false, missing: true };
+          const n = Number((await c.query<{ n: string }>("SELECT count(*) AS n FROM workspaces WHERE agent_type = $1", [id])).rows[0].n);
+          if (n > 0) return { deleted: false, missing: false, workspaces: n };
+          await c.query("DELETE FROM agent_types WHERE id = $1", [id]);
+          return { deleted: true };
+        });
+      },
+    },
+    sessions: {
+      async load(endedSince) {
+        const r = await pool.query<{ id: string; agent_type: string; status: string; token_hash: string; created_at: string; record: string }>(
+          "SELECT id, agent_type, status, token_hash, created_at, record FROM sessions WHERE status <> 'ended' OR (record::jsonb ->> 'endedAt') >= $1 ORDER BY created_at, id",
+          [endedSince.toISOString()],
+        );
+        return r.rows.map((row) => ({ id: row.id, agentType: row.agent_type, status: row.status, tokenHash: row.token_hash, createdAt: new Date(row.created_at), record: row.record }));
+      },
+      async put(row) {
+        await pool.query(
+          "INSERT INTO sessions (id, agent_type, status, token_hash, created_at, record) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE SET agent_type = EXCLUDED.agent_type, status = EXCLUDED.status, token_hash = EXCLUDED.token_hash, created_at = EXCLUDED.created_at, record = EXCLUDED.record",
+          [row.id, row.agentType, row.status, row.tokenHash, row.createdAt.toISOString(), row.record],
+        );
+      },
+      async prune(before) {
+        const r = await pool.query("DELETE FROM sessions WHERE status = 'ended' AND (record::jsonb ->> 'endedAt') < $1", [before.toISOString()]);
+        return r.rowCount ?? 0;
+      },
+    },
+    processes: {
+      async load() {
+        const r = await pool.query<{ id: string; workspace_id: string; record: string }>("SELECT id, workspace_id, record FROM processes ORDER BY seq");
+        return r.rows.map((row) => ({ id: row.id, workspaceId: row.workspace_id, record: row.record }));
+      },
+      async put(row) {
+        await pool.query("INSERT INTO processes (id, workspace_id, record) VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET workspace_id = EXCLUDED.workspace_id, record = EXCLUDED.record", [
+          row.id,
+          row.workspaceId,
+          row.record,
+        ]);
+      },
+      async delete(id) {
+        await pool.query("DELETE FROM processes WHERE id = $1", [id]);
+      },
+      async deleteWorkspace(workspaceId) {
+        await pool.query("DELETE FROM processes WHERE workspace_id = $1", [workspaceId]);
+      },
+    },
+    audit,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await audit.drained();
+      await pool.end();
+    },
+  };
+}
