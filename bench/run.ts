@@ -50,6 +50,7 @@ import { benchReads } from "./reads.ts";
 import { benchPolicy } from "./policy.ts";
 import { benchEgress, EGRESS_BENCH_ENV } from "./egress.ts";
 import { benchPorts } from "./ports.ts";
+import { benchDatabase } from "./database.ts";
 import { benchEnforcement } from "./enforcement.ts";
 import { benchGit } from "./git.ts";
 import { benchMounts, MOUNT_ROOT } from "./mounts.ts";
@@ -63,7 +64,7 @@ const RESULTS_DIR = path.join(BENCH_DIR, "results");
 const ROOT = path.join(BENCH_DIR, "..");
 const KNOWN_PROVIDERS = ["local", "docker", "gvisor", "microvm"];
 /** Section letters and their names, in running order. */
-const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "client-ts", s: "mcp", t: "changes", u: "microvm", v: "ports" } as const;
+const NAMES = { a: "latency", b: "grep", c: "stream", d: "files", e: "peer", f: "reads", g: "mixed", h: "memory", i: "kill", j: "create", k: "sessions", l: "policy", m: "audit", n: "egress", o: "git", p: "mounts", q: "enforcement", r: "client-ts", s: "mcp", t: "changes", u: "microvm", v: "ports", w: "database" } as const;
 type Section = keyof typeof NAMES;
 /** What `--only` accepts: letters, names, and an alias. */
 const SECTIONS: Record<string, Section> = { throughput: "c" };
@@ -84,7 +85,7 @@ function parseOptions() {
   });
   if (values.help) {
     process.stdout.write(
-      "usage: npm run bench -- [--quick] [--only=a,b,…,r] [--providers=local,docker,gvisor] [--profile]\n" +
+      "usage: npm run bench -- [--quick] [--only=a,b,…,w] [--providers=local,docker,gvisor] [--profile]\n" +
         "  a|latency   no-op Bash latency vs spawn (and docker exec for container providers)\n" +
         "  b|grep      Grep/StreamGrep vs ripgrep on a generated tree\n" +
         "  c|stream    StreamBash throughput and server RSS under a slow reader\n" +
@@ -176,6 +177,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     t: { providers, iterations: quick ? 20 : 100, warmup: quick ? 3 : 10 },
     u: { creations: quick ? 5 : 20, coldBoots: quick ? 1 : 3, iterations: quick ? 20 : 100, drains: quick ? 1 : 3 },
     v: { providers, downloads: quick ? 2 : 5, requests: quick ? 20 : 100 },
+    w: { iterations: quick ? 30 : 200, warmup: quick ? 5 : 20 },
   };
 }
 
@@ -267,6 +269,7 @@ async function main(): Promise<void> {
     if (opts.only.has("t")) results.changes = await withServer("changes", true, (ctx) => benchChanges(ctx, settings.t));
     if (opts.only.has("u")) results.microvm = await withServer("microvm", true, (ctx) => benchMicrovm(ctx, settings.u));
     if (opts.only.has("v")) results.ports = await withServer("ports", containers, (ctx) => benchPorts(ctx, settings.v));
+    if (opts.only.has("w")) results.database = await benchDatabase(settings.w, root, log);
 
     const rows: Row[] = Object.values(results).flatMap((r) => r.rows);
     const skipped = [...opts.notes, ...Object.values(results).flatMap((r) => r.skipped)];

@@ -157,8 +157,7 @@ export function toolContextOf({ workspaces, limits, git, commandPolicy = command
       workspace,
       limits: limitsOf(workspaceId),
       commands: commandPolicy(record?.agentType),
-      // Without a protocol deadline the call's signal never aborts for one: no second signal needed.
-      signal: left === undefined ? hctx.signal : cancelOnly(hctx.signal),
+      signal: cancelOnly(hctx.signal),
       deadline: left === undefined ? undefined : Date.now() + left,
       ...(task ? { env: taskEnv(task) } : {}),
       git: git(workspaceId),

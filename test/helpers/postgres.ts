@@ -32,6 +32,8 @@ export function postgresGate<C>(test: TestFn<C>, what: string): boolean {
 export interface Postgres {
   /** The directory holding the cluster and its socket. */
   readonly dir: string;
+  /** The server's version, e.g. "15.18 (Debian 15.18-0+deb12u1)". */
+  readonly version: string;
   /** A connection URL for database `db` (the socket directory as its host). */
   url(db: string): string;
   /** Creates a fresh database and returns its URL. */
@@ -91,8 +93,10 @@ export async function startPostgres(): Promise<Postgres> {
       await new Promise((r) => setTimeout(r, 100));
     }
   }
+  const version = String((await query("postgres", "SHOW server_version")).rows[0].server_version);
   return {
     dir,
+    version,
     url,
     query,
     async createDatabase(name) {
