@@ -1,0 +1,148 @@
+/**
+ * Section (w): the store under the server, SQLite (embedded, the default) against PostgreSQL
+ * (AGENT_WORKSPACE_DATABASE_URL), on two server children alike but for it, local provider, their
+ * calls interleaved round-robin so load on the host falls on both alike. PostgreSQL is a private
+ * cluster the section starts (Debian's binaries: `initdb` in a temporary directory, a Unix socket
+ * only, test/helpers/postgres.ts), on the same two cores as everything else.
+ *
+ * Per store: a cold session, `StartSession` → ACTIVE on `WatchSession` and `EndSession` (the
+ * session and workspace records written several times each); `UpdateAgentType` (one
+ * compare-and-set write per call); `ListAuditEvents` of a workspace's last 50 calls (a query of
+ * the audit table); and the mixed tool calls of an agent at work, `Bash` of `echo x`, `ReadFile`
+ * and `WriteFile` of 4 KiB in turn (each an audit record, written in batches). Information rows:
+ * PostgreSQL's p50 over SQLite's.
+ */
+import { mkdir } from "node:fs/promises";
+import path from "node:path";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { AuditService } from "../gen/agentworkspace/v1/audit_pb.js";
+import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
+import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
+import { SessionStatus, WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { startPostgres } from "../test/helpers/postgres.ts";
+import { type Measure, type SectionResult, interleave } from "./context.ts";
+import type { Row } from "./report.ts";
+import { startServerProcess } from "./server-process.ts";
+import { round, roundSummary, summarize, type Summary } from "./stats.ts";
+
+/** Options of section (w). */
+export interface DatabaseOptions {
+  /** Measured calls per series. */
+  iterations: number;
+  /** Unmeasured calls per series first. */
+  warmup: number;
+}
+
+const STORES = ["sqlite", "postgres"] as const;
+type StoreName = (typeof STORES)[number];
+const OPS = ["session start → ACTIVE + end", "UpdateAgentType", "ListAuditEvents (50)", "tool calls (Bash, ReadFile, WriteFile in turn)"] as const;
+
+function clientsOf(url: string) {
+  const sessions = new Http2SessionManager(url);
+  const transport = createGrpcTransport({ baseUrl: url, sessionManager: sessions });
+  return {
+    config: createClient(ConfigService, transport),
+    workspaces: createClient(WorkspaceService, transport),
+    tools: createClient(ToolService, transport),
+    audit: createClient(AuditService, transport),
+    close: () => sessions.abort(),
+  };
+}
+
+/** The four series of one server. */
+async function seriesOf(name: StoreName, url: string): Promise<{ series: Record<string, Measure>; close(): Promise<void> }> {
+  const c = clientsOf(url);
+  const type = `bench-db-${process.pid}`;
+  await c.config.createAgentType({ agentType: { id: type, workspace: { enabled: true, tools: ["bash", "read", "write", "list"] } } });
+  const workspaceId = (await c.workspaces.createWorkspace({ provider: "local" })).workspace?.id ?? "";
+  const content = "x".repeat(4095) + "\n";
+  await c.tools.writeFile({ workspaceId, path: "f.txt", content });
+  let updates = 0;
+  let tool = 0;
+  const timedCall = async (fn: () => Promise<unknown>) => {
+    const t0 = performance.now();
+    await fn();
+    return performance.now() - t0;
+  };
+  const series: Record<string, Measure> = {
+    [`${name}: ${OPS[0]}`]: async () => {
+      const t0 = performance.now();
+      const id = (await c.workspaces.startSession({ agentType: type, task: {} })).session?.id ?? "";
+      let ms = Number.NaN;
+      for await (const ev of c.workspaces.watchSession({ id })) {
+        if (ev.event.case !== "status") continue;
+        if (ev.event.value.status === SessionStatus.ACTIVE) break;
+        if (ev.event.value.status === SessionStatus.DEGRADED || ev.event.value.status === SessionStatus.ENDED) throw new Error(`session ${id}: ${ev.event.value.message}`);
+      }
+      await c.workspaces.endSession({ id });
+      ms = performance.now() - t0;
+      return ms;
+    },
+    [`${name}: ${OPS[1]}`]: () => timedCall(() => c.config.updateAgentType({ agentType: { id: type, description: `update ${++updates}` } })),
+    [`${name}: ${OPS[2]}`]: () =>
+      timedCall(async () => {
+        const { events } = await c.audit.listAuditEvents({ workspaceId, pageSize: 50 });
+        if (events.length === 0) throw new Error("no audit events");
+      }),
+    [`${name}: ${OPS[3]}`]: () =>
+      timedCall(async () => {
+        const n = tool++ % 3;
+        if (n === 0) await c.tools.bash({ workspaceId, command: "echo x" });
+        else if (n === 1) await c.tools.readFile({ workspaceId, path: "f.txt" });
+        else await c.tools.writeFile({ workspaceId, path: "f.txt", content });
+      }),
+  };
+  return {
+    series,
+    async close() {
+      await c.workspaces.deleteWorkspace({ id: workspaceId }).catch(() => undefined);
+      await c.config.deleteAgentType({ id: type }).catch(() => undefined);
+      c.close();
+    },
+  };
+}
+
+/** Runs section (w). */
+export async function benchDatabase(options: DatabaseOptions, root: string, log: (msg: string) => void): Promise<SectionResult> {
+  const pg = await startPostgres();
+  const servers: Array<Awaited<ReturnType<typeof startServerProcess>>> = [];
+  const sides: Array<Awaited<ReturnType<typeof seriesOf>>> = [];
+  try {
+    const url = await pg.createDatabase("bench");
+    for (const name of STORES) {
+      const dataDir = path.join(root, `database-${name}`);
+      await mkdir(dataDir, { recursive: true });
+      const server = await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_DOCKER: "off", ...(name === "postgres" ? { AGENT_WORKSPACE_DATABASE_URL: url } : {}) } });
+      servers.push(server);
+      sides.push(await seriesOf(name, server.url));
+    }
+    const series = Object.assign({}, ...sides.map((s) => s.series)) as Record<string, Measure>;
+    log(`(w) ${options.warmup} warmup + ${options.iterations} calls per series (${Object.keys(series).join(", ")})`);
+    const samples = await interleave(series, options.warmup, options.iterations);
+    const stats: Record<string, Summary> = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
+    const rows: Row[] = OPS.map((op) => {
+      const sqlite = stats[`sqlite: ${op}`];
+      const postgres = stats[`postgres: ${op}`];
+      return {
+        section: "w database",
+        metric: `${op} p50, PostgreSQL vs SQLite (local)`,
+        server: postgres.p50,
+        baseline: sqlite.p50,
+        unit: "ms",
+        ratio: postgres.p50 / sqlite.p50,
+        goal: "",
+        note: `p99 ${postgres.p99.toFixed(2)} against ${sqlite.p99.toFixed(2)} ms; a private PostgreSQL ${pg.version} on the same host, Unix socket`,
+      };
+    });
+    return {
+      rows,
+      data: { iterations: options.iterations, warmup: options.warmup, postgres: pg.version, stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, roundSummary(s)])), p50: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, round(s.p50)])) },
+      skipped: [],
+    };
+  } finally {
+    for (const s of sides) await s.close().catch(() => undefined);
+    for (const s of servers) await s.stop().catch(() => undefined);
+    await pg.stop();
+  }
+}
