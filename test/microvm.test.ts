@@ -107,7 +107,13 @@ if (run) {
   test.serial("microvm: a template whose state QEMU refuses is removed and the VM boots instead; the next workspace gets a new template", async (t) => {
     t.timeout(900_000); // two templates made and a cold boot: a hang guard
     const cache = await mkdtemp(path.join(tmpdir(), "aw-test-cache-"));
-    const server = await startServer({ env: { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_MICROVM_IMAGES: MICROVM_IMAGES, AGENT_WORKSPACE_MICROVM_CACHE: cache } });
+    const logs: string[] = [];
+    // A template VM whose guest never comes up (seen once under CI load: the kernel stopped at 0.8 s
+    // of guest time) is given up after 3 minutes, not the 10 the other tests allow a boot.
+    const server = await startServer({
+      env: { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_MICROVM_IMAGES: MICROVM_IMAGES, AGENT_WORKSPACE_MICROVM_CACHE: cache, AGENT_WORKSPACE_MICROVM_BOOT_TIMEOUT_MS: "180000" },
+      onLog: (line) => logs.push(line),
+    });
     const c = server.clients.grpc;
     const ids: string[] = [];
     try {
@@ -124,8 +130,15 @@ if (run) {
       t.is(second.providerDetails.start, "booted");
       t.is((await c.tools.bash({ workspaceId: second.id, command: "echo booted" })).stdout, "booted\n");
       await t.throwsAsync(stat(path.join(cache, "templates", template as string)), { code: "ENOENT" });
-      const third = (await c.workspaces.createWorkspace({ provider: "microvm", limits })).workspace!;
+      let third = (await c.workspaces.createWorkspace({ provider: "microvm", limits })).workspace!;
       ids.push(third.id);
+      if (third.providerDetails.start === "booted" && logs.some((l) => /microvm template could not be made.*was not ready within/.test(l))) {
+        // The new template's own guest never came up (the environment, not the behaviour under
+        // test: that VM booted instead, as it should); the next workspace makes it again.
+        t.log("the new template's VM did not come up; making it once more");
+        third = (await c.workspaces.createWorkspace({ provider: "microvm", limits })).workspace!;
+        ids.push(third.id);
+      }
       t.is(third.providerDetails.start, "restored");
       t.is((await c.tools.bash({ workspaceId: third.id, command: "echo restored" })).stdout, "restored\n");
     } finally {

@@ -41,6 +41,16 @@ async function kill9(server: ServerProcess): Promise<void> {
   await waitDead([server.serverPid], 10_000);
 }
 
+/** Polls `read` every 50 ms for up to 5 s until `done` holds for its value (default: defined); returns the last value. */
+async function eventually<T>(read: () => Promise<T>, done: (v: T) => boolean = (v) => v !== undefined && v !== false): Promise<T> {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const v = await read();
+    if (done(v) || Date.now() > deadline) return v;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 let started: Promise<Postgres> | undefined;
 const cluster = () => (started ??= startPostgres());
 test.after.always(async () => {
@@ -121,31 +131,75 @@ if (postgresGate(test, "the server on PostgreSQL")) {
     }
   });
 
-  test("two servers on one database: an agent type changed by one is a CONCURRENT_MODIFICATION (ABORTED) for the other's stale copy, and its retry applies", async (t) => {
+  test("two servers on one database: an agent type created, changed and deleted on one is followed by the other, also after its change feed was cut", async (t) => {
     const pg = await cluster();
-    const url = await pg.createDatabase("two_servers");
+    const url = await pg.createDatabase("two_servers_follow");
     const dirs = [await mkdtemp(path.join(tmpdir(), "aw-pgsrv-")), await mkdtemp(path.join(tmpdir(), "aw-pgsrv-"))];
     const servers: ServerProcess[] = [];
     try {
-      servers.push(await startServerProcess({ dataDir: dirs[0], env: { AGENT_WORKSPACE_DATABASE_URL: url } }));
-      const a = clientsOf(servers[0].url);
-      await a.config.createAgentType({ agentType: { id: "shared", description: "v1" } });
-      await a.config.updateAgentType({ agentType: { id: "shared", description: "v2 from a" } });
-      // The second server reads revision 2 from the database at its start.
-      servers.push(await startServerProcess({ dataDir: dirs[1], env: { AGENT_WORKSPACE_DATABASE_URL: url } }));
-      const b = clientsOf(servers[1].url);
+      for (const dataDir of dirs) servers.push(await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_DATABASE_URL: url } }));
+      const [a, b] = servers.map((s) => clientsOf(s.url));
       try {
-        t.is((await b.config.getAgentType({ id: "shared" })).agentType?.revision, 2n);
-        await a.config.updateAgentType({ agentType: { id: "shared", description: "v3 from a" } });
-        const err = await t.throwsAsync(b.config.updateAgentType({ agentType: { id: "shared", description: "v3 from b" } }));
-        t.regex(err!.message, /\[aborted\] Agent type 'shared' was changed by another server since revision 2; read it again and retry/);
-        const detail = (err as unknown as { findDetails: (s: unknown) => Array<{ reason: number; metadata: Record<string, string> }> }).findDetails(ErrorDetailSchema)[0];
-        t.is(detail.reason, ErrorReason.CONCURRENT_MODIFICATION);
-        t.deepEqual(detail.metadata, { agent_type: "shared", revision: "2" });
-        // Nothing was written, and the server now holds revision 3: the retry applies as 4.
-        t.is((await b.config.getAgentType({ id: "shared" })).agentType?.description, "v3 from a");
-        t.is((await b.config.updateAgentType({ agentType: { id: "shared", description: "v4 from b" } })).agentType?.revision, 4n);
-        t.deepEqual((await pg.query("two_servers", "SELECT revision::int AS r, body::jsonb ->> 'description' AS d FROM agent_types WHERE id = 'shared'")).rows, [{ r: 4, d: "v4 from b" }]);
+        await a.config.createAgentType({ agentType: { id: "followed", description: "v1", workspace: { enabled: true, tools: ["bash", "read"] } } });
+        t.is(await eventually(async () => (await b.config.getAgentType({ id: "followed" }).catch(() => undefined))?.agentType?.description), "v1");
+        // A tool taken away on one server is refused by the other.
+        await a.config.updateWorkspaceConfig({ agentTypeId: "followed", workspaceConfig: { enabled: true, tools: ["read"] } });
+        t.deepEqual(await eventually(async () => (await b.config.getAgentType({ id: "followed" })).agentType?.workspace?.tools, (tools) => tools?.length === 1), ["read"]);
+        const ws = (await b.workspaces.createWorkspace({ agentType: "followed" })).workspace?.id ?? "";
+        await t.throwsAsync(b.tools.bash({ workspaceId: ws, command: "true" }), { message: /Tool 'bash' is not enabled for this agent type/ });
+        await b.workspaces.deleteWorkspace({ id: ws });
+        // Every change feed is cut; a change made before they are back is still followed (a resync).
+        const cut = await pg.query("two_servers_follow", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'agent-workspace changes' AND datname = current_database()");
+        t.is(cut.rowCount, 2);
+        await a.config.updateAgentType({ agentType: { id: "followed", description: "changed while cut" } });
+        t.is(await eventually(async () => (await b.config.getAgentType({ id: "followed" })).agentType?.description, (d) => d === "changed while cut"), "changed while cut");
+        t.true(await eventually(async () => /database change feed back/.test(servers[1].stderr())));
+        t.regex(servers[1].stderr(), /database change feed lost; reconnecting/);
+        await a.config.deleteAgentType({ id: "followed" });
+        t.is(await eventually(async () => (await b.config.getAgentType({ id: "followed" }).catch((e: Error) => e.message)) as unknown as string, (m) => typeof m === "string"), "[not_found] Agent type 'followed' not found");
+      } finally {
+        a.close();
+        b.close();
+      }
+    } finally {
+      for (const s of servers) await kill9(s);
+      for (const d of dirs) await rm(d, { recursive: true, force: true });
+    }
+  });
+
+  test("two servers writing one agent type at once: each loser is ABORTED / CONCURRENT_MODIFICATION, nothing is overwritten unseen, and a retry applies", async (t) => {
+    const pg = await cluster();
+    const url = await pg.createDatabase("two_servers_race");
+    const dirs = [await mkdtemp(path.join(tmpdir(), "aw-pgsrv-")), await mkdtemp(path.join(tmpdir(), "aw-pgsrv-"))];
+    const servers: ServerProcess[] = [];
+    try {
+      for (const dataDir of dirs) servers.push(await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_DATABASE_URL: url } }));
+      const [a, b] = servers.map((s) => clientsOf(s.url));
+      try {
+        await a.config.createAgentType({ agentType: { id: "raced", description: "v0" } });
+        await eventually(async () => (await b.config.getAgentType({ id: "raced" }).catch(() => undefined))?.agentType?.revision);
+        let applied = 0;
+        let conflicts = 0;
+        for (let round = 0; round < 30 && conflicts < 3; round++) {
+          const outcomes = await Promise.allSettled([a, b].map((c, i) => c.config.updateAgentType({ agentType: { id: "raced", description: `round ${round} by ${"ab"[i]}` } })));
+          for (const o of outcomes) {
+            if (o.status === "fulfilled") {
+              applied++;
+              continue;
+            }
+            conflicts++;
+            t.regex(String(o.reason), /\[aborted\] Agent type 'raced' was changed by another server since revision \d+; read it again and retry/);
+            const detail = (o.reason as { findDetails: (s: unknown) => Array<{ reason: number; metadata: Record<string, string> }> }).findDetails(ErrorDetailSchema)[0];
+            t.is(detail.reason, ErrorReason.CONCURRENT_MODIFICATION);
+            t.is(detail.metadata.agent_type, "raced");
+          }
+        }
+        t.true(conflicts > 0, "two writers at once met at least once in 30 rounds");
+        // Every applied update is a revision; none was lost or applied twice.
+        const stored = (await pg.query("two_servers_race", "SELECT revision::int AS r FROM agent_types WHERE id = 'raced'")).rows[0].r as number;
+        t.is(stored, 1 + applied);
+        // The loser's copy was refreshed: its retry applies on the current revision.
+        t.is((await b.config.updateAgentType({ agentType: { id: "raced", description: "retried" } })).agentType?.revision, BigInt(stored + 1));
       } finally {
         a.close();
         b.close();

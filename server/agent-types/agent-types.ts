@@ -8,7 +8,7 @@ import { clone, create, fromJsonString, toJsonString } from "@bufbuild/protobuf"
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { type AgentType, AgentTypeSchema, type WorkspaceConfig } from "../../gen/agentworkspace/v1/config_pb.js";
 import { DomainError } from "../../core/errors.ts";
-import type { AgentTypeStore, StoredAgentType } from "../store/store.ts";
+import type { AgentTypeStore, ChangeFeed, StoredAgentType } from "../store/store.ts";
 import { normalizeWorkspaceConfig, validateAgentTypeId, type ValidationContext } from "./validate.ts";
 
 const MAX_TEXT = 4096;
@@ -40,13 +40,25 @@ export class AgentTypes {
   readonly #cache = new Map<string, AgentType>();
   #writes: Promise<unknown> = Promise.resolve();
 
-  constructor(store: AgentTypeStore, ctx: ValidationContext) {
+  readonly #changes: ChangeFeed | undefined;
+
+  constructor(store: AgentTypeStore, ctx: ValidationContext, changes?: ChangeFeed) {
     this.#store = store;
     this.#ctx = ctx;
+    this.#changes = changes;
   }
 
-  /** Loads the stored agent types; call once before serving. */
+  /**
+   * Loads the stored agent types; call once before serving. With a change feed (a database
+   * shared with other servers) it also follows their changes: each one committed reloads the
+   * agent types, in turn with this server's own writes. Subscribed before the load, so a change
+   * committed while loading is heard.
+   */
   async init(): Promise<void> {
+    const reload = () => void this.#serial(() => this.#reload()).catch(() => undefined);
+    this.#changes?.subscribe((change) => {
+      if (change.table === "agent_types") reload();
+    }, reload);
     await this.#reload();
   }
 
@@ -151,7 +163,8 @@ export class AgentTypes {
     if (specOf(current) === specOf(t)) return current;
     const next = create(AgentTypeSchema, { ...t, revision: current.revision + 1n, createdAt: current.createdAt, updatedAt: timestampFromDate(new Date()) });
     if (!(await this.#store.update(this.#row(next), Number(current.revision)))) {
-      // Another server on the same database changed (or deleted) it first; nothing was written.
+      // Another server on the same database changed (or deleted) it first, and its notification has
+    // not come yet; nothing was written.
       // This server's copy is refreshed, so the caller's retry works on the current revision.
       await this.#reload();
       throw new DomainError("CONCURRENT_MODIFICATION", `Agent type '${t.id}' was changed by another server since revision ${current.revision}; read it again and retry`, {

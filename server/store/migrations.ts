@@ -145,4 +145,28 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX processes_workspace ON processes (workspace_id);
     `,
   },
+  {
+    version: 5,
+    name: "change notifications",
+    sql: `
+      -- SQLite serves one server: there is no other to tell.
+      SELECT 1;
+    `,
+    postgres: `
+      -- Every change to an agent type, committed, is announced to the servers sharing the database
+      -- (LISTEN agent_workspace_changes), with the table and the row's id: they reload it. A
+      -- trigger, so that no way of writing (another server, an operator's SQL) goes unannounced.
+      CREATE FUNCTION agent_workspace_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+      DECLARE
+        changed TEXT;
+      BEGIN
+        IF TG_OP = 'DELETE' THEN changed := OLD.id; ELSE changed := NEW.id; END IF;
+        PERFORM pg_notify('agent_workspace_changes', json_build_object('table', TG_TABLE_NAME, 'id', changed)::text);
+        RETURN NULL;
+      END;
+      $$;
+      CREATE TRIGGER agent_types_changed AFTER INSERT OR UPDATE OR DELETE ON agent_types
+        FOR EACH ROW EXECUTE FUNCTION agent_workspace_notify();
+    `,
+  },
 ];

@@ -10,13 +10,17 @@
  * - the audit trail is a table of the same database (`audit_events`), appended in batches by one
  *   multi-row INSERT each, one batch at a time so records commit in order, as the SQLite writer
  *   thread does.
+ * - changes to agent types are announced by a trigger (`pg_notify` on the channel
+ *   `agent_workspace_changes`, sent on commit) and heard on a connection of their own that
+ *   LISTENs, so every server sharing the database reloads what another one changed; the
+ *   connection is made again when it breaks, and its listeners then reload everything.
  * The location logged is the URL without its password or parameters.
  */
 import pg from "pg";
 import type { WorkspaceRecord } from "../../providers/types.ts";
 import type { Logger } from "../logger.ts";
 import { MIGRATIONS, type Migration } from "./migrations.ts";
-import { type AgentTypeDeletion, type AuditStore, type Store, type StoredAuditEvent, StoreError } from "./store.ts";
+import { type AgentTypeDeletion, type AuditStore, type ChangeFeed, type Store, type StoreChange, type StoredAuditEvent, StoreError } from "./store.ts";
 
 /** The audit trail's table, made once (as SQLite's audit.db schema is) under the migration lock. */
 const AUDIT_SCHEMA = `
@@ -114,6 +118,86 @@ async function migrate(pool: pg.Pool, migrations: readonly Migration[], logger: 
   }
 }
 
+/** The channel the change trigger (migration 5) notifies. */
+const CHANGES_CHANNEL = "agent_workspace_changes";
+/** How long a broken change feed waits before connecting again. */
+const FEED_RETRY_MS = 500;
+
+/**
+ * The change feed: one connection of its own, LISTENing; every notification goes to every
+ * subscriber. Connected before the store is handed out, so nothing committed after the services
+ * load their state goes unheard; made again after a break, and then every subscriber resyncs.
+ */
+async function changeFeed(url: string, logger: Logger, location: string): Promise<ChangeFeed & { close(): Promise<void> }> {
+  const subscribers = new Set<{ onChange: (c: StoreChange) => void; onResync: () => void }>();
+  let client: pg.Client | undefined;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let broken = false;
+  const lost = (c: pg.Client, why: string) => {
+    if (client !== c) return;
+    client = undefined;
+    void c.end().catch(() => undefined);
+    if (!broken) logger.warn("database change feed lost; reconnecting", { database: location, error: why });
+    broken = true;
+    schedule();
+  };
+  const schedule = () => {
+    if (closed || retry) return;
+    retry = setTimeout(() => {
+      retry = undefined;
+      void connect().catch(() => schedule());
+    }, FEED_RETRY_MS);
+  };
+  const connect = async () => {
+    const c = new pg.Client({ connectionString: url, application_name: "agent-workspace changes" });
+    c.on("error", (err) => lost(c, err.message));
+    c.on("end", () => lost(c, "connection closed"));
+    c.on("notification", (msg) => {
+      if (msg.channel !== CHANGES_CHANNEL || !msg.payload) return;
+      let change: StoreChange;
+      try {
+        change = JSON.parse(msg.payload) as StoreChange;
+      } catch {
+        return;
+      }
+      for (const s of subscribers) s.onChange(change);
+    });
+    try {
+      await c.connect();
+      await c.query(`LISTEN ${CHANGES_CHANNEL}`);
+    } catch (err) {
+      await c.end().catch(() => undefined);
+      throw err;
+    }
+    if (closed) {
+      await c.end().catch(() => undefined);
+      return;
+    }
+    client = c;
+    if (broken) {
+      broken = false;
+      logger.info("database change feed back", { database: location });
+      for (const s of subscribers) s.onResync();
+    }
+  };
+  await connect();
+  return {
+    subscribe(onChange, onResync) {
+      const s = { onChange, onResync };
+      subscribers.add(s);
+      return () => subscribers.delete(s);
+    },
+    async close() {
+      closed = true;
+      clearTimeout(retry);
+      const c = client;
+      client = undefined;
+      await c?.end().catch(() => undefined);
+    },
+  };
+}
+
 type LegacyRecord = Omit<WorkspaceRecord, "createdAt"> & { createdAt: string };
 type AuditRow = { id: string; start_us: string; trace_id: string; span_id: string; workspace_id: string; session_id: string; agent_type: string; tool: string; outcome: string; record: string };
 
@@ -203,6 +287,13 @@ export async function openPostgresStore(url: string, logger: Logger, migrations:
     throw new StoreError(`cannot open the database ${location}: ${(err as Error).message}`, { cause: err });
   }
   const audit = auditStore(pool);
+  let changes: Awaited<ReturnType<typeof changeFeed>>;
+  try {
+    changes = await changeFeed(url, logger, location);
+  } catch (err) {
+    await pool.end().catch(() => undefined);
+    throw new StoreError(`cannot open the database ${location}: ${(err as Error).message}`, { cause: err });
+  }
   let closed = false;
   return {
     location,
@@ -293,9 +384,11 @@ export async function openPostgresStore(url: string, logger: Logger, migrations:
       },
     },
     audit,
+    changes,
     async close() {
       if (closed) return;
       closed = true;
+      await changes.close();
       await audit.drained();
       await pool.end();
     },

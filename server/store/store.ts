@@ -130,6 +130,22 @@ export interface ProcessStore {
   deleteWorkspace(workspaceId: string): Promise<void>;
 }
 
+/** A committed change another server (or an operator) made: the table and the row's id. */
+export interface StoreChange {
+  table: string;
+  id: string;
+}
+
+/** What a store shared by several servers tells each of them. */
+export interface ChangeFeed {
+  /**
+   * Calls `onChange` for every change committed to a table that announces them (agent types),
+   * whoever made it, and `onResync` after the feed was interrupted and is back (changes may have
+   * been missed: reload everything). Returns how to stop listening.
+   */
+  subscribe(onChange: (change: StoreChange) => void, onResync: () => void): () => void;
+}
+
 /** The whole durable state. */
 export interface Store {
   workspaces: WorkspaceStore;
@@ -138,6 +154,8 @@ export interface Store {
   processes: ProcessStore;
   /** The audit trail: written off the event loop, in batches. */
   audit: AuditStore;
+  /** Changes made by other servers sharing the database; absent for a store only one server uses (SQLite). */
+  changes?: ChangeFeed;
   /** Where the state lives, for the start log (a file path; never credentials). */
   readonly location: string;
   /** Closes the database; resolves once nothing (the audit writer included) touches its files any more. */
