@@ -14,13 +14,9 @@
  */
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { AuditService } from "../gen/agentworkspace/v1/audit_pb.js";
-import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
-import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
-import { SessionStatus, WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { startPostgres } from "../test/helpers/postgres.ts";
+import { clientsOf } from "../test/helpers/store-crash.ts";
 import { type Measure, type SectionResult, interleave } from "./context.ts";
 import type { Row } from "./report.ts";
 import { startServerProcess } from "./server-process.ts";
@@ -37,18 +33,6 @@ export interface DatabaseOptions {
 const STORES = ["sqlite", "postgres"] as const;
 type StoreName = (typeof STORES)[number];
 const OPS = ["session start → ACTIVE + end", "UpdateAgentType", "ListAuditEvents (50)", "tool calls (Bash, ReadFile, WriteFile in turn)"] as const;
-
-function clientsOf(url: string) {
-  const sessions = new Http2SessionManager(url);
-  const transport = createGrpcTransport({ baseUrl: url, sessionManager: sessions });
-  return {
-    config: createClient(ConfigService, transport),
-    workspaces: createClient(WorkspaceService, transport),
-    tools: createClient(ToolService, transport),
-    audit: createClient(AuditService, transport),
-    close: () => sessions.abort(),
-  };
-}
 
 /** The four series of one server. */
 async function seriesOf(name: StoreName, url: string): Promise<{ series: Record<string, Measure>; close(): Promise<void> }> {

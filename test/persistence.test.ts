@@ -14,23 +14,8 @@ import test from "ava";
 import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
-import { refusedStart, startServerProcess, waitDead, type ServerProcess } from "./helpers/process.ts";
-
-function clientsOf(url: string) {
-  const sessions = new Http2SessionManager(url);
-  const transport = createGrpcTransport({ baseUrl: url, sessionManager: sessions });
-  return {
-    config: createClient(ConfigService, transport),
-    workspaces: createClient(WorkspaceService, transport),
-    tools: createClient(ToolService, transport),
-    close: () => sessions.abort(),
-  };
-}
-
-async function kill9(server: ServerProcess): Promise<void> {
-  process.kill(-(server.child.pid as number), "SIGKILL");
-  await waitDead([server.serverPid], 10_000);
-}
+import { refusedStart, startServerProcess, waitDead } from "./helpers/process.ts";
+import { clientsOf, kill9, killDuringUpdates } from "./helpers/store-crash.ts";
 
 async function withDataDir(fn: (dir: string) => Promise<void>): Promise<void> {
   const dir = await mkdtemp(path.join(tmpdir(), "aw-db-"));
@@ -53,20 +38,7 @@ test("a server killed with SIGKILL between updates restarts with every agent typ
       workspaceId = (await c.workspaces.createWorkspace({ agentType: "survivor" })).workspace?.id ?? "";
       await c.tools.bash({ workspaceId, command: "echo kept > note.txt" });
       // Updates one after another; the kill lands while one is in flight.
-      let stopped = false;
-      const updates = (async () => {
-        for (let i = 1; ; i++) {
-          await c.config.updateAgentType({ agentType: { id: "survivor", description: `update ${i}` } });
-          confirmed = i;
-        }
-      })().catch(() => {
-        stopped = true;
-      });
-      while (confirmed < 25 && !stopped) await new Promise((r) => setTimeout(r, 5));
-      // At least 25: a fast server confirms another one or two before this loop looks again.
-      t.true(confirmed >= 25 && !stopped, `updates were being confirmed when the kill came (${confirmed})`);
-      await kill9(first);
-      await updates;
+      confirmed = await killDuringUpdates(t, first, c.config, "survivor");
     } finally {
       c.close();
       if (first.child.exitCode === null) await kill9(first);

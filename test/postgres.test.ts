@@ -18,28 +18,8 @@ import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { SessionStatus, WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { type Postgres, postgresGate, startPostgres } from "./helpers/postgres.ts";
-import { refusedStart, startServerProcess, waitDead, type ServerProcess } from "./helpers/process.ts";
-
-function clientsOf(url: string, token?: string) {
-  const sessions = new Http2SessionManager(url);
-  const auth: Interceptor = (next) => (req) => {
-    if (token) req.header.set("authorization", `Bearer ${token}`);
-    return next(req);
-  };
-  const transport = createGrpcTransport({ baseUrl: url, sessionManager: sessions, interceptors: [auth] });
-  return {
-    config: createClient(ConfigService, transport),
-    workspaces: createClient(WorkspaceService, transport),
-    tools: createClient(ToolService, transport),
-    audit: createClient(AuditService, transport),
-    close: () => sessions.abort(),
-  };
-}
-
-async function kill9(server: ServerProcess): Promise<void> {
-  process.kill(-(server.child.pid as number), "SIGKILL");
-  await waitDead([server.serverPid], 10_000);
-}
+import { refusedStart, startServerProcess, type ServerProcess } from "./helpers/process.ts";
+import { clientsOf, kill9, killDuringUpdates } from "./helpers/store-crash.ts";
 
 /** Polls `read` every 50 ms for up to 5 s until `done` holds for its value (default: defined); returns the last value. */
 async function eventually<T>(read: () => Promise<T>, done: (v: T) => boolean = (v) => v !== undefined && v !== false): Promise<T> {
@@ -48,6 +28,24 @@ async function eventually<T>(read: () => Promise<T>, done: (v: T) => boolean = (
     const v = await read();
     if (done(v) || Date.now() > deadline) return v;
     await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Two server processes on a new database `db` of the cluster, with their clients; removed again after `fn`. */
+async function twoServers(db: string, fn: (pg: Postgres, servers: ServerProcess[], clients: Array<ReturnType<typeof clientsOf>>) => Promise<void>): Promise<void> {
+  const pg = await cluster();
+  const url = await pg.createDatabase(db);
+  const dirs = [await mkdtemp(path.join(tmpdir(), "aw-pgsrv-")), await mkdtemp(path.join(tmpdir(), "aw-pgsrv-"))];
+  const servers: ServerProcess[] = [];
+  const clients: Array<ReturnType<typeof clientsOf>> = [];
+  try {
+    for (const dataDir of dirs) servers.push(await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_DATABASE_URL: url } }));
+    for (const s of servers) clients.push(clientsOf(s.url));
+    await fn(pg, servers, clients);
+  } finally {
+    for (const c of clients) c.close();
+    for (const s of servers) await kill9(s);
+    for (const d of dirs) await rm(d, { recursive: true, force: true });
   }
 }
 
@@ -84,19 +82,7 @@ if (postgresGate(test, "the server on PostgreSQL")) {
         agent.close();
         // Every call above was answered more than a second before the kill: its record is committed.
         await new Promise((r) => setTimeout(r, 1200));
-        let stopped = false;
-        const updates = (async () => {
-          for (let i = 1; ; i++) {
-            await c.config.updateAgentType({ agentType: { id: "survivor", description: `update ${i}` } });
-            confirmed = i;
-          }
-        })().catch(() => {
-          stopped = true;
-        });
-        while (confirmed < 25 && !stopped) await new Promise((r) => setTimeout(r, 5));
-        t.true(confirmed >= 25 && !stopped, `updates were being confirmed when the kill came (${confirmed})`);
-        await kill9(first);
-        await updates;
+        confirmed = await killDuringUpdates(t, first, c.config, "survivor");
       } finally {
         c.close();
         if (first.child.exitCode === null) await kill9(first);
@@ -132,82 +118,54 @@ if (postgresGate(test, "the server on PostgreSQL")) {
   });
 
   test("two servers on one database: an agent type created, changed and deleted on one is followed by the other, also after its change feed was cut", async (t) => {
-    const pg = await cluster();
-    const url = await pg.createDatabase("two_servers_follow");
-    const dirs = [await mkdtemp(path.join(tmpdir(), "aw-pgsrv-")), await mkdtemp(path.join(tmpdir(), "aw-pgsrv-"))];
-    const servers: ServerProcess[] = [];
-    try {
-      for (const dataDir of dirs) servers.push(await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_DATABASE_URL: url } }));
-      const [a, b] = servers.map((s) => clientsOf(s.url));
-      try {
-        await a.config.createAgentType({ agentType: { id: "followed", description: "v1", workspace: { enabled: true, tools: ["bash", "read"] } } });
-        t.is(await eventually(async () => (await b.config.getAgentType({ id: "followed" }).catch(() => undefined))?.agentType?.description), "v1");
-        // A tool taken away on one server is refused by the other.
-        await a.config.updateWorkspaceConfig({ agentTypeId: "followed", workspaceConfig: { enabled: true, tools: ["read"] } });
-        t.deepEqual(await eventually(async () => (await b.config.getAgentType({ id: "followed" })).agentType?.workspace?.tools, (tools) => tools?.length === 1), ["read"]);
-        const ws = (await b.workspaces.createWorkspace({ agentType: "followed" })).workspace?.id ?? "";
-        await t.throwsAsync(b.tools.bash({ workspaceId: ws, command: "true" }), { message: /Tool 'bash' is not enabled for this agent type/ });
-        await b.workspaces.deleteWorkspace({ id: ws });
-        // Every change feed is cut; a change made before they are back is still followed (a resync).
-        const cut = await pg.query("two_servers_follow", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'agent-workspace changes' AND datname = current_database()");
-        t.is(cut.rowCount, 2);
-        await a.config.updateAgentType({ agentType: { id: "followed", description: "changed while cut" } });
-        t.is(await eventually(async () => (await b.config.getAgentType({ id: "followed" })).agentType?.description, (d) => d === "changed while cut"), "changed while cut");
-        t.true(await eventually(async () => /database change feed back/.test(servers[1].stderr())));
-        t.regex(servers[1].stderr(), /database change feed lost; reconnecting/);
-        await a.config.deleteAgentType({ id: "followed" });
-        t.is(await eventually(async () => (await b.config.getAgentType({ id: "followed" }).catch((e: Error) => e.message)) as unknown as string, (m) => typeof m === "string"), "[not_found] Agent type 'followed' not found");
-      } finally {
-        a.close();
-        b.close();
-      }
-    } finally {
-      for (const s of servers) await kill9(s);
-      for (const d of dirs) await rm(d, { recursive: true, force: true });
-    }
+    await twoServers("two_servers_follow", async (pg, servers, [a, b]) => {
+      await a.config.createAgentType({ agentType: { id: "followed", description: "v1", workspace: { enabled: true, tools: ["bash", "read"] } } });
+      t.is(await eventually(async () => (await b.config.getAgentType({ id: "followed" }).catch(() => undefined))?.agentType?.description), "v1");
+      // A tool taken away on one server is refused by the other.
+      await a.config.updateWorkspaceConfig({ agentTypeId: "followed", workspaceConfig: { enabled: true, tools: ["read"] } });
+      t.deepEqual(await eventually(async () => (await b.config.getAgentType({ id: "followed" })).agentType?.workspace?.tools, (tools) => tools?.length === 1), ["read"]);
+      const ws = (await b.workspaces.createWorkspace({ agentType: "followed" })).workspace?.id ?? "";
+      await t.throwsAsync(b.tools.bash({ workspaceId: ws, command: "true" }), { message: /Tool 'bash' is not enabled for this agent type/ });
+      await b.workspaces.deleteWorkspace({ id: ws });
+      // Every change feed is cut; a change made before they are back is still followed (a resync).
+      const cut = await pg.query("two_servers_follow", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'agent-workspace changes' AND datname = current_database()");
+      t.is(cut.rowCount, 2);
+      await a.config.updateAgentType({ agentType: { id: "followed", description: "changed while cut" } });
+      t.is(await eventually(async () => (await b.config.getAgentType({ id: "followed" })).agentType?.description, (d) => d === "changed while cut"), "changed while cut");
+      t.true(await eventually(async () => /database change feed back/.test(servers[1].stderr())));
+      t.regex(servers[1].stderr(), /database change feed lost; reconnecting/);
+      await a.config.deleteAgentType({ id: "followed" });
+      t.is(await eventually(async () => (await b.config.getAgentType({ id: "followed" }).catch((e: Error) => e.message)) as unknown as string, (m) => typeof m === "string"), "[not_found] Agent type 'followed' not found");
+    });
   });
 
   test("two servers writing one agent type at once: each loser is ABORTED / CONCURRENT_MODIFICATION, nothing is overwritten unseen, and a retry applies", async (t) => {
-    const pg = await cluster();
-    const url = await pg.createDatabase("two_servers_race");
-    const dirs = [await mkdtemp(path.join(tmpdir(), "aw-pgsrv-")), await mkdtemp(path.join(tmpdir(), "aw-pgsrv-"))];
-    const servers: ServerProcess[] = [];
-    try {
-      for (const dataDir of dirs) servers.push(await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_DATABASE_URL: url } }));
-      const [a, b] = servers.map((s) => clientsOf(s.url));
-      try {
-        await a.config.createAgentType({ agentType: { id: "raced", description: "v0" } });
-        await eventually(async () => (await b.config.getAgentType({ id: "raced" }).catch(() => undefined))?.agentType?.revision);
-        let applied = 0;
-        let conflicts = 0;
-        for (let round = 0; round < 30 && conflicts < 3; round++) {
-          const outcomes = await Promise.allSettled([a, b].map((c, i) => c.config.updateAgentType({ agentType: { id: "raced", description: `round ${round} by ${"ab"[i]}` } })));
-          for (const o of outcomes) {
-            if (o.status === "fulfilled") {
-              applied++;
-              continue;
-            }
-            conflicts++;
-            t.regex(String(o.reason), /\[aborted\] Agent type 'raced' was changed by another server since revision \d+; read it again and retry/);
-            const detail = (o.reason as { findDetails: (s: unknown) => Array<{ reason: number; metadata: Record<string, string> }> }).findDetails(ErrorDetailSchema)[0];
-            t.is(detail.reason, ErrorReason.CONCURRENT_MODIFICATION);
-            t.is(detail.metadata.agent_type, "raced");
+    await twoServers("two_servers_race", async (pg, _servers, [a, b]) => {
+      await a.config.createAgentType({ agentType: { id: "raced", description: "v0" } });
+      await eventually(async () => (await b.config.getAgentType({ id: "raced" }).catch(() => undefined))?.agentType?.revision);
+      let applied = 0;
+      let conflicts = 0;
+      for (let round = 0; round < 30 && conflicts < 3; round++) {
+        const outcomes = await Promise.allSettled([a, b].map((c, i) => c.config.updateAgentType({ agentType: { id: "raced", description: `round ${round} by ${"ab"[i]}` } })));
+        for (const o of outcomes) {
+          if (o.status === "fulfilled") {
+            applied++;
+            continue;
           }
+          conflicts++;
+          t.regex(String(o.reason), /\[aborted\] Agent type 'raced' was changed by another server since revision \d+; read it again and retry/);
+          const detail = (o.reason as { findDetails: (s: unknown) => Array<{ reason: number; metadata: Record<string, string> }> }).findDetails(ErrorDetailSchema)[0];
+          t.is(detail.reason, ErrorReason.CONCURRENT_MODIFICATION);
+          t.is(detail.metadata.agent_type, "raced");
         }
-        t.true(conflicts > 0, "two writers at once met at least once in 30 rounds");
-        // Every applied update is a revision; none was lost or applied twice.
-        const stored = (await pg.query("two_servers_race", "SELECT revision::int AS r FROM agent_types WHERE id = 'raced'")).rows[0].r as number;
-        t.is(stored, 1 + applied);
-        // The loser's copy was refreshed: its retry applies on the current revision.
-        t.is((await b.config.updateAgentType({ agentType: { id: "raced", description: "retried" } })).agentType?.revision, BigInt(stored + 1));
-      } finally {
-        a.close();
-        b.close();
       }
-    } finally {
-      for (const s of servers) await kill9(s);
-      for (const d of dirs) await rm(d, { recursive: true, force: true });
-    }
+      t.true(conflicts > 0, "two writers at once met at least once in 30 rounds");
+      // Every applied update is a revision; none was lost or applied twice.
+      const stored = (await pg.query("two_servers_race", "SELECT revision::int AS r FROM agent_types WHERE id = 'raced'")).rows[0].r as number;
+      t.is(stored, 1 + applied);
+      // The loser's copy was refreshed: its retry applies on the current revision.
+      t.is((await b.config.updateAgentType({ agentType: { id: "raced", description: "retried" } })).agentType?.revision, BigInt(stored + 1));
+    });
   });
 
   test("a URL that is not PostgreSQL's, and a database that cannot be reached, stop the start without showing a password", async (t) => {
