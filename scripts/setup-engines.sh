@@ -36,6 +36,11 @@
 #      `modprobe loop` if it is missing), mkfs.ext4 (e2fsprogs) and mount -o loop,
 #      by making, mounting and removing a 16 MiB image. Container workspaces get
 #      their disk limit from such an image (providers/disk-image.ts).
+#   6. Raises kernel.pid_max to 4194304 (what systemd sets on 64-bit hosts) when it
+#      is lower: every thread takes a pid, and gVisor's ptrace platform runs host
+#      threads for its guests' tasks, so a dozen gVisor sandboxes beside a fork-bombed
+#      one reached the kernel's default 32768 here (30,706 threads in runsc alone),
+#      and dockerd's next fork failed with EAGAIN.
 #
 # The container-level check (`docker run --runtime=runsc ...`) needs an image;
 # it lives in scripts/build-base-image.sh, which CI runs right after this.
@@ -236,9 +241,23 @@ install_runsc_wrapper() {
   fi
 }
 
+# --- 6. room for threads -------------------------------------------------------
+raise_pid_max() {
+  local want=4194304 cur
+  cur=$(cat /proc/sys/kernel/pid_max)
+  if [ "$cur" -ge "$want" ]; then
+    say "kernel.pid_max: $cur"
+  elif echo "$want" > /proc/sys/kernel/pid_max 2>/dev/null; then
+    say "kernel.pid_max: raised from $cur to $want"
+  else
+    say "kernel.pid_max: $cur, and it cannot be raised here; many gVisor sandboxes at once may exhaust it"
+  fi
+}
+
 # --- main --------------------------------------------------------------------
 install_packages
 install_runsc_wrapper
+raise_pid_max
 
 json_state=$(merge_daemon_json)
 say "daemon.json: $json_state ($DAEMON_JSON)"

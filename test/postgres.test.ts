@@ -73,6 +73,8 @@ if (postgresGate(test, "the server on PostgreSQL")) {
         await c.config.createAgentType({ agentType: { id: "survivor", workspace: { enabled: true, tools: ["bash", "read", "list"] } } });
         workspaceId = (await c.workspaces.createWorkspace({ agentType: "survivor" })).workspace?.id ?? "";
         await c.tools.bash({ workspaceId, command: "echo kept > note.txt" });
+        // The database's URL is the server's, never a command's.
+        t.notRegex((await c.tools.bash({ workspaceId, command: "env" })).stdout, /DATABASE_URL|postgres/i);
         const session = await c.workspaces.startSession({ agentType: "survivor" });
         token = session.sessionToken;
         sessionId = session.session?.id ?? "";

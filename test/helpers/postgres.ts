@@ -64,8 +64,10 @@ export async function startPostgres(): Promise<Postgres> {
   const child: ChildProcess = spawn(path.join(bin, "postgres"), ["-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "max_connections=200", "-c", "shared_buffers=32MB"], {
     ...as,
     stdio: ["ignore", "ignore", "pipe"],
-    detached: true,
   });
+  // A test process that dies without stopping the cluster (a crash, a timeout) takes it along.
+  const orphaned = () => child.kill("SIGQUIT");
+  process.once("exit", orphaned);
   let log = "";
   child.stderr?.on("data", (d: Buffer) => (log = (log + d.toString()).slice(-4000)));
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
@@ -104,6 +106,7 @@ export async function startPostgres(): Promise<Postgres> {
       return url(name);
     },
     async stop() {
+      process.off("exit", orphaned);
       if (child.exitCode === null) {
         child.kill("SIGINT");
         const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
