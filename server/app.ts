@@ -166,7 +166,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     egressAllowed: settings.providers.docker.egressNetwork !== "" && built.providers.some((p) => p.name === "docker"),
     maxTimeoutMs: settings.toolLimits.maxTimeoutMs,
     mountRoots,
-  }, store.changes);
+  }, store.changes, logger);
   await agentTypes.init();
   if (settings.agentTypesFile !== "") {
     try {

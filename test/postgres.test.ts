@@ -141,6 +141,23 @@ if (postgresGate(test, "the server on PostgreSQL")) {
     });
   });
 
+  test("an operator's SQL change is followed too; a reload that fails (the table gone a moment) is retried until it succeeds", async (t) => {
+    await twoServers("two_servers_retry", async (pg, servers, [a, b]) => {
+      await a.config.createAgentType({ agentType: { id: "edited", description: "v1" } });
+      await eventually(async () => (await b.config.getAgentType({ id: "edited" }).catch(() => undefined))?.agentType?.revision);
+      // One transaction: the change (announced on commit) and the table renamed, so the reload it causes fails.
+      await pg.query(
+        "two_servers_retry",
+        `BEGIN; UPDATE agent_types SET body = jsonb_set(body::jsonb, '{description}', '"by SQL"')::text, revision = revision + 1 WHERE id = 'edited'; ALTER TABLE agent_types RENAME TO agent_types_away; COMMIT;`,
+      );
+      t.true(await eventually(async () => /agent types could not be reloaded after another server changed them; retrying/.test(servers[1].stderr())));
+      t.is((await b.config.getAgentType({ id: "edited" })).agentType?.description, "v1", "the copy is kept while the reload fails");
+      await pg.query("two_servers_retry", "ALTER TABLE agent_types_away RENAME TO agent_types");
+      t.is(await eventually(async () => (await b.config.getAgentType({ id: "edited" })).agentType?.description, (d) => d === "by SQL"), "by SQL");
+      t.is((await a.config.getAgentType({ id: "edited" })).agentType?.revision, 2n);
+    });
+  });
+
   test("two servers writing one agent type at once: each loser is ABORTED / CONCURRENT_MODIFICATION, nothing is overwritten unseen, and a retry applies", async (t) => {
     await twoServers("two_servers_race", async (pg, _servers, [a, b]) => {
       await a.config.createAgentType({ agentType: { id: "raced", description: "v0" } });

@@ -8,6 +8,7 @@ import { clone, create, fromJsonString, toJsonString } from "@bufbuild/protobuf"
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { type AgentType, AgentTypeSchema, type WorkspaceConfig } from "../../gen/agentworkspace/v1/config_pb.js";
 import { DomainError } from "../../core/errors.ts";
+import type { Logger } from "../logger.ts";
 import type { AgentTypeStore, ChangeFeed, StoredAgentType } from "../store/store.ts";
 import { normalizeWorkspaceConfig, validateAgentTypeId, type ValidationContext } from "./validate.ts";
 
@@ -41,11 +42,14 @@ export class AgentTypes {
   #writes: Promise<unknown> = Promise.resolve();
 
   readonly #changes: ChangeFeed | undefined;
+  readonly #logger: Logger | undefined;
+  #retry: NodeJS.Timeout | undefined;
 
-  constructor(store: AgentTypeStore, ctx: ValidationContext, changes?: ChangeFeed) {
+  constructor(store: AgentTypeStore, ctx: ValidationContext, changes?: ChangeFeed, logger?: Logger) {
     this.#store = store;
     this.#ctx = ctx;
     this.#changes = changes;
+    this.#logger = logger;
   }
 
   /**
@@ -55,7 +59,17 @@ export class AgentTypes {
    * committed while loading is heard.
    */
   async init(): Promise<void> {
-    const reload = () => void this.#serial(() => this.#reload()).catch(() => undefined);
+    // A reload that fails (the database unreachable a moment) is tried again every second until
+    // one succeeds: a copy left stale would keep allowing what another server took away.
+    const reload = () => {
+      clearTimeout(this.#retry);
+      this.#retry = undefined;
+      void this.#serial(() => this.#reload()).catch((err: unknown) => {
+        this.#logger?.warn("agent types could not be reloaded after another server changed them; retrying", { error: (err as Error).message });
+        this.#retry = setTimeout(reload, 1000);
+        this.#retry.unref();
+      });
+    };
     this.#changes?.subscribe((change) => {
       if (change.table === "agent_types") reload();
     }, reload);
