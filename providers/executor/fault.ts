@@ -24,6 +24,7 @@ export type FaultReason =
   | "STDIN_CLOSED"
   | "NOT_A_TERMINAL"
   | "PORT_NOT_LISTENING"
+  | "PROVIDER_UNAVAILABLE"
   | "INTERNAL";
 
 /** The wire form of a fault. */

@@ -455,7 +455,10 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
         case "exited":
           // Before the answer: the next command must not find what this one left unsealed.
           if (req.sweep !== false) sweepAfter(req.root);
-          finish(id, F.EXITED, json(ev.exit));
+          // Killed because this executor is stopping (a signal to the server's process group
+          // reaches it before the server has ended its calls): that is no answer of the command's.
+          if (signalled) fail(id, new Fault("PROVIDER_UNAVAILABLE", "the workspace's executor was stopped by a signal while the command ran; the command was killed"));
+          else finish(id, F.EXITED, json(ev.exit));
           break;
       }
     }
@@ -919,7 +922,10 @@ process.stdin.on("data", (chunk: Buffer) => {
  * SIGTERM, SIGINT or SIGHUP: a signal to the server's process group reaches this child too.
  */
 let stopping = false;
-function stop(): void {
+/** Stopped by a signal, not by the server closing stdin. */
+let signalled = false;
+function stop(signal?: NodeJS.Signals): void {
+  if (typeof signal === "string") signalled = true;
   if (stopping) return;
   stopping = true;
   tunnels.close();
@@ -930,5 +936,5 @@ function stop(): void {
   if (markerDir !== undefined) rmSync(markerDir, { recursive: true, force: true });
   setTimeout(() => process.exit(0), 200);
 }
-process.stdin.on("end", stop);
+process.stdin.on("end", () => stop());
 for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"] as const) process.on(sig, stop);
