@@ -73,7 +73,8 @@ export type Reason =
   | "NOT_A_TERMINAL"
   | "PORT_NOT_LISTENING"
   | "PORT_NOT_EXPOSED"
-  | "CONCURRENT_MODIFICATION";
+  | "CONCURRENT_MODIFICATION"
+  | "DATABASE_UNAVAILABLE";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

@@ -51,6 +51,7 @@ import { SettingsError, type Settings } from "./settings.ts";
 import { openPostgresStore } from "./store/postgres-store.ts";
 import { openSqliteStore } from "./store/sqlite-store.ts";
 import { StoreError } from "./store/store.ts";
+import { relayEvents } from "./audit/event-relay.ts";
 import type { Store } from "./store/store.ts";
 import { createToolAccess } from "./tool-access.ts";
 import { checkToolRegistry, TOOL_NAMES } from "./tools/registry.ts";
@@ -148,6 +149,8 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     },
     exporters: overrides.spanExporters,
   });
+  // Servers sharing a database see each other's live events (WatchEvents on any of them).
+  const relay = store.changes ? relayEvents(audit.hub, store.changes) : undefined;
   // Workspaces of container providers already on record keep their providers registered even
   // when the engine is down at start, so their calls fail with UNAVAILABLE and recover later.
   const onRecord = new Set((await store.workspaces.load()).map((r) => r.provider));
@@ -428,6 +431,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       await workspaces.close();
       egress.close();
       await audit.close();
+      relay?.close();
       await store.close();
     },
   };

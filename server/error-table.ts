@@ -85,4 +85,5 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   PORT_NOT_EXPOSED: { code: Code.NotFound, reason: ErrorReason.PORT_NOT_EXPOSED },
   // ABORTED like PATH_CHANGED: a conflict the caller resolves by reading again and retrying.
   CONCURRENT_MODIFICATION: { code: Code.Aborted, reason: ErrorReason.CONCURRENT_MODIFICATION },
+  DATABASE_UNAVAILABLE: { code: Code.Unavailable, reason: ErrorReason.DATABASE_UNAVAILABLE },
 };

@@ -12,11 +12,11 @@ import path from "node:path";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import test from "ava";
-import { AuditService } from "../gen/agentworkspace/v1/audit_pb.js";
+import { AuditService, type WatchEventsResponse } from "../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
-import { SessionStatus, WorkspaceService } from "../gen/agentworkspace/v1/workspace_pb.js";
+import { SessionStatus, WorkspaceService, WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { type Postgres, postgresGate, startPostgres } from "./helpers/postgres.ts";
 import { refusedStart, startServerProcess, type ServerProcess } from "./helpers/process.ts";
 import { clientsOf, kill9, killDuringUpdates } from "./helpers/store-crash.ts";
@@ -185,6 +185,102 @@ if (postgresGate(test, "the server on PostgreSQL")) {
       // The loser's copy was refreshed: its retry applies on the current revision.
       t.is((await b.config.updateAgentType({ agentType: { id: "raced", description: "retried" } })).agentType?.revision, BigInt(stored + 1));
     });
+  });
+
+  test("two servers on one database: WatchEvents on one sees the other's workspaces, sessions, tool calls, file changes and an event too large for a notification, in order, and a gap marker after its feed was cut", async (t) => {
+    await twoServers("two_servers_events", async (pg, _servers, [a, b]) => {
+      const watch = new AbortController();
+      const seen: WatchEventsResponse[] = [];
+      const reading = (async () => {
+        try {
+          for await (const ev of b.audit.watchEvents({}, { signal: watch.signal })) seen.push(ev);
+        } catch {
+          // Ends with the abort.
+        }
+      })();
+      try {
+        await eventually(async () => seen.some((e) => e.event.case === "started"));
+        const { workspace } = await a.workspaces.createWorkspace({});
+        const ws = workspace!.id;
+        const statuses = await eventually(
+          async () => seen.filter((e) => e.event.case === "workspaceStatus" && e.event.value.workspaceId === ws).map((e) => (e.event.value as { status: WorkspaceStatus }).status),
+          (v) => v.length >= 2,
+        );
+        t.deepEqual(statuses, [WorkspaceStatus.CREATING, WorkspaceStatus.READY]);
+        // A command's file changes are scanned for because a watcher elsewhere wants them.
+        await a.tools.bash({ workspaceId: ws, command: "echo one > made-by-a.txt" });
+        const changed = await eventually(async () => seen.find((e) => e.event.case === "fileChanged" && e.event.value.path === "made-by-a.txt"));
+        t.truthy(changed, "the file change on the other server is seen");
+        const calls = seen.filter((e) => (e.event.case === "toolCallStarted" || e.event.case === "toolCallFinished") && e.event.value.call?.workspaceId === ws && e.event.value.call.tool === "bash");
+        t.deepEqual(
+          calls.map((e) => `${e.event.case} ${(e.event.value as { call?: { tool: string } }).call?.tool}`),
+          ["toolCallStarted bash", "toolCallFinished bash"],
+        );
+        // A session, and an agent message of 9 KB (3,000 three-byte characters; longer texts are
+        // cut at about 3,600 characters): its record travels through the live_events table.
+        await a.config.createAgentType({ agentType: { id: "watched", workspace: { enabled: true, provider: "local", tools: ["bash"] } } });
+        const started = await a.workspaces.startSession({ agentType: "watched" });
+        const sid = started.session!.id;
+        t.true(await eventually(async () => seen.some((e) => e.event.case === "sessionStatus" && e.event.value.sessionId === sid && e.event.value.status === SessionStatus.ACTIVE)));
+        const text = `long note ${"€".repeat(3000)} end`;
+        const posted = await a.audit.postAgentMessage({ sessionId: sid, text });
+        const big = await eventually(async () => seen.find((e) => e.event.case === "agentMessage" && e.event.value.event?.spanId === posted.spanId));
+        t.true(big?.event.case === "agentMessage" && big.event.value.event?.agentMessage?.text === text, "the 9 KB message arrived whole");
+        t.true(Number((await pg.query("two_servers_events", "SELECT count(*) AS n FROM live_events")).rows[0].n) >= 1, "the large event went through the table");
+        // The feed cut: a gap marker (count 0), then events again.
+        await pg.query("two_servers_events", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'agent-workspace changes'");
+        t.truthy(await eventually(async () => seen.find((e) => e.event.case === "eventsDropped")));
+        const gap = seen.find((e) => e.event.case === "eventsDropped");
+        t.is(gap?.event.case === "eventsDropped" ? gap.event.value.count : -1n, 0n);
+        await a.tools.bash({ workspaceId: ws, command: "echo two > after-the-gap.txt" });
+        t.truthy(await eventually(async () => seen.find((e) => e.event.case === "fileChanged" && e.event.value.path === "after-the-gap.txt")));
+      } finally {
+        watch.abort();
+        await reading;
+      }
+    });
+  });
+
+  test("the database going away while the server runs: calls that need it are UNAVAILABLE / DATABASE_UNAVAILABLE, the rest are served, and all is well once it is back", async (t) => {
+    // A cluster of its own: the others' tests keep theirs.
+    const own = await startPostgres();
+    const url = await own.createDatabase("outage");
+    const dataDir = await mkdtemp(path.join(tmpdir(), "aw-pgsrv-"));
+    const s = await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_DATABASE_URL: url } });
+    const c = clientsOf(s.url);
+    const detail = (err: unknown) => (err as { findDetails: (s: unknown) => Array<{ reason: number; message: string }> }).findDetails(ErrorDetailSchema)[0];
+    try {
+      await c.config.createAgentType({ agentType: { id: "kept", description: "v1" } });
+      const { workspace } = await c.workspaces.createWorkspace({});
+      await own.halt();
+      for (const call of [
+        () => c.config.updateAgentType({ agentType: { id: "kept", description: "v2" } }),
+        () => c.audit.listAuditEvents({}),
+        () => c.workspaces.createWorkspace({}),
+      ]) {
+        const err = await call().then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        t.regex(String(err), /^ConnectError: \[unavailable\] The server's database is unavailable at the moment; nothing was changed\. Retry$/);
+        t.is(detail(err)?.reason, ErrorReason.DATABASE_UNAVAILABLE);
+        t.notRegex(String(err), /outage|aw-pg-|ECONNREFUSED|ENOENT/, "the database's location and the driver's error stay in the log");
+      }
+      // What needs no database is still served: the agent types' copy, a tool call (its audit record waits).
+      t.is((await c.config.getAgentType({ id: "kept" })).agentType?.description, "v1");
+      t.is((await c.tools.bash({ workspaceId: workspace!.id, command: "echo during" })).stdout, "during\n");
+      t.regex(s.stderr(), /"code":"Unavailable","reason":"ERROR_REASON_DATABASE_UNAVAILABLE".*the database cannot be reached/);
+      await own.resume();
+      t.is((await eventually(async () => (await c.config.updateAgentType({ agentType: { id: "kept", description: "v2" } }).catch(() => undefined))?.agentType?.revision)), 2n);
+      // The tool call made during the outage was recorded once the database came back.
+      const recorded = await eventually(async () => (await c.audit.listAuditEvents({ workspaceId: workspace!.id, tool: "bash" }).catch(() => ({ events: [] }))).events.length, (n) => n > 0);
+      t.is(recorded, 1);
+    } finally {
+      c.close();
+      await kill9(s);
+      await rm(dataDir, { recursive: true, force: true });
+      await own.stop();
+    }
   });
 
   test("a URL that is not PostgreSQL's, and a database that cannot be reached, stop the start without showing a password", async (t) => {

@@ -442,7 +442,7 @@ class AuditCall {
   admitted(principal: Principal): void {
     this.#identify(principal);
     this.#span.setAttributes(this.#attrs);
-    if (this.#trail.hub.watchers === 0) return;
+    if (!this.#trail.hub.listened) return;
     const r = this.#snapshot();
     this.#trail.hub.publish({ time: new Date(), workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "toolCallStarted", value: r } });
   }
@@ -647,7 +647,7 @@ class StoreSpanProcessor implements SpanProcessor {
       this.#scheduled = true;
       setTimeout(() => this.flush(), BATCH_MS).unref();
     }
-    if (this.#hub.watchers === 0) return;
+    if (!this.#hub.listened) return;
     const time = new Date();
     this.#hub.publish({ time, workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "toolCallFinished", value: r } });
     const path = r.request.path;

@@ -37,6 +37,20 @@ class Watcher<T> {
     this.#capacity = capacity;
   }
 
+  get filter(): WatchFilter {
+    return this.#filter;
+  }
+
+  /** A gap of unknown size (events other servers sent while the feed from them was down): a marker of count 0. */
+  gap(time: Date): void {
+    const last = this.#queue.at(-1);
+    if (last?.kind === "dropped") last.count = 0;
+    else this.#queue.push({ kind: "dropped", count: 0, time });
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+  }
+
   /** Whether an event of this workspace and session passes the watcher's filter. */
   wants(workspaceId: string, sessionId: string): boolean {
     return (this.#filter.workspaceId === "" || workspaceId === this.#filter.workspaceId) && (this.#filter.sessionId === "" || sessionId === this.#filter.sessionId);
@@ -77,10 +91,22 @@ class Watcher<T> {
   }
 }
 
+/**
+ * What connects a hub to the other servers sharing a database (event-relay.ts): it receives this
+ * server's events, and says whether a watcher elsewhere wants an event.
+ */
+export interface HubLink<T> {
+  sent(event: LiveEvent<T>): void;
+  watchedElsewhere(workspaceId: string, sessionId: string): boolean;
+  /** The set of this server's watchers changed. */
+  watchersChanged(): void;
+}
+
 /** The hub. */
 export class EventHub<T> {
   readonly #watchers = new Set<Watcher<T>>();
   readonly #capacity: number;
+  #link: HubLink<T> | undefined;
 
   /** `capacity`: events one watcher may hold before it drops. */
   constructor(capacity: number) {
@@ -92,17 +118,45 @@ export class EventHub<T> {
     return this.#watchers.size;
   }
 
+  /** Whether a published event goes anywhere: a watcher here, or the other servers through the link. */
+  get listened(): boolean {
+    return this.#watchers.size > 0 || this.#link !== undefined;
+  }
+
   /**
    * Whether a watcher would receive an event of this workspace and session right now: work that
    * only produces events (a command's change scan) can be skipped when none would.
    */
   watching(workspaceId: string, sessionId: string): boolean {
     for (const w of this.#watchers) if (w.wants(workspaceId, sessionId)) return true;
-    return false;
+    return this.#link?.watchedElsewhere(workspaceId, sessionId) ?? false;
   }
 
+  /** An event of this server: to its watchers, and to the other servers' through the link. */
   publish(event: LiveEvent<T>): void {
     for (const w of this.#watchers) w.offer(event);
+    this.#link?.sent(event);
+  }
+
+  /** An event another server published: to this server's watchers only. */
+  deliver(event: LiveEvent<T>): void {
+    for (const w of this.#watchers) w.offer(event);
+  }
+
+  /** Tells every watcher that events may have been missed (count 0: unknown). */
+  gap(): void {
+    const now = new Date();
+    for (const w of this.#watchers) w.gap(now);
+  }
+
+  /** The filters of this server's watchers (one per watcher). */
+  filters(): WatchFilter[] {
+    return [...this.#watchers].map((w) => w.filter);
+  }
+
+  /** Links the hub to the other servers' (one link; replaced by a second call). */
+  link(link: HubLink<T>): void {
+    this.#link = link;
   }
 
   /**
@@ -112,7 +166,8 @@ export class EventHub<T> {
   watch(filter: WatchFilter, signal: AbortSignal): AsyncGenerator<Delivered<T>> {
     const w = new Watcher<T>(filter, this.#capacity);
     this.#watchers.add(w);
-    const watchers = this.#watchers;
+    this.#link?.watchersChanged();
+    const hub = this;
     return (async function* () {
       try {
         for (;;) {
@@ -121,7 +176,8 @@ export class EventHub<T> {
           yield d;
         }
       } finally {
-        watchers.delete(w);
+        hub.#watchers.delete(w);
+        hub.#link?.watchersChanged();
       }
     })();
   }

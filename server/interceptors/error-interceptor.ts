@@ -12,6 +12,7 @@ import { ClosestMatchSchema, ErrorDetailSchema, ErrorReason, PartialOutputSchema
 import { DomainError, type ErrorPayload } from "../../core/errors.ts";
 import { ERROR_TABLE } from "../error-table.ts";
 import type { Logger } from "../logger.ts";
+import { StoreError } from "../store/store.ts";
 
 type DetailInit = Parameters<typeof create<typeof ErrorDetailSchema>>[1];
 
@@ -81,6 +82,9 @@ function frameworkReason(code: Code): ErrorReason {
 
 /** Converts any thrown value into the ConnectError the client will see; the original is its `cause`. */
 export function toConnectError(err: unknown): ConnectError {
+  // The stores raise StoreError only when the database cannot serve (unreachable, restarting,
+  // closed); what it says is for the log (it names the database), not for the caller.
+  if (err instanceof StoreError) err = new DomainError("DATABASE_UNAVAILABLE", "The server's database is unavailable at the moment; nothing was changed. Retry", { cause: err });
   if (err instanceof DomainError) {
     const mapping = ERROR_TABLE[err.reason];
     const detail = create(ErrorDetailSchema, { reason: mapping.reason, message: err.message, metadata: err.metadata, ...payloadFields(err.payload) });

@@ -169,4 +169,22 @@ export const MIGRATIONS: readonly Migration[] = [
         FOR EACH ROW EXECUTE FUNCTION agent_workspace_notify();
     `,
   },
+  {
+    version: 6,
+    name: "live events shared between servers",
+    sql: `
+      -- SQLite serves one server: its live events never leave it.
+      SELECT 1;
+    `,
+    postgres: `
+      -- Live events travel between the servers as notifications (agent_workspace_events); one too
+      -- large for a notification waits here, and the notification carries its id. Kept minutes.
+      CREATE TABLE live_events (
+        id    BIGSERIAL PRIMARY KEY,
+        at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+        body  TEXT NOT NULL
+      );
+      CREATE INDEX live_events_at ON live_events (at);
+    `,
+  },
 ];

@@ -62,6 +62,37 @@ export function describePostgresUrl(url: string): string {
 
 type Queryable = pg.Pool | pg.PoolClient;
 
+/**
+ * Socket errors and SQLSTATEs that mean the database cannot serve at the moment (down,
+ * restarting, out of connections, disk or memory), not that a statement is wrong.
+ */
+const UNREACHABLE = new Set(["ECONNREFUSED", "ECONNRESET", "ENOENT", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "57P01", "57P02", "57P03", "53000", "53100", "53200", "53300"]);
+const UNREACHABLE_MESSAGE = /^(Connection terminated|timeout exceeded when trying to connect|Cannot use a pool after calling end|Client has encountered a connection error)/;
+
+/** `err` as a StoreError when it says the database cannot be reached (callers then answer UNAVAILABLE). */
+function asStoreError(err: unknown): unknown {
+  if (err instanceof StoreError || !(err instanceof Error)) return err;
+  const code = (err as { code?: unknown }).code;
+  const unreachable = (typeof code === "string" && (UNREACHABLE.has(code) || code.startsWith("08"))) || UNREACHABLE_MESSAGE.test(err.message);
+  return unreachable ? new StoreError(`the database cannot be reached: ${err.message}`, { cause: err }) : err;
+}
+
+/** Makes every query and checkout of `pool` reject with a StoreError when the database cannot be reached. */
+function guard(pool: pg.Pool): pg.Pool {
+  const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+  pool.query = ((...args: unknown[]) => {
+    const r = query(...args);
+    return r instanceof Promise ? r.catch((err: unknown) => Promise.reject(asStoreError(err))) : r;
+  }) as typeof pool.query;
+  // The pool calls connect itself with a callback (for its own queries): that form is left as it is.
+  const connect = pool.connect.bind(pool) as (...args: unknown[]) => unknown;
+  pool.connect = ((...args: unknown[]) => {
+    const r = connect(...args);
+    return r instanceof Promise ? r.catch((err: unknown) => Promise.reject(asStoreError(err))) : r;
+  }) as typeof pool.connect;
+  return pool;
+}
+
 async function inTransaction<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
   const c = await pool.connect();
   try {
@@ -71,7 +102,7 @@ async function inTransaction<T>(pool: pg.Pool, fn: (c: pg.PoolClient) => Promise
     return result;
   } catch (err) {
     await c.query("ROLLBACK").catch(() => undefined);
-    throw err;
+    throw asStoreError(err);
   } finally {
     c.release();
   }
@@ -120,6 +151,12 @@ async function migrate(pool: pg.Pool, migrations: readonly Migration[], logger: 
 
 /** The channel the change trigger (migration 5) notifies. */
 const CHANGES_CHANNEL = "agent_workspace_changes";
+/** The channel live events travel on (published by the servers themselves, not by a trigger). */
+const EVENTS_CHANNEL = "agent_workspace_events";
+/** Most bytes of events one notification carries (PostgreSQL's limit is 8000). */
+const NOTIFY_BYTES = 7000;
+/** How long an event too large for a notification is kept in live_events. */
+const LIVE_EVENT_KEEP_MS = 10 * 60_000;
 /** How long a broken change feed waits before connecting again. */
 const FEED_RETRY_MS = 500;
 
@@ -128,8 +165,31 @@ const FEED_RETRY_MS = 500;
  * subscriber. Connected before the store is handed out, so nothing committed after the services
  * load their state goes unheard; made again after a break, and then every subscriber resyncs.
  */
-async function changeFeed(url: string, logger: Logger, location: string): Promise<ChangeFeed & { close(): Promise<void> }> {
+async function changeFeed(url: string, pool: pg.Pool, logger: Logger, location: string): Promise<ChangeFeed & { close(): Promise<void> }> {
   const subscribers = new Set<{ onChange: (c: StoreChange) => void; onResync: () => void }>();
+  const listeners = new Set<{ onEvents: (events: unknown[]) => void; onGap: () => void }>();
+  // Received notifications are handed on one after another: one that names a stored event is
+  // read first, and what arrived after it waits.
+  let received: Promise<void> = Promise.resolve();
+  const receive = (payload: string) => {
+    received = received.then(async () => {
+      let events: unknown[];
+      try {
+        const parsed = JSON.parse(payload) as unknown[] | { ref: string };
+        if (Array.isArray(parsed)) events = parsed;
+        else {
+          const r = await pool.query<{ body: string }>("SELECT body FROM live_events WHERE id = $1", [parsed.ref]);
+          if (r.rows.length === 0) throw new Error(`live event ${parsed.ref} is gone`);
+          events = [JSON.parse(r.rows[0].body)];
+        }
+      } catch (err) {
+        logger.warn("a live event from another server could not be read; watchers are told of a gap", { database: location, error: (err as Error).message });
+        for (const l of listeners) l.onGap();
+        return;
+      }
+      for (const l of listeners) l.onEvents(events);
+    });
+  };
   let client: pg.Client | undefined;
   let closed = false;
   let retry: NodeJS.Timeout | undefined;
@@ -154,6 +214,7 @@ async function changeFeed(url: string, logger: Logger, location: string): Promis
     c.on("error", (err) => lost(c, err.message));
     c.on("end", () => lost(c, "connection closed"));
     c.on("notification", (msg) => {
+      if (msg.channel === EVENTS_CHANNEL && msg.payload) return receive(msg.payload);
       if (msg.channel !== CHANGES_CHANNEL || !msg.payload) return;
       let change: StoreChange;
       try {
@@ -165,7 +226,7 @@ async function changeFeed(url: string, logger: Logger, location: string): Promis
     });
     try {
       await c.connect();
-      await c.query(`LISTEN ${CHANGES_CHANNEL}`);
+      await c.query(`LISTEN ${CHANGES_CHANNEL}; LISTEN ${EVENTS_CHANNEL}`);
     } catch (err) {
       await c.end().catch(() => undefined);
       throw err;
@@ -179,17 +240,79 @@ async function changeFeed(url: string, logger: Logger, location: string): Promis
       broken = false;
       logger.info("database change feed back", { database: location });
       for (const s of subscribers) s.onResync();
+      for (const l of listeners) l.onGap();
     }
   };
   await connect();
+  // Publishing: what is published in one turn of the event loop goes out together, in
+  // notifications of at most NOTIFY_BYTES, one statement at a time so they keep their order.
+  let queued: string[] = [];
+  let sending: Promise<void> = Promise.resolve();
+  let lastPrune = 0;
+  let failing = false;
+  const notify = (payload: string) => pool.query("SELECT pg_notify($1, $2)", [EVENTS_CHANNEL, payload]);
+  const flush = async (bodies: string[]) => {
+    let batch: string[] = [];
+    let bytes = 2;
+    const sendBatch = async () => {
+      if (batch.length > 0) await notify(`[${batch.join(",")}]`);
+      batch = [];
+      bytes = 2;
+    };
+    for (const body of bodies) {
+      const size = Buffer.byteLength(body) + 1;
+      if (size + 2 > NOTIFY_BYTES) {
+        await sendBatch();
+        const r = await pool.query<{ id: string }>("INSERT INTO live_events (body) VALUES ($1) RETURNING id", [body]);
+        await notify(JSON.stringify({ ref: r.rows[0].id }));
+        if (Date.now() - lastPrune > 60_000) {
+          lastPrune = Date.now();
+          await pool.query("DELETE FROM live_events WHERE at < now() - make_interval(secs => $1)", [LIVE_EVENT_KEEP_MS / 1000]);
+        }
+        continue;
+      }
+      if (bytes + size > NOTIFY_BYTES) await sendBatch();
+      batch.push(body);
+      bytes += size;
+    }
+    await sendBatch();
+  };
   return {
     subscribe(onChange, onResync) {
       const s = { onChange, onResync };
       subscribers.add(s);
       return () => subscribers.delete(s);
     },
+    listen(onEvents, onGap) {
+      const l = { onEvents, onGap };
+      listeners.add(l);
+      return () => listeners.delete(l);
+    },
+    publish(events) {
+      if (closed || events.length === 0) return;
+      if (queued.length === 0) {
+        setImmediate(() => {
+          const bodies = queued;
+          queued = [];
+          sending = sending.then(() =>
+            flush(bodies).then(
+              () => {
+                if (failing) logger.info("live events reach the other servers again", { database: location });
+                failing = false;
+              },
+              (err: unknown) => {
+                if (!failing) logger.warn("live events could not be sent to the other servers; they are lost to their watchers", { database: location, error: (err as Error).message, events: bodies.length });
+                failing = true;
+              },
+            ),
+          );
+        });
+      }
+      for (const e of events) queued.push(JSON.stringify(e));
+    },
     async close() {
       closed = true;
+      await sending;
       clearTimeout(retry);
       const c = client;
       client = undefined;
@@ -275,7 +398,7 @@ export interface PostgresStoreOptions {
 /** Connects to the database at `url`, migrates it as needed, and returns the store. */
 export async function openPostgresStore(url: string, logger: Logger, migrations: readonly Migration[] = MIGRATIONS, options: PostgresStoreOptions = {}): Promise<Store> {
   const location = describePostgresUrl(url);
-  const pool = new pg.Pool({ connectionString: url, max: options.maxConnections ?? 10, application_name: "agent-workspace", connectionTimeoutMillis: 10_000 });
+  const pool = guard(new pg.Pool({ connectionString: url, max: options.maxConnections ?? 10, application_name: "agent-workspace", connectionTimeoutMillis: 10_000 }));
   // An idle connection that breaks (the database restarted) must not take the server down; the
   // pool replaces it on the next query.
   pool.on("error", (err) => logger.warn("database connection lost", { database: location, error: err.message }));
@@ -283,13 +406,16 @@ export async function openPostgresStore(url: string, logger: Logger, migrations:
     await migrate(pool, migrations, logger);
   } catch (err) {
     await pool.end().catch(() => undefined);
-    if (err instanceof StoreError) throw err;
-    throw new StoreError(`cannot open the database ${location}: ${(err as Error).message}`, { cause: err });
+    // A refusal of ours (a newer schema) as it is; the driver's errors (also those the pool's guard
+    // made StoreErrors) with the database's location.
+    if (err instanceof StoreError && err.cause === undefined) throw err;
+    const cause = err instanceof StoreError ? err.cause : err;
+    throw new StoreError(`cannot open the database ${location}: ${(cause as Error).message}`, { cause });
   }
   const audit = auditStore(pool);
   let changes: Awaited<ReturnType<typeof changeFeed>>;
   try {
-    changes = await changeFeed(url, logger, location);
+    changes = await changeFeed(url, pool, logger, location);
   } catch (err) {
     await pool.end().catch(() => undefined);
     throw new StoreError(`cannot open the database ${location}: ${(err as Error).message}`, { cause: err });

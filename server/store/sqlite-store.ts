@@ -182,6 +182,8 @@ function auditStore(db: DatabaseSync, location: string): AuditStore & { close():
         args.push(q.after.startUs, q.after.startUs, q.after.id);
       }
       const sql = `SELECT * FROM audit_events${where.length > 0 ? ` WHERE ${where.join(" AND ")}` : ""} ORDER BY start_us DESC, id DESC LIMIT ?`;
+      // A query that arrives while the server stops (the connection already closed).
+      if (!db.isOpen) throw new StoreError("the database is closed: the server is stopping");
       let stmt = queries.get(sql);
       if (!stmt) queries.set(sql, (stmt = db.prepare(sql)));
       return (stmt.all(...args, q.limit) as AuditRow[]).map((r) => ({

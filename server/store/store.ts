@@ -7,7 +7,11 @@
  */
 import type { WorkspaceRecord } from "../../providers/types.ts";
 
-/** A database that cannot be used as it is (newer than this server, unreachable, a corrupt legacy file). */
+/**
+ * A database that cannot be used as it is (newer than this server, unreachable, a corrupt legacy
+ * file) or cannot serve at the moment (down, restarting, closed while the server stops). At start
+ * it stops the server; during a call it is UNAVAILABLE / DATABASE_UNAVAILABLE, its message logged only.
+ */
 export class StoreError extends Error {
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
@@ -144,6 +148,17 @@ export interface ChangeFeed {
    * been missed: reload everything). Returns how to stop listening.
    */
   subscribe(onChange: (change: StoreChange) => void, onResync: () => void): () => void;
+  /**
+   * Sends `events` (JSON-safe values: live events, watch interest) to every server sharing the
+   * database, this one included, in order. Never waits and never throws: what cannot be sent is
+   * logged and lost, and the listeners learn of the loss as a gap.
+   */
+  publish(events: unknown[]): void;
+  /**
+   * Calls `onEvents` with what any server published, in the order it was published, and `onGap`
+   * when events may have been missed (the feed was interrupted and is back). Returns how to stop.
+   */
+  listen(onEvents: (events: unknown[]) => void, onGap: () => void): () => void;
 }
 
 /** The whole durable state. */

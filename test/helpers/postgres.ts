@@ -40,6 +40,10 @@ export interface Postgres {
   createDatabase(name: string): Promise<string>;
   /** Runs one statement as the superuser on database `db`. */
   query(db: string, sql: string, values?: unknown[]): Promise<pg.QueryResult>;
+  /** Stops the cluster (a fast shutdown: every connection ends) and keeps its data. */
+  halt(): Promise<void>;
+  /** Starts a halted cluster again on its data. */
+  resume(): Promise<void>;
   /** Stops the cluster and removes its directory. */
   stop(): Promise<void>;
 }
@@ -61,16 +65,7 @@ export async function startPostgres(): Promise<Postgres> {
   const data = path.join(dir, "data");
   const as = owner ? { uid: owner.uid, gid: owner.gid } : {};
   execFileSync(path.join(bin, "initdb"), ["-D", data, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"], { ...as, stdio: "pipe" });
-  const child: ChildProcess = spawn(path.join(bin, "postgres"), ["-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "max_connections=200", "-c", "shared_buffers=32MB"], {
-    ...as,
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  // A test process that dies without stopping the cluster (a crash, a timeout) takes it along.
-  const orphaned = () => child.kill("SIGQUIT");
-  process.once("exit", orphaned);
   let log = "";
-  child.stderr?.on("data", (d: Buffer) => (log = (log + d.toString()).slice(-4000)));
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const url = (db: string) => `postgresql://postgres@localhost/${encodeURIComponent(db)}?host=${encodeURIComponent(dir)}`;
   const query = async (db: string, sql: string, values?: unknown[]) => {
     const c = new pg.Client({ connectionString: url(db) });
@@ -81,20 +76,43 @@ export async function startPostgres(): Promise<Postgres> {
       await c.end();
     }
   };
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`postgres exited at start:\n${log}`);
-    try {
-      await query("postgres", "SELECT 1");
-      break;
-    } catch (err) {
-      if (Date.now() > deadline) {
-        child.kill("SIGKILL");
-        throw new Error(`postgres did not answer within 60 s (${(err as Error).message}):\n${log}`);
+  let child: ChildProcess | undefined;
+  let exited: Promise<void> = Promise.resolve();
+  // A test process that dies without stopping the cluster (a crash, a timeout) takes it along.
+  const orphaned = () => child?.kill("SIGQUIT");
+  process.once("exit", orphaned);
+  const launch = async () => {
+    const c: ChildProcess = spawn(path.join(bin, "postgres"), ["-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "max_connections=200", "-c", "shared_buffers=32MB"], {
+      ...as,
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    child = c;
+    c.stderr?.on("data", (d: Buffer) => (log = (log + d.toString()).slice(-4000)));
+    exited = new Promise<void>((resolve) => c.once("exit", () => resolve()));
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      if (c.exitCode !== null) throw new Error(`postgres exited at start:\n${log}`);
+      try {
+        await query("postgres", "SELECT 1");
+        return;
+      } catch (err) {
+        if (Date.now() > deadline) {
+          c.kill("SIGKILL");
+          throw new Error(`postgres did not answer within 60 s (${(err as Error).message}):\n${log}`);
+        }
+        await new Promise((r) => setTimeout(r, 100));
       }
-      await new Promise((r) => setTimeout(r, 100));
     }
-  }
+  };
+  const halt = async () => {
+    if (child && child.exitCode === null && child.signalCode === null) {
+      child.kill("SIGINT");
+      const timer = setTimeout(() => child?.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(timer);
+    }
+  };
+  await launch();
   const version = String((await query("postgres", "SHOW server_version")).rows[0].server_version);
   return {
     dir,
@@ -105,14 +123,11 @@ export async function startPostgres(): Promise<Postgres> {
       await query("postgres", `CREATE DATABASE "${name.replace(/"/g, "")}"`);
       return url(name);
     },
+    halt,
+    resume: launch,
     async stop() {
       process.off("exit", orphaned);
-      if (child.exitCode === null) {
-        child.kill("SIGINT");
-        const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-        await exited;
-        clearTimeout(timer);
-      }
+      await halt();
       await rm(dir, { recursive: true, force: true });
     },
   };

@@ -70,7 +70,8 @@ export type ErrorReasonName =
   | "NOT_A_TERMINAL"
   | "PORT_NOT_LISTENING"
   | "PORT_NOT_EXPOSED"
-  | "CONCURRENT_MODIFICATION";
+  | "CONCURRENT_MODIFICATION"
+  | "DATABASE_UNAVAILABLE";
 
 /** `FILE_NOT_FOUND`: The path names nothing in the workspace. Code NOT_FOUND. */
 export class FileNotFoundError extends AgentWorkspaceError {
@@ -407,6 +408,11 @@ export class ConcurrentModificationError extends AgentWorkspaceError {
   declare readonly reason: "CONCURRENT_MODIFICATION";
 }
 
+/** `DATABASE_UNAVAILABLE`: The server's database cannot be reached at the moment (PostgreSQL down or restarting, the connections exhausted, or the server stopping), so the call could neither read nor record what it needs; nothing was changed. Code UNAVAILABLE: retry, on this server or another. */
+export class DatabaseUnavailableError extends AgentWorkspaceError {
+  declare readonly reason: "DATABASE_UNAVAILABLE";
+}
+
 /** The class of each reason, by the reason's number. */
 export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>> = {
   1: FileNotFoundError,
@@ -476,4 +482,5 @@ export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>>
   65: PortNotListeningError,
   66: PortNotExposedError,
   67: ConcurrentModificationError,
+  68: DatabaseUnavailableError,
 };

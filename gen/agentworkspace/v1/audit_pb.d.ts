@@ -659,13 +659,15 @@ export declare type SessionStatusEvent = Message<"agentworkspace.v1.SessionStatu
 export declare const SessionStatusEventSchema: GenMessage<SessionStatusEvent>;
 
 /**
- * EventsDropped says this watcher read too slowly and missed events before the next one.
+ * EventsDropped says this watcher missed events before the next one: it read too slowly, or
+ * (count 0) the server lost its connection to the database it shares with other servers a
+ * moment, so events those servers sent meanwhile are not known.
  *
  * @generated from message agentworkspace.v1.EventsDropped
  */
 export declare type EventsDropped = Message<"agentworkspace.v1.EventsDropped"> & {
   /**
-   * How many events it missed.
+   * How many events it missed; 0 when the number is not known.
    *
    * @generated from field: int64 count = 1;
    */

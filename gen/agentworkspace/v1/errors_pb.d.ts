@@ -681,6 +681,15 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_CONCURRENT_MODIFICATION = 67;
    */
   CONCURRENT_MODIFICATION = 67,
+
+  /**
+   * The server's database cannot be reached at the moment (PostgreSQL down or restarting, the
+   * connections exhausted, or the server stopping), so the call could neither read nor record
+   * what it needs; nothing was changed. Code UNAVAILABLE: retry, on this server or another.
+   *
+   * @generated from enum value: ERROR_REASON_DATABASE_UNAVAILABLE = 68;
+   */
+  DATABASE_UNAVAILABLE = 68,
 }
 
 /**

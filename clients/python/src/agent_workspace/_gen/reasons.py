@@ -72,6 +72,7 @@ __all__ = [
     "PortNotListening",
     "PortNotExposed",
     "ConcurrentModification",
+    "DatabaseUnavailable",
 ]
 
 
@@ -578,6 +579,15 @@ class ConcurrentModification(AgentWorkspaceError):
     reason_number = 67
 
 
+class DatabaseUnavailable(AgentWorkspaceError):
+    """The server's database cannot be reached at the moment (PostgreSQL down or restarting, the
+    connections exhausted, or the server stopping), so the call could neither read nor record
+    what it needs; nothing was changed. Code UNAVAILABLE: retry, on this server or another."""
+
+    reason_name = "DATABASE_UNAVAILABLE"
+    reason_number = 68
+
+
 #: ErrorReason number → its exception class.
 BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     1: FileNotFound,
@@ -647,4 +657,5 @@ BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     65: PortNotListening,
     66: PortNotExposed,
     67: ConcurrentModification,
+    68: DatabaseUnavailable,
 }
