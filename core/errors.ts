@@ -74,7 +74,8 @@ export type Reason =
   | "PORT_NOT_LISTENING"
   | "PORT_NOT_EXPOSED"
   | "CONCURRENT_MODIFICATION"
-  | "DATABASE_UNAVAILABLE";
+  | "DATABASE_UNAVAILABLE"
+  | "WORKSPACE_SERVED_ELSEWHERE";
 
 /** How much of a command's output was kept, and how much it wrote in total. */
 export interface OutputTotals {

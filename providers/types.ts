@@ -151,6 +151,11 @@ export interface WorkspaceRecord {
   mounts?: MountRecord[];
   /** Set by the server while the workspace is paused (PauseWorkspace); providers neither set nor read it. */
   paused?: boolean;
+  /**
+   * The server that serves it, when several share one database (its id in the replicas table);
+   * set by the server, and changed only by a compare-and-set when that server has stopped.
+   */
+  server?: string;
 }
 
 /** What one host mount copied (MountPreview in the API). */

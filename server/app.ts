@@ -52,6 +52,7 @@ import { openPostgresStore } from "./store/postgres-store.ts";
 import { openSqliteStore } from "./store/sqlite-store.ts";
 import { StoreError } from "./store/store.ts";
 import { relayEvents } from "./audit/event-relay.ts";
+import { Replica, replicaId } from "./replicas.ts";
 import type { Store } from "./store/store.ts";
 import { createToolAccess } from "./tool-access.ts";
 import { checkToolRegistry, TOOL_NAMES } from "./tools/registry.ts";
@@ -82,6 +83,8 @@ export interface App {
   logger: Logger;
   /** The egress proxy: told where the server listens, that endpoint is never a destination. */
   egress: Pick<Egress, "listening">;
+  /** This server among others sharing its database (PostgreSQL): told the URL it listens on. */
+  replica?: Pick<Replica, "id" | "advertise">;
   /** Reports NOT_SERVING and ends every stream; the server can then drain its connections. */
   stopStreams(): void;
   /** Stops streams, closes workspace handles, providers and the database. */
@@ -187,8 +190,18 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   );
   const egress = new Egress(settings.egress, logger, (refusal) => audit.egressRefused(refusal));
   // Background processes: records of an earlier server's are loaded (its running ones were lost).
-  const processes = new ProcessTable({ store: store.processes, settings: settings.processes, logger });
-  await processes.init();
+  // This server among others sharing the database: each workspace is served by one of them.
+  const replica = store.replicas ? new Replica(await replicaId(settings.providers.dataDir), store.replicas, logger) : undefined;
+  await replica?.start();
+  const processes = new ProcessTable({
+    store: store.processes,
+    settings: settings.processes,
+    logger,
+    servedElsewhere: async (workspaceId) => {
+      const server = known.workspaces?.find(workspaceId)?.server;
+      return replica !== undefined && server !== undefined && server !== replica.id && (await replica.status(server)).live;
+    },
+  });
   // Ports exposed through the proxy: a deleted workspace's end with their connections.
   const ports = new PortExposures();
   const workspaces = new WorkspaceManager({
@@ -197,6 +210,8 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       return processes.endWorkspace(id, "workspace deleted");
     },
     stopProcesses: (id, stop) => processes.signalWorkspace(id, stop ? "SIGSTOP" : "SIGCONT"),
+    ...(replica && store.replicas && store.changes ? { shared: { replica, store: store.replicas, changes: store.changes } } : {}),
+    onTakeover: (id) => processes.takenOver(id),
     egress,
     mounts: { allowedRoots: mountRoots, maxBytes: settings.mounts.maxBytes },
     providers: built.providers,
@@ -212,6 +227,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   });
   known.workspaces = workspaces;
   await workspaces.init();
+  await processes.init();
   await built.reconcileOrphans(new Set(workspaces.listRecords("", {}).map((r) => r.id)));
   const cloneTmp = path.join(settings.providers.dataDir, "tmp");
   await rm(cloneTmp, { recursive: true, force: true });
@@ -412,6 +428,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     agentTypes,
     sessions,
     store,
+    ...(replica ? { replica } : {}),
     audit,
     health,
     logger,
@@ -429,6 +446,8 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       await processes.close();
       await sessions.close();
       await workspaces.close();
+      // Gone from the replicas table only once its handles are closed: then another may take over.
+      await replica?.close();
       egress.close();
       await audit.close();
       relay?.close();

@@ -86,4 +86,5 @@ export const ERROR_TABLE: Record<Reason, ReasonMapping> = {
   // ABORTED like PATH_CHANGED: a conflict the caller resolves by reading again and retrying.
   CONCURRENT_MODIFICATION: { code: Code.Aborted, reason: ErrorReason.CONCURRENT_MODIFICATION },
   DATABASE_UNAVAILABLE: { code: Code.Unavailable, reason: ErrorReason.DATABASE_UNAVAILABLE },
+  WORKSPACE_SERVED_ELSEWHERE: { code: Code.Unavailable, reason: ErrorReason.WORKSPACE_SERVED_ELSEWHERE },
 };

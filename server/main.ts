@@ -40,6 +40,7 @@ export async function serve(argv: string[], env: NodeJS.ProcessEnv): Promise<voi
   }
   const server = await listen(app.handler, { upgrade: app.upgrade, host: settings.host, port: settings.port, tlsCert: settings.tlsCert, tlsKey: settings.tlsKey });
   app.egress.listening(settings.host, server.port);
+  await app.replica?.advertise(settings.advertiseUrl !== "" ? settings.advertiseUrl : server.url);
   let firstSignalAt = 0;
   const stop = async (signal: NodeJS.Signals) => {
     if (firstSignalAt !== 0) {

@@ -55,6 +55,11 @@ export interface Settings {
    * embedded SQLite store in the data directory. May hold a password: never logged or echoed.
    */
   databaseUrl: string;
+  /**
+   * The URL other servers sharing the database send a workspace's calls to when this server serves
+   * it (AGENT_WORKSPACE_ADVERTISE_URL); "" for the URL the server listens on.
+   */
+  advertiseUrl: string;
   sessions: SessionSettings;
   processes: ProcessSettings;
   git: GitSettings;
@@ -694,10 +699,16 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
     throw new SettingsError("AGENT_WORKSPACE_DATABASE_URL must be a postgres:// or postgresql:// URL (unset for the embedded SQLite store); the value is not shown, in case it holds a password");
   }
 
+  const advertiseUrl = read(env, "AGENT_WORKSPACE_ADVERTISE_URL") ?? "";
+  if (advertiseUrl !== "" && !/^https?:\/\/[^\s/]+\/?$/.test(advertiseUrl)) {
+    throw new SettingsError(`AGENT_WORKSPACE_ADVERTISE_URL must be an http:// or https:// URL of a host and port, such as https://aw-2.internal:8443; got '${advertiseUrl.slice(0, 100)}'`);
+  }
+
   return {
     host,
     port: integer(...pick("port"), 8080, 0, 65535),
     databaseUrl,
+    advertiseUrl,
     tlsCert: tlsCert ?? "",
     tlsKey: tlsKey ?? "",
     defaultProvider: oneOf(...pick("default-provider"), PROVIDER_NAMES, "local"),

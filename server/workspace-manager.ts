@@ -9,7 +9,8 @@ import type { AgentTypeBinding, CreateOptions, PoolMembership, Provider, Workspa
 import type { AgentTypes } from "./agent-types/agent-types.ts";
 import type { Egress } from "./egress/egress.ts";
 import type { Logger } from "./logger.ts";
-import type { WorkspaceStore } from "./store/store.ts";
+import type { ChangeFeed, ReplicaStore, WorkspaceStore } from "./store/store.ts";
+import type { Replica } from "./replicas.ts";
 import { type LimitStrings, resolveLimits } from "./workspace-limits.ts";
 import { programRules } from "./security/program-rules.ts";
 import { copyMounts, type HostMount, type MountSettings, mountFromProto, planMounts } from "./mounts/host-mounts.ts";
@@ -72,6 +73,13 @@ export interface WorkspaceManagerOptions {
    * freezes no sandbox of its own (local) when it is paused or resumed.
    */
   stopProcesses?: (workspaceId: string, stop: boolean) => Promise<void>;
+  /**
+   * This server among others sharing the database (replicas.ts), with the feed of their changes:
+   * a workspace is served by the server its record names, and followed by the others.
+   */
+  shared?: { replica: Replica; store: ReplicaStore; changes: ChangeFeed };
+  /** This server took a workspace over from one that stopped (its background processes are lost). */
+  onTakeover?: (workspaceId: string) => Promise<void>;
 }
 
 /** A workspace's status change, for watchers. */
@@ -106,6 +114,18 @@ export class WorkspaceManager {
 
   /** Loads persisted records; call once before serving. */
   async init(): Promise<void> {
+    const shared = this.#options.shared;
+    if (shared) {
+      // Subscribed before the load, so nothing committed after it goes unheard.
+      shared.changes.subscribe(
+        (change) => {
+          if (change.table === "workspaces") this.#follow(() => this.#reload(change.id));
+        },
+        () => this.#follow(() => this.#reloadAll()),
+      );
+      for (const r of await this.#options.store.load()) this.#records.set(r.id, r);
+      return;
+    }
     for (const r of await this.#options.store.load()) {
       // A workspace of a provider whose workspaces end with the process (memory) is gone now.
       if (this.#providers.get(r.provider)?.ephemeral) {
@@ -114,6 +134,83 @@ export class WorkspaceManager {
         continue;
       }
       this.#records.set(r.id, r);
+    }
+  }
+
+  /** Reloads from the feed run one after another, so an older read never lands after a newer one. */
+  #following: Promise<void> = Promise.resolve();
+  #follow(fn: () => Promise<void>): void {
+    this.#following = this.#following.then(fn).catch((err: unknown) =>
+      this.#options.logger.warn("a workspace changed by another server could not be reloaded", { error: (err as Error).message }),
+    );
+  }
+
+  /** Takes in a workspace record as stored now (another server made, changed, took or deleted it). */
+  async #reload(id: string): Promise<void> {
+    const shared = this.#options.shared as NonNullable<WorkspaceManagerOptions["shared"]>;
+    if (this.#creating.has(id) || this.#deleting.has(id)) return;
+    const stored = await shared.store.workspace(id);
+    if (stored === undefined) {
+      if (!this.#records.has(id)) return;
+      this.#records.delete(id);
+      await this.#drop(id);
+      return;
+    }
+    this.#records.set(id, stored);
+    // Taken over by another server (this one stopped beating a while): its handle here goes.
+    if (stored.server !== shared.replica.id) await this.#drop(id);
+  }
+
+  async #reloadAll(): Promise<void> {
+    const stored = new Map((await this.#options.store.load()).map((r) => [r.id, r]));
+    for (const id of [...this.#records.keys()]) if (!stored.has(id) && !this.#creating.has(id)) await this.#reload(id);
+    for (const id of stored.keys()) await this.#reload(id);
+  }
+
+  /** Closes this server's handle of a workspace it no longer serves. */
+  async #drop(id: string): Promise<void> {
+    const h = this.#handles.get(id);
+    if (!h) return;
+    this.#handles.delete(id);
+    await h.then((x) => x.close(), () => undefined);
+  }
+
+  /**
+   * Makes sure this server serves workspace `id` (servers sharing a database): it does when its
+   * record names it; a workspace of a live server is refused with that server's URL; one whose
+   * server has stopped is taken over (compare-and-set on the stored record).
+   */
+  async #serveHere(id: string): Promise<void> {
+    const shared = this.#options.shared;
+    if (!shared) return;
+    for (let attempt = 0; ; attempt++) {
+      const record = this.#record(id);
+      const server = record.server ?? "";
+      if (server === shared.replica.id) return;
+      if (server !== "") {
+        const { live, url } = await shared.replica.status(server);
+        if (live) {
+          throw new DomainError("WORKSPACE_SERVED_ELSEWHERE", `Workspace '${id}' is served by another server, at ${url}; send its calls there`, {
+            metadata: { workspace_id: id, server_url: url },
+          });
+        }
+      }
+      if (this.#providers.get(record.provider)?.ephemeral) {
+        throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' ended with the server that served it (provider ${record.provider} keeps nothing)`, { metadata: { workspace_id: id } });
+      }
+      if (await shared.replica.claim(id, server)) {
+        this.#records.set(id, { ...record, server: shared.replica.id });
+        this.#options.logger.warn("workspace taken over from a server that stopped", { workspace_id: id, from_server: server, server: shared.replica.id });
+        await this.#options.onTakeover?.(id);
+        return;
+      }
+      // Another server claimed it first, or it is gone: look again.
+      const stored = await shared.store.workspace(id);
+      if (stored === undefined) {
+        this.#records.delete(id);
+        this.#record(id);
+      } else this.#records.set(id, stored);
+      if (attempt >= 3) throw new DomainError("WORKSPACE_NOT_READY", `Workspace '${id}' is being taken over by another server; retry`, { metadata: { workspace_id: id } });
     }
   }
 
@@ -217,7 +314,13 @@ export class WorkspaceManager {
     try {
       const enforcement = plan.binding ? { programs: programRules(plan.binding.commandPolicy), fileRules: plan.binding.sensitiveFiles } : undefined;
       const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network, ...(enforcement ? { enforcement } : {}) });
-      record = { ...made, ...(plan.binding ? { agentType: plan.binding } : {}), ...(req.session ? { session: req.session } : {}), ...(req.pool ? { pool: req.pool } : {}) };
+      record = {
+        ...made,
+        ...(plan.binding ? { agentType: plan.binding } : {}),
+        ...(req.session ? { session: req.session } : {}),
+        ...(req.pool ? { pool: req.pool } : {}),
+        ...(this.#options.shared ? { server: this.#options.shared.replica.id } : {}),
+      };
       await this.#options.store.put(record);
       // The agent type may have been deleted while the sandbox was being made (its delete found
       // no workspace on record then): a workspace is never left bound to an agent type that is gone.
@@ -294,6 +397,7 @@ export class WorkspaceManager {
    */
   pause(id: string): Promise<WorkspaceView> {
     return this.#serial(id, async () => {
+      await this.#serveHere(id);
       const record = this.#record(id);
       if (this.#creating.has(id) || this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_READY", `Workspace '${id}' is being ${this.#creating.has(id) ? "made" : "deleted"}`, { metadata: { workspace_id: id } });
       if (!record.paused) {
@@ -311,6 +415,7 @@ export class WorkspaceManager {
   /** Resumes a paused workspace where it stopped (`why` for the log: "call", "request"). Idempotent. */
   resume(id: string, why = "request"): Promise<WorkspaceView> {
     return this.#serial(id, async () => {
+      await this.#serveHere(id);
       const record = this.#record(id);
       if (record.paused) {
         const provider = this.#provider(record.provider);
@@ -344,9 +449,14 @@ export class WorkspaceManager {
 
   /** The live handle of a workspace, opened on first use. */
   async handle(id: string): Promise<WorkspaceHandle> {
-    const record = this.#record(id);
+    let record = this.#record(id);
     if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
     let h = this.#handles.get(id);
+    if (!h && this.#options.shared && record.server !== this.#options.shared.replica.id) {
+      await this.#serveHere(id);
+      record = this.#record(id);
+      h = this.#handles.get(id);
+    }
     if (!h) {
       const allow = record.agentType?.egressAllow;
       const egress = allow !== undefined && this.#options.egress ? this.#options.egress.hook(id, allow) : undefined;
@@ -369,6 +479,8 @@ export class WorkspaceManager {
       return { record, status: health.status, statusMessage: health.message };
     } catch (err) {
       if (hasReason(err, "PROVIDER_UNAVAILABLE")) return { record, status: "failed", statusMessage: err.message };
+      // Another server serves it: its record says how it is, as far as this server knows.
+      if (hasReason(err, "WORKSPACE_SERVED_ELSEWHERE")) return { record, status: "ready", statusMessage: err.message };
       throw err;
     }
   }
@@ -381,6 +493,7 @@ export class WorkspaceManager {
   }
 
   async delete(id: string): Promise<void> {
+    await this.#serveHere(id);
     const record = this.#record(id);
     if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
     this.#deleting.add(id);

@@ -9,12 +9,13 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { createClient, type Interceptor } from "@connectrpc/connect";
+import { Code, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import test from "ava";
 import { AuditService, type WatchEventsResponse } from "../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
+import { ProcessState } from "../gen/agentworkspace/v1/process_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { SessionStatus, WorkspaceService, WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { type Postgres, postgresGate, startPostgres } from "./helpers/postgres.ts";
@@ -238,6 +239,46 @@ if (postgresGate(test, "the server on PostgreSQL")) {
         watch.abort();
         await reading;
       }
+    });
+  });
+
+  test("two servers on one database: a workspace is served by the server that made it, the other refuses its calls with that server's URL, and takes it over once that server is killed", async (t) => {
+    await twoServers("two_servers_serve", async (_pg, servers, [a, b]) => {
+      const { workspace } = await a.workspaces.createWorkspace({});
+      const ws = workspace!.id;
+      await a.tools.bash({ workspaceId: ws, command: "echo from-a > a.txt" });
+      const { process: running } = await a.processes.startProcess({ workspaceId: ws, command: "exec sleep 300" });
+      // The other server follows the record, and refuses to drive the sandbox itself.
+      t.is(await eventually(async () => (await b.workspaces.getWorkspace({ id: ws }).catch(() => undefined))?.workspace?.id), ws);
+      for (const call of [() => b.tools.bash({ workspaceId: ws, command: "cat a.txt" }), () => b.workspaces.deleteWorkspace({ id: ws })]) {
+        const err = await call().then(
+          () => undefined,
+          (e: unknown) => e as { code: number; findDetails: (s: unknown) => Array<{ reason: number; metadata: Record<string, string> }> },
+        );
+        t.is(err?.code, Code.Unavailable);
+        const detail = err?.findDetails(ErrorDetailSchema)[0];
+        t.is(detail?.reason, ErrorReason.WORKSPACE_SERVED_ELSEWHERE);
+        t.is(detail?.metadata.server_url, servers[0].url);
+      }
+      t.is((await a.tools.bash({ workspaceId: ws, command: "cat a.txt" })).stdout, "from-a\n", "the serving server is undisturbed");
+      // The serving server dies: within its beats' lapse (10 s) the other takes the workspace over.
+      await kill9(servers[0]);
+      let out: string | undefined;
+      const deadline = Date.now() + 30_000;
+      while (out === undefined && Date.now() < deadline) {
+        out = await b.tools.bash({ workspaceId: ws, command: "cat a.txt" }).then(
+          (r) => r.stdout,
+          () => undefined,
+        );
+        if (out === undefined) await new Promise((r) => setTimeout(r, 250));
+      }
+      t.is(out, "from-a\n");
+      t.regex(servers[1].stderr(), /"msg":"workspace taken over from a server that stopped","workspace_id":"[^"]+"/);
+      // The background process died with the server's executor connection: reported lost, not running.
+      const listed = (await b.processes.listProcesses({ workspaceId: ws })).processes.find((p) => p.processId === running?.processId);
+      t.is(listed?.state, ProcessState.LOST);
+      t.is(listed?.endedBy, "its server stopped");
+      await b.workspaces.deleteWorkspace({ id: ws });
     });
   });
 

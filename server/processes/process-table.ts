@@ -199,6 +199,11 @@ export interface ProcessTableOptions {
   store: ProcessStore;
   settings: ProcessSettings;
   logger: Logger;
+  /**
+   * Whether another live server serves the workspace (servers sharing a database): its running
+   * processes are that server's, not lost.
+   */
+  servedElsewhere?: (workspaceId: string) => Promise<boolean>;
 }
 
 /** Every background process of the server. */
@@ -237,16 +242,39 @@ export class ProcessTable {
         await this.#o.store.delete(row.id);
         continue;
       }
-      if (r.state === "running") {
-        r.state = "lost";
-        r.endedBy = "server restarted";
-        r.endedAt = new Date().toISOString();
-        await this.#o.store.put({ id: r.id, workspaceId: r.workspaceId, record: JSON.stringify(r) });
-        this.#o.logger.warn("background process lost with the server before this one", { workspace_id: r.workspaceId, process_id: r.id, command_bytes: r.command.length });
+      if (r.state === "running" && (await this.#o.servedElsewhere?.(r.workspaceId))) continue;
+      await this.#lost(r, "server restarted");
+    }
+  }
+
+  /** Keeps record `r` as a process of the past, reported lost (`why`) if it was running. */
+  async #lost(r: ProcessRecord, why: string): Promise<void> {
+    if (r.state === "running") {
+      r.state = "lost";
+      r.endedBy = why;
+      r.endedAt = new Date().toISOString();
+      await this.#o.store.put({ id: r.id, workspaceId: r.workspaceId, record: JSON.stringify(r) });
+      this.#o.logger.warn("background process lost with the server before this one", { workspace_id: r.workspaceId, process_id: r.id, command_bytes: r.command.length });
+    }
+    let m = this.#past.get(r.workspaceId);
+    if (!m) this.#past.set(r.workspaceId, (m = new Map()));
+    m.set(r.id, r);
+  }
+
+  /**
+   * This server took workspace `workspaceId` over from one that stopped: the processes that server
+   * ran there died with its executor connection, and are reported lost.
+   */
+  async takenOver(workspaceId: string): Promise<void> {
+    for (const row of await this.#o.store.load()) {
+      if (row.workspaceId !== workspaceId || this.#live.get(workspaceId)?.has(row.id)) continue;
+      let r: ProcessRecord;
+      try {
+        r = JSON.parse(row.record) as ProcessRecord;
+      } catch {
+        continue;
       }
-      let m = this.#past.get(r.workspaceId);
-      if (!m) this.#past.set(r.workspaceId, (m = new Map()));
-      m.set(r.id, r);
+      await this.#lost(r, "its server stopped");
     }
   }
 

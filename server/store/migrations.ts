@@ -187,4 +187,24 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX live_events_at ON live_events (at);
     `,
   },
+  {
+    version: 7,
+    name: "servers sharing the database, and their workspaces announced",
+    sql: `
+      -- SQLite serves one server.
+      SELECT 1;
+    `,
+    postgres: `
+      -- Each server beats here every few seconds; one that stopped beating has stopped, and the
+      -- workspaces it served may be taken over by another.
+      CREATE TABLE replicas (
+        id          TEXT PRIMARY KEY,
+        url         TEXT NOT NULL,
+        started_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+        beat_at     TIMESTAMPTZ NOT NULL DEFAULT now()
+      );
+      CREATE TRIGGER workspaces_changed AFTER INSERT OR UPDATE OR DELETE ON workspaces
+        FOR EACH ROW EXECUTE FUNCTION agent_workspace_notify();
+    `,
+  },
 ];

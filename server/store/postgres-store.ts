@@ -441,6 +441,31 @@ export async function openPostgresStore(url: string, logger: Logger, migrations:
         await pool.query("DELETE FROM workspaces WHERE id = $1", [id]);
       },
     },
+    replicas: {
+      async beat(id, url) {
+        await pool.query("INSERT INTO replicas (id, url) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET url = EXCLUDED.url, beat_at = now()", [id, url]);
+      },
+      async live(withinMs) {
+        const r = await pool.query<{ id: string; url: string }>("SELECT id, url FROM replicas WHERE beat_at > now() - make_interval(secs => $1)", [withinMs / 1000]);
+        return new Map(r.rows.map((row) => [row.id, row.url]));
+      },
+      async leave(id) {
+        await pool.query("DELETE FROM replicas WHERE id = $1", [id]);
+      },
+      async workspace(id) {
+        const r = await pool.query<{ record: string }>("SELECT record FROM workspaces WHERE id = $1", [id]);
+        if (r.rows.length === 0) return undefined;
+        const rec = JSON.parse(r.rows[0].record) as LegacyRecord;
+        return { ...rec, createdAt: new Date(rec.createdAt) };
+      },
+      async claim(workspaceId, from, to) {
+        const r = await pool.query(
+          "UPDATE workspaces SET record = jsonb_set(record::jsonb, '{server}', to_jsonb($3::text))::text WHERE id = $1 AND coalesce(record::jsonb ->> 'server', '') = $2",
+          [workspaceId, from, to],
+        );
+        return (r.rowCount ?? 0) === 1;
+      },
+    },
     agentTypes: {
       async list() {
         const r = await pool.query<{ id: string; revision: string; created_at: string; updated_at: string; body: string }>("SELECT id, revision, created_at, updated_at, body FROM agent_types ORDER BY id");

@@ -143,7 +143,8 @@ export interface StoreChange {
 /** What a store shared by several servers tells each of them. */
 export interface ChangeFeed {
   /**
-   * Calls `onChange` for every change committed to a table that announces them (agent types),
+   * Calls `onChange` for every change committed to a table that announces them (agent types,
+   * workspaces),
    * whoever made it, and `onResync` after the feed was interrupted and is back (changes may have
    * been missed: reload everything). Returns how to stop listening.
    */
@@ -161,6 +162,20 @@ export interface ChangeFeed {
   listen(onEvents: (events: unknown[]) => void, onGap: () => void): () => void;
 }
 
+/** The servers sharing one database: who is alive, and which of them serves a workspace. */
+export interface ReplicaStore {
+  /** Records that server `id`, reachable at `url`, is alive now. */
+  beat(id: string, url: string): Promise<void>;
+  /** The servers that beat within the last `withinMs`: id → URL. */
+  live(withinMs: number): Promise<Map<string, string>>;
+  /** Removes server `id` (it is stopping: its workspaces may be taken over at once). */
+  leave(id: string): Promise<void>;
+  /** The workspace's record as stored now, or undefined. */
+  workspace(id: string): Promise<WorkspaceRecord | undefined>;
+  /** Sets the workspace's `server` to `to` if it is still `from` ("" for none); whether it was. */
+  claim(workspaceId: string, from: string, to: string): Promise<boolean>;
+}
+
 /** The whole durable state. */
 export interface Store {
   workspaces: WorkspaceStore;
@@ -171,6 +186,8 @@ export interface Store {
   audit: AuditStore;
   /** Changes made by other servers sharing the database; absent for a store only one server uses (SQLite). */
   changes?: ChangeFeed;
+  /** The servers sharing the database; absent with `changes`. */
+  replicas?: ReplicaStore;
   /** Where the state lives, for the start log (a file path; never credentials). */
   readonly location: string;
   /** Closes the database; resolves once nothing (the audit writer included) touches its files any more. */

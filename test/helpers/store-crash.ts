@@ -8,6 +8,7 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import type { ExecutionContext } from "ava";
 import { AuditService } from "../../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../../gen/agentworkspace/v1/config_pb.js";
+import { ProcessService } from "../../gen/agentworkspace/v1/process_pb.js";
 import { ToolService } from "../../gen/agentworkspace/v1/tool_pb.js";
 import { WorkspaceService } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import { type ServerProcess, waitDead } from "./process.ts";
@@ -25,13 +26,18 @@ export function clientsOf(url: string, token?: string) {
     workspaces: createClient(WorkspaceService, transport),
     tools: createClient(ToolService, transport),
     audit: createClient(AuditService, transport),
+    processes: createClient(ProcessService, transport),
     close: () => sessions.abort(),
   };
 }
 
 /** Kills the server's process group with SIGKILL and waits until the server is gone. */
 export async function kill9(server: ServerProcess): Promise<void> {
-  process.kill(-(server.child.pid as number), "SIGKILL");
+  try {
+    process.kill(-(server.child.pid as number), "SIGKILL");
+  } catch {
+    // Gone already (a test killed it).
+  }
   await waitDead([server.serverPid], 10_000);
 }
 

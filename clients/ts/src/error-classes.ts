@@ -71,7 +71,8 @@ export type ErrorReasonName =
   | "PORT_NOT_LISTENING"
   | "PORT_NOT_EXPOSED"
   | "CONCURRENT_MODIFICATION"
-  | "DATABASE_UNAVAILABLE";
+  | "DATABASE_UNAVAILABLE"
+  | "WORKSPACE_SERVED_ELSEWHERE";
 
 /** `FILE_NOT_FOUND`: The path names nothing in the workspace. Code NOT_FOUND. */
 export class FileNotFoundError extends AgentWorkspaceError {
@@ -413,6 +414,11 @@ export class DatabaseUnavailableError extends AgentWorkspaceError {
   declare readonly reason: "DATABASE_UNAVAILABLE";
 }
 
+/** `WORKSPACE_SERVED_ELSEWHERE`: The workspace is served by another server sharing this server's database, which is alive; no two servers drive one sandbox at once. metadata: workspace_id, server_url (where to send the call instead). Code UNAVAILABLE: retry there (or here once that server has stopped: a server that stops beating has its workspaces taken over within seconds). */
+export class WorkspaceServedElsewhereError extends AgentWorkspaceError {
+  declare readonly reason: "WORKSPACE_SERVED_ELSEWHERE";
+}
+
 /** The class of each reason, by the reason's number. */
 export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>> = {
   1: FileNotFoundError,
@@ -483,4 +489,5 @@ export const ERROR_CLASSES: Readonly<Record<number, typeof AgentWorkspaceError>>
   66: PortNotExposedError,
   67: ConcurrentModificationError,
   68: DatabaseUnavailableError,
+  69: WorkspaceServedElsewhereError,
 };

@@ -73,6 +73,7 @@ __all__ = [
     "PortNotExposed",
     "ConcurrentModification",
     "DatabaseUnavailable",
+    "WorkspaceServedElsewhere",
 ]
 
 
@@ -588,6 +589,16 @@ class DatabaseUnavailable(AgentWorkspaceError):
     reason_number = 68
 
 
+class WorkspaceServedElsewhere(AgentWorkspaceError):
+    """The workspace is served by another server sharing this server's database, which is alive; no
+    two servers drive one sandbox at once. metadata: workspace_id, server_url (where to send the
+    call instead). Code UNAVAILABLE: retry there (or here once that server has stopped: a server
+    that stops beating has its workspaces taken over within seconds)."""
+
+    reason_name = "WORKSPACE_SERVED_ELSEWHERE"
+    reason_number = 69
+
+
 #: ErrorReason number → its exception class.
 BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     1: FileNotFound,
@@ -658,4 +669,5 @@ BY_NUMBER: Dict[int, Type[AgentWorkspaceError]] = {
     66: PortNotExposed,
     67: ConcurrentModification,
     68: DatabaseUnavailable,
+    69: WorkspaceServedElsewhere,
 }

@@ -690,6 +690,16 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_DATABASE_UNAVAILABLE = 68;
    */
   DATABASE_UNAVAILABLE = 68,
+
+  /**
+   * The workspace is served by another server sharing this server's database, which is alive; no
+   * two servers drive one sandbox at once. metadata: workspace_id, server_url (where to send the
+   * call instead). Code UNAVAILABLE: retry there (or here once that server has stopped: a server
+   * that stops beating has its workspaces taken over within seconds).
+   *
+   * @generated from enum value: ERROR_REASON_WORKSPACE_SERVED_ELSEWHERE = 69;
+   */
+  WORKSPACE_SERVED_ELSEWHERE = 69,
 }
 
 /**
