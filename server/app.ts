@@ -256,6 +256,8 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     defaultProvider: settings.defaultProvider,
   });
   const sessions = new SessionManager({
+    ...(replica ? { server: replica } : {}),
+    ...(replica && store.changes && store.replicas ? { shared: { changes: store.changes, store: store.replicas } } : {}),
     store: store.sessions,
     workspaces,
     agentTypes,

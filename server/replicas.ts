@@ -97,6 +97,11 @@ export class Replica {
     return { live: url !== undefined, url: url ?? "" };
   }
 
+  /** Server `id`'s URL if the last beat saw it alive (no database round trip), else undefined. */
+  liveUrl(id: string): string | undefined {
+    return this.#live.get(id);
+  }
+
   /** Takes workspace `workspaceId` over from `from` ("" for none); whether this server now serves it. */
   claim(workspaceId: string, from: string): Promise<boolean> {
     return this.#store.claim(workspaceId, from, this.id);

@@ -442,6 +442,15 @@ export class WorkspaceManager {
     return this.handle(id);
   }
 
+  /**
+   * Whether this server serves the workspace by its record (always, unless several servers share
+   * the database; a workspace of a stopped server is this one's only once taken over).
+   */
+  servedHere(record: WorkspaceRecord): boolean {
+    const shared = this.#options.shared;
+    return shared === undefined || record.server === undefined || record.server === shared.replica.id;
+  }
+
   /** The record of a workspace, or undefined; never throws. */
   find(id: string): WorkspaceRecord | undefined {
     return this.#records.get(id);

@@ -282,6 +282,42 @@ if (postgresGate(test, "the server on PostgreSQL")) {
     });
   });
 
+  test("two servers on one database: a session is served by the server that started it; the other neither accepts its token nor ends it, not even when it sees it idle", async (t) => {
+    await twoServers("two_servers_sessions", async (_pg, servers, [a, b]) => {
+      await a.config.createAgentType({ agentType: { id: "busy", workspace: { enabled: true, provider: "local", tools: ["bash"], sessionIdleTimeoutMs: 1500n } } });
+      const started = await a.workspaces.startSession({ agentType: "busy" });
+      const sid = started.session!.id;
+      const onA = clientsOf(servers[0].url, started.sessionToken);
+      const onB = clientsOf(servers[1].url, started.sessionToken);
+      try {
+        t.is(await eventually(async () => (await a.workspaces.getSession({ id: sid })).session?.status, (s) => s === SessionStatus.ACTIVE), SessionStatus.ACTIVE);
+        // Used on its own server for 4 s, more than twice its idle timeout, while the other looks on.
+        const until = Date.now() + 4000;
+        while (Date.now() < until) {
+          t.is((await onA.tools.bash({ command: "echo busy" })).stdout, "busy\n");
+          await new Promise((r) => setTimeout(r, 300));
+        }
+        t.is((await a.workspaces.getSession({ id: sid })).session?.status, SessionStatus.ACTIVE, "the other server did not end it as idle");
+        t.notRegex(servers[1].stderr(), /"msg":"session ended"|"msg":"ending an idle session failed"/, "the other server did not even try");
+        for (const call of [() => onB.tools.bash({ command: "echo here" }), () => b.workspaces.endSession({ id: sid })]) {
+          const err = await call().then(
+            () => undefined,
+            (e: unknown) => e as { code: number; findDetails: (s: unknown) => Array<{ reason: number; metadata: Record<string, string> }> },
+          );
+          t.is(err?.code, Code.Unavailable);
+          const detail = err?.findDetails(ErrorDetailSchema)[0];
+          t.is(detail?.reason, ErrorReason.WORKSPACE_SERVED_ELSEWHERE);
+          t.is(detail?.metadata.server_url, servers[0].url);
+          t.is(detail?.metadata.session_id, sid);
+        }
+        await a.workspaces.endSession({ id: sid });
+      } finally {
+        onA.close();
+        onB.close();
+      }
+    });
+  });
+
   test("the database going away while the server runs: calls that need it are UNAVAILABLE / DATABASE_UNAVAILABLE, the rest are served, and all is well once it is back", async (t) => {
     // A cluster of its own: the others' tests keep theirs.
     const own = await startPostgres();

@@ -14,6 +14,8 @@
  */
 import { randomBytes } from "node:crypto";
 import type { HostMount } from "../mounts/host-mounts.ts";
+import type { Replica } from "../replicas.ts";
+import type { ChangeFeed, ReplicaStore } from "../store/store.ts";
 import { DomainError } from "../../core/errors.ts";
 import type { TaskContext } from "../../providers/types.ts";
 import type { AgentTypes } from "../agent-types/agent-types.ts";
@@ -43,6 +45,14 @@ export interface SessionManagerOptions {
   tickMs: number;
   /** Told of every session status change (live events). */
   onStatus?: (change: SessionStatusChange) => void;
+  /**
+   * This server among others sharing the database: a session is served by the server that started
+   * it, and the others leave it alone (no reaping, no recovery, its token refused with that
+   * server's URL).
+   */
+  server?: Pick<Replica, "id" | "liveUrl">;
+  /** With `server`: the feed of the others' changes, and where to read a session they changed. */
+  shared?: { changes: ChangeFeed; store: Pick<ReplicaStore, "session"> };
 }
 
 /** A session's status change, for watchers. */
@@ -120,8 +130,45 @@ export class SessionManager implements SessionTokenLookup {
     this.#o = options;
   }
 
+  /** Reloads from the feed, one after another. */
+  #following: Promise<void> = Promise.resolve();
+
+  /**
+   * Takes in another server's session as stored now (started, used, ended there). This server's
+   * own sessions are its to change: their copies here are the current ones.
+   */
+  async #reload(id: string): Promise<void> {
+    const shared = this.#o.shared;
+    if (!shared) return;
+    const known = this.#sessions.get(id);
+    if (known && this.#mine(known.record)) return;
+    const text = await shared.store.session(id);
+    if (text === undefined) return;
+    const record = JSON.parse(text) as SessionRecord;
+    if (this.#mine(record)) return;
+    if (known) {
+      this.#byToken.delete(known.record.tokenHash);
+      if (known.record.workspaceId !== "") this.#detach(known.record.workspaceId, id);
+    }
+    this.#remember({ record, events: known?.events ?? new SessionEvents(), inflight: 0, used: true, fingerprint: "", dirty: false });
+  }
+
   /** Loads sessions; call once before serving. */
   async init(): Promise<void> {
+    const shared = this.#o.shared;
+    if (shared) {
+      const follow = (fn: () => Promise<void>) => {
+        this.#following = this.#following.then(fn).catch((err: unknown) => this.#o.logger.warn("a session changed by another server could not be reloaded", { error: messageOf(err) }));
+      };
+      shared.changes.subscribe(
+        (change) => {
+          if (change.table === "sessions") follow(() => this.#reload(change.id));
+        },
+        () => follow(async () => {
+          for (const id of [...this.#sessions.keys()]) await this.#reload(id);
+        }),
+      );
+    }
     const since = new Date(Date.now() - KEEP_ENDED_MS);
     const pruned = await this.#o.store.prune(since);
     if (pruned > 0) this.#o.logger.info("old ended sessions pruned", { sessions: pruned });
@@ -168,8 +215,10 @@ export class SessionManager implements SessionTokenLookup {
     // recovery runs has a workspace of its own that must never be taken for a leftover.
     const before = this.#o.workspaces.listRecords("", {});
     await this.#o.pools.recover();
+    const me = this.#o.server?.id;
     for (const r of before) {
-      if (!r.session) continue;
+      // Another server's workspace is that server's to keep or remove.
+      if (!r.session || (me !== undefined && r.server !== undefined && r.server !== me)) continue;
       // Kept while any of its sessions (a shared workspace has several) is active in it.
       const owners = [...(this.#byWorkspace.get(r.id) ?? [])].map((id) => this.#sessions.get(id)?.record);
       if (owners.some((o) => o?.status === "active" && o.workspaceId === r.id)) continue;
@@ -181,14 +230,14 @@ export class SessionManager implements SessionTokenLookup {
     // server process) has nothing left to work in: it is degraded, saying so, not left active.
     for (const live of this.#sessions.values()) {
       const r = live.record;
-      if (r.status !== "active" || r.workspaceId === "" || this.#o.workspaces.find(r.workspaceId) || this.#closed) continue;
+      if (r.status !== "active" || r.workspaceId === "" || this.#o.workspaces.find(r.workspaceId) || this.#closed || !this.#mine(r)) continue;
       this.#o.logger.warn("a session's workspace did not survive the restart", { session_id: r.id, workspace_id: r.workspaceId, provider: r.provider });
       this.#detach(r.workspaceId, r.id);
       r.workspaceId = "";
       await this.#degrade(live, `Its ${r.provider} workspace ended with the previous server process; start a new session`);
     }
     for (const live of this.#sessions.values()) {
-      if (live.record.status !== "provisioning" || this.#closed) continue;
+      if (live.record.status !== "provisioning" || this.#closed || !this.#mine(live.record)) continue;
       if (live.record.resumes >= 1) {
         await this.#degrade(live, "The server stopped twice while this session was provisioning; it was not tried again");
         continue;
@@ -204,10 +253,27 @@ export class SessionManager implements SessionTokenLookup {
     this.#o.pools.tick();
   }
 
-  /** SessionTokenLookup: the principal of a live session's token. */
+  /** Whether this server serves the session (always, unless several servers share the database). */
+  #mine(r: SessionRecord): boolean {
+    return this.#o.server === undefined || r.server === undefined || r.server === this.#o.server.id;
+  }
+
+  /** The refusal of a call for a session another server serves. */
+  #elsewhere(r: SessionRecord): DomainError {
+    const url = (r.server && this.#o.server?.liveUrl(r.server)) || "";
+    const where = url !== "" ? `another server, at ${url}; send its calls there` : "another server, which has stopped; a session is not taken over by another server, so start a new one";
+    return new DomainError("WORKSPACE_SERVED_ELSEWHERE", `Session '${r.id}' is served by ${where}`, { metadata: { session_id: r.id, server_url: url } });
+  }
+
+  /**
+   * SessionTokenLookup: the principal of a live session's token. A token of a session another
+   * server serves is refused with that server's URL: this server's copy of it may be stale (ended
+   * there since), so it is never accepted here.
+   */
   principalOf(hash: string): SessionPrincipal | undefined {
     const id = this.#byToken.get(hash);
     const r = id === undefined ? undefined : this.#sessions.get(id)?.record;
+    if (r && !this.#mine(r)) throw this.#elsewhere(r);
     return r && r.status !== "ended" ? { kind: "session", sessionId: r.id, agentType: r.agentType } : undefined;
   }
 
@@ -259,6 +325,7 @@ export class SessionManager implements SessionTokenLookup {
     const { token, hash } = newSessionToken();
     const record: SessionRecord = {
       id: `sess-${randomBytes(8).toString("hex")}`,
+      ...(this.#o.server ? { server: this.#o.server.id } : {}),
       agentType: type.id,
       status: enabled ? "provisioning" : "active",
       tokenHash: hash,
@@ -344,6 +411,7 @@ export class SessionManager implements SessionTokenLookup {
     const { token, hash } = newSessionToken();
     const r: SessionRecord = {
       id: `sess-${randomBytes(8).toString("hex")}`,
+      ...(this.#o.server ? { server: this.#o.server.id } : {}),
       agentType,
       status: "active",
       tokenHash: hash,
@@ -481,6 +549,7 @@ export class SessionManager implements SessionTokenLookup {
   async end(id: string, reason: string): Promise<SessionRecord> {
     const live = this.#live(id);
     const r = live.record;
+    if (!this.#mine(r)) throw this.#elsewhere(r);
     if (r.status === "ended") return r;
     r.status = "ended";
     r.statusMessage = reason;
@@ -635,7 +704,7 @@ export class SessionManager implements SessionTokenLookup {
     const now = Date.now();
     for (const live of this.#sessions.values()) {
       const r = live.record;
-      if ((r.status !== "active" && r.status !== "degraded") || r.idleTimeoutMs <= 0 || live.inflight > 0) continue;
+      if ((r.status !== "active" && r.status !== "degraded") || r.idleTimeoutMs <= 0 || live.inflight > 0 || !this.#mine(r)) continue;
       const idleFor = now - Date.parse(r.lastActivityAt);
       if (idleFor < r.idleTimeoutMs) continue;
       void this.end(r.id, `Ended after ${r.idleTimeoutMs} ms without a tool call (idle timeout)`).catch((err: unknown) =>
@@ -649,7 +718,7 @@ export class SessionManager implements SessionTokenLookup {
   async #flush(): Promise<void> {
     this.#lastFlush = Date.now();
     for (const live of this.#sessions.values()) {
-      if (!live.dirty || live.record.status === "ended") continue;
+      if (!live.dirty || live.record.status === "ended" || !this.#mine(live.record)) continue;
       live.dirty = false;
       await this.#persist(live.record).catch((err: unknown) => this.#o.logger.warn("cannot record session activity", { session_id: live.record.id, error: messageOf(err) }));
     }

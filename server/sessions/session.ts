@@ -24,6 +24,8 @@ export function taskEnv(task: TaskContext | undefined): Record<string, string> {
 /** One session, as persisted. */
 export interface SessionRecord {
   id: string;
+  /** The server that serves it, when several share one database (the replicas table's id). */
+  server?: string;
   /** The session's own host mounts, kept so that provisioning resumed after a restart copies them too. */
   mounts?: HostMount[];
   agentType: string;

@@ -95,7 +95,8 @@ export class WarmPools {
   }
 
   #members(): WorkspaceRecord[] {
-    return this.#o.workspaces.listRecords("", {}).filter((r) => r.pool !== undefined && !this.#claimed.has(r.id));
+    // Each server keeps its own pool: another's members are that server's to hand out.
+    return this.#o.workspaces.listRecords("", {}).filter((r) => r.pool !== undefined && !this.#claimed.has(r.id) && this.#o.workspaces.servedHere(r));
   }
 
   /**

@@ -189,7 +189,7 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 7,
-    name: "servers sharing the database, and their workspaces announced",
+    name: "servers sharing the database, and their workspaces and sessions announced",
     sql: `
       -- SQLite serves one server.
       SELECT 1;
@@ -204,6 +204,8 @@ export const MIGRATIONS: readonly Migration[] = [
         beat_at     TIMESTAMPTZ NOT NULL DEFAULT now()
       );
       CREATE TRIGGER workspaces_changed AFTER INSERT OR UPDATE OR DELETE ON workspaces
+        FOR EACH ROW EXECUTE FUNCTION agent_workspace_notify();
+      CREATE TRIGGER sessions_changed AFTER INSERT OR UPDATE OR DELETE ON sessions
         FOR EACH ROW EXECUTE FUNCTION agent_workspace_notify();
     `,
   },

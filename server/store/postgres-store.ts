@@ -458,6 +458,10 @@ export async function openPostgresStore(url: string, logger: Logger, migrations:
         const rec = JSON.parse(r.rows[0].record) as LegacyRecord;
         return { ...rec, createdAt: new Date(rec.createdAt) };
       },
+      async session(id) {
+        const r = await pool.query<{ record: string }>("SELECT record FROM sessions WHERE id = $1", [id]);
+        return r.rows[0]?.record;
+      },
       async claim(workspaceId, from, to) {
         const r = await pool.query(
           "UPDATE workspaces SET record = jsonb_set(record::jsonb, '{server}', to_jsonb($3::text))::text WHERE id = $1 AND coalesce(record::jsonb ->> 'server', '') = $2",

@@ -144,7 +144,7 @@ export interface StoreChange {
 export interface ChangeFeed {
   /**
    * Calls `onChange` for every change committed to a table that announces them (agent types,
-   * workspaces),
+   * workspaces, sessions),
    * whoever made it, and `onResync` after the feed was interrupted and is back (changes may have
    * been missed: reload everything). Returns how to stop listening.
    */
@@ -172,6 +172,8 @@ export interface ReplicaStore {
   leave(id: string): Promise<void>;
   /** The workspace's record as stored now, or undefined. */
   workspace(id: string): Promise<WorkspaceRecord | undefined>;
+  /** The session's record (JSON) as stored now, or undefined. */
+  session(id: string): Promise<string | undefined>;
   /** Sets the workspace's `server` to `to` if it is still `from` ("" for none); whether it was. */
   claim(workspaceId: string, from: string, to: string): Promise<boolean>;
 }

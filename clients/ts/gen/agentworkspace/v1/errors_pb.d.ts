@@ -692,10 +692,11 @@ export enum ErrorReason {
   DATABASE_UNAVAILABLE = 68,
 
   /**
-   * The workspace is served by another server sharing this server's database, which is alive; no
-   * two servers drive one sandbox at once. metadata: workspace_id, server_url (where to send the
-   * call instead). Code UNAVAILABLE: retry there (or here once that server has stopped: a server
-   * that stops beating has its workspaces taken over within seconds).
+   * The workspace (or the session) is served by another server sharing this server's database;
+   * no two servers drive one sandbox at once. metadata: workspace_id or session_id, server_url
+   * (where to send the call instead; empty when that server has stopped). Code UNAVAILABLE: retry
+   * there (a workspace also here once that server has stopped: a server that stops beating has its
+   * workspaces taken over within seconds; a session is not taken over).
    *
    * @generated from enum value: ERROR_REASON_WORKSPACE_SERVED_ELSEWHERE = 69;
    */
