@@ -11,6 +11,11 @@
  * the audit table); and the mixed tool calls of an agent at work, `Bash` of `echo x`, `ReadFile`
  * and `WriteFile` of 4 KiB in turn (each an audit record, written in batches). Information rows:
  * PostgreSQL's p50 over SQLite's.
+ *
+ * Then a second server on the same PostgreSQL database (two replicas): a `Bash` on the first, and
+ * the time from its start until its `tool_call_finished` reaches a `WatchEvents` reader on the
+ * other server (through the database's notifications), against a reader on the server that ran
+ * it, the two readers timed on the same calls.
  */
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
@@ -87,6 +92,59 @@ async function seriesOf(name: StoreName, url: string): Promise<{ series: Record<
   };
 }
 
+/**
+ * `iterations` Bash calls on server `a`'s workspace, each timed from its start to its
+ * tool_call_finished on a reader of `a` and on a reader of `b`. Returns both series, in ms.
+ */
+async function eventsAcross(a: string, b: string, iterations: number, warmup: number): Promise<{ own: number[]; other: number[] }> {
+  const ca = clientsOf(a);
+  const cb = clientsOf(b);
+  const abort = new AbortController();
+  const workspaceId = (await ca.workspaces.createWorkspace({ provider: "local" })).workspace?.id ?? "";
+  // spanId → arrival time, per reader.
+  const seen = [new Map<string, number>(), new Map<string, number>()];
+  const wake: Array<() => void> = [];
+  const readers = [ca, cb].map(async (c, i) => {
+    const started = new Promise<void>((resolve) => wake.push(resolve));
+    void (async () => {
+      try {
+        for await (const ev of c.audit.watchEvents({ workspaceId }, { signal: abort.signal })) {
+          if (ev.event.case === "started") wake[i]?.();
+          if (ev.event.case === "toolCallFinished" && ev.event.value.call?.tool === "bash") seen[i].set(ev.event.value.call.toolCallId, performance.now());
+        }
+      } catch {
+        // Ends with the abort.
+      }
+    })();
+    await started;
+  });
+  await Promise.all(readers);
+  const own: number[] = [];
+  const other: number[] = [];
+  try {
+    for (let i = 0; i < warmup + iterations; i++) {
+      const id = `bench-${i}`;
+      const t0 = performance.now();
+      await ca.tools.bash({ workspaceId, command: "true" }, { headers: { "tool-call-id": id } });
+      const deadline = Date.now() + 10_000;
+      while (!(seen[0].has(id) && seen[1].has(id))) {
+        if (Date.now() > deadline) throw new Error(`(w) the events of call ${id} did not reach both readers in 10 s`);
+        await new Promise((r) => setImmediate(r));
+      }
+      if (i >= warmup) {
+        own.push((seen[0].get(id) as number) - t0);
+        other.push((seen[1].get(id) as number) - t0);
+      }
+    }
+  } finally {
+    abort.abort();
+    await ca.workspaces.deleteWorkspace({ id: workspaceId }).catch(() => undefined);
+    ca.close();
+    cb.close();
+  }
+  return { own, other };
+}
+
 /** Runs section (w). */
 export async function benchDatabase(options: DatabaseOptions, root: string, log: (msg: string) => void): Promise<SectionResult> {
   const pg = await startPostgres();
@@ -118,6 +176,27 @@ export async function benchDatabase(options: DatabaseOptions, root: string, log:
         goal: "",
         note: `p99 ${postgres.p99.toFixed(2)} against ${sqlite.p99.toFixed(2)} ms; a private PostgreSQL ${pg.version} on the same host, Unix socket`,
       };
+    });
+    // The second replica on the PostgreSQL database.
+    const replicaDir = path.join(root, "database-postgres-2");
+    await mkdir(replicaDir, { recursive: true });
+    const replica = await startServerProcess({ dataDir: replicaDir, env: { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_DATABASE_URL: url } });
+    servers.push(replica);
+    log(`(w) ${options.warmup} warmup + ${options.iterations} Bash calls watched on both replicas`);
+    const across = await eventsAcross(servers[1].url, replica.url, options.iterations, options.warmup);
+    const own = summarize(across.own);
+    const other = summarize(across.other);
+    stats["postgres: tool_call_finished on the other replica"] = other;
+    stats["postgres: tool_call_finished on the same replica"] = own;
+    rows.push({
+      section: "w database",
+      metric: "Bash start → its tool_call_finished on a WatchEvents reader of the other replica p50, vs a reader of the server that ran it",
+      server: other.p50,
+      baseline: own.p50,
+      unit: "ms",
+      ratio: other.p50 / own.p50,
+      goal: "",
+      note: `p99 ${other.p99.toFixed(2)} against ${own.p99.toFixed(2)} ms; two servers on one PostgreSQL ${pg.version} database, the event through its notifications`,
     });
     return {
       rows,

@@ -178,15 +178,16 @@ export class WorkspaceManager {
   /**
    * Makes sure this server serves workspace `id` (servers sharing a database): it does when its
    * record names it; a workspace of a live server is refused with that server's URL; one whose
-   * server has stopped is taken over (compare-and-set on the stored record).
+   * server has stopped is taken over (compare-and-set on the stored record). Returns the server it
+   * was taken over from, if it was.
    */
-  async #serveHere(id: string): Promise<void> {
+  async #serveHere(id: string): Promise<string | undefined> {
     const shared = this.#options.shared;
-    if (!shared) return;
+    if (!shared) return undefined;
     for (let attempt = 0; ; attempt++) {
       const record = this.#record(id);
       const server = record.server ?? "";
-      if (server === shared.replica.id) return;
+      if (server === shared.replica.id) return undefined;
       if (server !== "") {
         const { live, url } = await shared.replica.status(server);
         if (live) {
@@ -202,7 +203,7 @@ export class WorkspaceManager {
         this.#records.set(id, { ...record, server: shared.replica.id });
         this.#options.logger.warn("workspace taken over from a server that stopped", { workspace_id: id, from_server: server, server: shared.replica.id });
         await this.#options.onTakeover?.(id);
-        return;
+        return server;
       }
       // Another server claimed it first, or it is gone: look again.
       const stored = await shared.store.workspace(id);
@@ -461,8 +462,9 @@ export class WorkspaceManager {
     let record = this.#record(id);
     if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
     let h = this.#handles.get(id);
+    let takenFrom: string | undefined;
     if (!h && this.#options.shared && record.server !== this.#options.shared.replica.id) {
-      await this.#serveHere(id);
+      takenFrom = await this.#serveHere(id);
       record = this.#record(id);
       h = this.#handles.get(id);
     }
@@ -471,7 +473,20 @@ export class WorkspaceManager {
       const egress = allow !== undefined && this.#options.egress ? this.#options.egress.hook(id, allow) : undefined;
       h = this.#provider(record.provider).open(record, { fileRules: record.agentType?.sensitiveFiles, ...(egress ? { egress } : {}) });
       this.#handles.set(id, h);
-      h.catch(() => this.#handles.delete(id));
+      h.catch((err: unknown) => {
+        this.#handles.delete(id);
+        // Taken over but out of this server's reach (a sandbox on another host): given back, so
+        // that its own server serves it again when it returns.
+        const shared = this.#options.shared;
+        if (takenFrom === undefined || !shared) return;
+        this.#options.logger.warn("a workspace taken over could not be opened here; it goes back to its server", { workspace_id: id, to_server: takenFrom, error: (err as Error).message });
+        void shared.store.claim(id, shared.replica.id, takenFrom).then(
+          (back) => {
+            if (back && this.#records.has(id)) this.#records.set(id, { ...this.#record(id), server: takenFrom });
+          },
+          () => undefined,
+        );
+      });
     }
     return h;
   }

@@ -6,12 +6,12 @@
  * that is not PostgreSQL's, and a database that cannot be reached, stop the start with a message
  * that shows no password.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rename, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { Code, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import { AuditService, type WatchEventsResponse } from "../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
@@ -48,6 +48,22 @@ async function twoServers(db: string, fn: (pg: Postgres, servers: ServerProcess[
     for (const s of servers) await kill9(s);
     for (const d of dirs) await rm(d, { recursive: true, force: true });
   }
+}
+
+/**
+ * Asserts that `call` was refused UNAVAILABLE / WORKSPACE_SERVED_ELSEWHERE naming `url` as the
+ * server to ask; returns the refusal's metadata.
+ */
+async function servedElsewhere(t: ExecutionContext, call: Promise<unknown>, url: string): Promise<Record<string, string>> {
+  const err = await call.then(
+    () => undefined,
+    (e: unknown) => e as { code: number; findDetails: (s: unknown) => Array<{ reason: number; metadata: Record<string, string> }> },
+  );
+  t.is(err?.code, Code.Unavailable);
+  const detail = err?.findDetails(ErrorDetailSchema)[0];
+  t.is(detail?.reason, ErrorReason.WORKSPACE_SERVED_ELSEWHERE);
+  t.is(detail?.metadata.server_url, url);
+  return detail?.metadata ?? {};
 }
 
 let started: Promise<Postgres> | undefined;
@@ -243,22 +259,19 @@ if (postgresGate(test, "the server on PostgreSQL")) {
   });
 
   test("two servers on one database: a workspace is served by the server that made it, the other refuses its calls with that server's URL, and takes it over once that server is killed", async (t) => {
-    await twoServers("two_servers_serve", async (_pg, servers, [a, b]) => {
+    await twoServers("two_servers_serve", async (pg, servers, [a, b]) => {
       const { workspace } = await a.workspaces.createWorkspace({});
       const ws = workspace!.id;
+      // A second one, whose directory will be out of the other server's reach when it tries.
+      const away = (await a.workspaces.createWorkspace({})).workspace!.id;
+      const serverOf = async (id: string) => String((await pg.query("two_servers_serve", "SELECT record::jsonb ->> 'server' AS s FROM workspaces WHERE id = $1", [id])).rows[0].s);
+      const firstServer = await serverOf(away);
       await a.tools.bash({ workspaceId: ws, command: "echo from-a > a.txt" });
       const { process: running } = await a.processes.startProcess({ workspaceId: ws, command: "exec sleep 300" });
       // The other server follows the record, and refuses to drive the sandbox itself.
       t.is(await eventually(async () => (await b.workspaces.getWorkspace({ id: ws }).catch(() => undefined))?.workspace?.id), ws);
       for (const call of [() => b.tools.bash({ workspaceId: ws, command: "cat a.txt" }), () => b.workspaces.deleteWorkspace({ id: ws })]) {
-        const err = await call().then(
-          () => undefined,
-          (e: unknown) => e as { code: number; findDetails: (s: unknown) => Array<{ reason: number; metadata: Record<string, string> }> },
-        );
-        t.is(err?.code, Code.Unavailable);
-        const detail = err?.findDetails(ErrorDetailSchema)[0];
-        t.is(detail?.reason, ErrorReason.WORKSPACE_SERVED_ELSEWHERE);
-        t.is(detail?.metadata.server_url, servers[0].url);
+        t.is((await servedElsewhere(t, call(), servers[0].url)).workspace_id, ws);
       }
       t.is((await a.tools.bash({ workspaceId: ws, command: "cat a.txt" })).stdout, "from-a\n", "the serving server is undisturbed");
       // The serving server dies: within its beats' lapse (10 s) the other takes the workspace over.
@@ -278,6 +291,14 @@ if (postgresGate(test, "the server on PostgreSQL")) {
       const listed = (await b.processes.listProcesses({ workspaceId: ws })).processes.find((p) => p.processId === running?.processId);
       t.is(listed?.state, ProcessState.LOST);
       t.is(listed?.endedBy, "its server stopped");
+      // A workspace taken over but out of reach (its directory gone from this host) goes back to its
+      // server, which serves it again when it returns, instead of being stranded on this one.
+      const dir = String((await pg.query("two_servers_serve", "SELECT record::jsonb -> 'state' ->> 'dir' AS d FROM workspaces WHERE id = $1", [away])).rows[0].d);
+      await rename(dir, `${dir}.moved`);
+      await t.throwsAsync(b.tools.bash({ workspaceId: away, command: "true" }));
+      t.is(await eventually(async () => serverOf(away), (v) => v === firstServer), firstServer);
+      t.regex(servers[1].stderr(), /"msg":"a workspace taken over could not be opened here; it goes back to its server"/);
+      await rename(`${dir}.moved`, dir);
       await b.workspaces.deleteWorkspace({ id: ws });
     });
   });
@@ -300,15 +321,7 @@ if (postgresGate(test, "the server on PostgreSQL")) {
         t.is((await a.workspaces.getSession({ id: sid })).session?.status, SessionStatus.ACTIVE, "the other server did not end it as idle");
         t.notRegex(servers[1].stderr(), /"msg":"session ended"|"msg":"ending an idle session failed"/, "the other server did not even try");
         for (const call of [() => onB.tools.bash({ command: "echo here" }), () => b.workspaces.endSession({ id: sid })]) {
-          const err = await call().then(
-            () => undefined,
-            (e: unknown) => e as { code: number; findDetails: (s: unknown) => Array<{ reason: number; metadata: Record<string, string> }> },
-          );
-          t.is(err?.code, Code.Unavailable);
-          const detail = err?.findDetails(ErrorDetailSchema)[0];
-          t.is(detail?.reason, ErrorReason.WORKSPACE_SERVED_ELSEWHERE);
-          t.is(detail?.metadata.server_url, servers[0].url);
-          t.is(detail?.metadata.session_id, sid);
+          t.is((await servedElsewhere(t, call(), servers[0].url)).session_id, sid);
         }
         await a.workspaces.endSession({ id: sid });
       } finally {
