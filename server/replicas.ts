@@ -16,6 +16,12 @@ import type { ReplicaStore } from "./store/store.ts";
 const BEAT_MS = 2000;
 /** Five missed beats: long enough for a busy event loop or a database restart, short enough to fail over in seconds. */
 export const STOPPED_AFTER_MS = 10_000;
+/**
+ * A server whose last successful beat started this long ago fences itself: it stops driving its
+ * sandboxes before the others may take them over (STOPPED_AFTER_MS after that beat committed), so
+ * that a server cut off from the database never drives a sandbox another one has taken.
+ */
+export const FENCE_AFTER_MS = 6000;
 
 /**
  * This server's id, kept in its data directory (`server-id`), so that a server restarted on the
@@ -52,6 +58,10 @@ export class Replica {
   #timer: NodeJS.Timeout | undefined;
   #url = "";
   #failing = false;
+  /** When the last successful beat was sent (0: none yet). */
+  #lastOk = 0;
+  #fenced = false;
+  #onFence: Array<(fenced: boolean) => void> = [];
 
   constructor(id: string, store: ReplicaStore, logger: Logger) {
     this.id = id;
@@ -62,8 +72,29 @@ export class Replica {
   /** Starts beating (without a URL until `advertise`). */
   async start(): Promise<void> {
     await this.#beat();
-    this.#timer = setInterval(() => void this.#beat(), BEAT_MS);
+    this.#timer = setInterval(() => {
+      // Judged by the clock, not by a beat's answer: a beat may hang as long as the database does.
+      if (!this.#fenced && this.#lastOk > 0 && Date.now() - this.#lastOk > FENCE_AFTER_MS) {
+        this.#fenced = true;
+        this.#logger.error("this server has not beaten in the database for 6 s; it stops driving its workspaces so that another server may take them over", { server: this.id });
+        for (const fn of this.#onFence) fn(true);
+      }
+      void this.#beat();
+    }, BEAT_MS);
     this.#timer.unref();
+  }
+
+  /**
+   * Calls `fn(true)` when this server fences itself (cut off from the database) and `fn(false)`
+   * once it beats again.
+   */
+  onFence(fn: (fenced: boolean) => void): void {
+    this.#onFence.push(fn);
+  }
+
+  /** Whether this server is fenced: it must drive no sandbox. */
+  get fenced(): boolean {
+    return this.#fenced;
   }
 
   /** The URL other servers' refusals send clients to (once this server listens). */
@@ -73,8 +104,15 @@ export class Replica {
   }
 
   async #beat(): Promise<void> {
+    const sent = Date.now();
     try {
       await this.#store.beat(this.id, this.#url);
+      this.#lastOk = Math.max(this.#lastOk, sent);
+      if (this.#fenced) {
+        this.#fenced = false;
+        this.#logger.warn("this server beats in the database again and serves its workspaces that no other server took over", { server: this.id });
+        for (const fn of this.#onFence) fn(false);
+      }
       this.#live = await this.#store.live(STOPPED_AFTER_MS);
       if (this.#failing) this.#logger.info("this server beats in the database again", { server: this.id });
       this.#failing = false;

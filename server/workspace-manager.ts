@@ -116,6 +116,19 @@ export class WorkspaceManager {
   async init(): Promise<void> {
     const shared = this.#options.shared;
     if (shared) {
+      // Cut off from the database: every handle goes at once (the others may take the workspaces
+      // over soon), and none opens until the records were read again (some may have been taken).
+      shared.replica.onFence((fenced) => {
+        if (fenced) {
+          this.#fenced = true;
+          for (const id of [...this.#handles.keys()]) void this.#drop(id);
+        } else {
+          this.#follow(async () => {
+            await this.#reloadAll();
+            this.#fenced = false;
+          });
+        }
+      });
       // Subscribed before the load, so nothing committed after it goes unheard.
       shared.changes.subscribe(
         (change) => {
@@ -136,6 +149,9 @@ export class WorkspaceManager {
       this.#records.set(r.id, r);
     }
   }
+
+  /** Cut off from the shared database (replicas.ts): no sandbox is driven. */
+  #fenced = false;
 
   /** Reloads from the feed run one after another, so an older read never lands after a newer one. */
   #following: Promise<void> = Promise.resolve();
@@ -460,6 +476,11 @@ export class WorkspaceManager {
   /** The live handle of a workspace, opened on first use. */
   async handle(id: string): Promise<WorkspaceHandle> {
     let record = this.#record(id);
+    if (this.#fenced) {
+      throw new DomainError("DATABASE_UNAVAILABLE", "This server has lost its database for more than a few seconds, so it drives no sandbox until it is back (another server may take the workspace over meanwhile). Retry", {
+        metadata: { workspace_id: id },
+      });
+    }
     if (this.#deleting.has(id)) throw new DomainError("WORKSPACE_NOT_FOUND", `Workspace '${id}' is being deleted`, { metadata: { workspace_id: id } });
     let h = this.#handles.get(id);
     let takenFrom: string | undefined;
