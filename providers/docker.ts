@@ -34,6 +34,7 @@ import { PreparedImages } from "./prepared-images.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
 import { type EgressSockets, SANDBOX_EGRESS_DIR, SANDBOX_EGRESS_SOCKET } from "./egress-socket.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
+import { type EnginePayload, PAYLOAD_VOLUME } from "./engine-payload.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** Label keys the server puts on its containers. */
@@ -50,6 +51,9 @@ export const LABELS = {
    * the server starts every connection with WAKE. Absent on containers made before.
    */
   sleeps: "agent-workspace.sleeps",
+  /** What the workspace reserves of its engine (its limits), counted by placement (docker-engines.ts). */
+  cpus: "agent-workspace.cpus",
+  memory: "agent-workspace.memory",
 } as const;
 
 /** The current container layout: the workspace in a volume, the executor started as root with --sandbox. */
@@ -74,6 +78,19 @@ export interface DockerProviderOptions {
   runtime?: string;
   /** Default image. */
   image: string;
+  /**
+   * The engine's name (docker-engines.ts), kept in every record as `state.engine`; absent for a
+   * provider built on one engine alone.
+   */
+  engine?: string;
+  /**
+   * For an engine that shares no filesystem with the server (reached over TCP): the executor,
+   * Node and ripgrep come from a volume this copies them into (engine-payload.ts) instead of bind
+   * mounts, and nothing else of the server's host is mounted (no disk images, no egress sockets).
+   */
+  payload?: EnginePayload;
+  /** Rejects when calls to the engine are to be refused at once (docker-engines.ts: it is down and still does not answer). */
+  gate?: () => Promise<void>;
   /** Docker network for workspaces; "none" (default) means no network at all. */
   network: string;
   /** Docker network of workspaces that ask for egress; "" when the operator allows none. */
@@ -111,12 +128,19 @@ export interface DockerProviderOptions {
  */
 export const GVISOR_MAX_PIDS = 256;
 
+/** Error codes of an engine that cannot be reached (a local socket, or TCP and TLS to a remote one). */
+const UNREACHABLE = new Set(["ECONNREFUSED", "ENOENT", "EACCES", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "EHOSTDOWN", "ECONNABORTED", "EPROTO", "ENOTFOUND", "EAI_AGAIN"]);
+
 /** Translates dockerode failures into domain errors: an unreachable engine is UNAVAILABLE. */
-export function engineError(err: unknown, what: string): unknown {
+export function engineError(err: unknown, what: string, engine?: string): unknown {
   if (err instanceof DomainError) return err;
   const code = errnoCode(err);
-  if (code === "ECONNREFUSED" || code === "ENOENT" || code === "EACCES" || code === "ECONNRESET" || code === "EPIPE") {
-    return new DomainError("PROVIDER_UNAVAILABLE", `The Docker engine is unavailable (${code}) while trying to ${what}; retry once it is back`, { cause: err });
+  if (code !== undefined && (UNREACHABLE.has(code) || /^(ERR_SSL_|ERR_TLS_|UNABLE_TO_|SELF_SIGNED_|DEPTH_ZERO_|CERT_)/.test(code))) {
+    const which = engine === undefined ? "The Docker engine" : `The Docker engine '${engine}'`;
+    return new DomainError("PROVIDER_UNAVAILABLE", `${which} is unavailable (${code}) while trying to ${what}; retry once it is back`, {
+      cause: err,
+      ...(engine !== undefined ? { metadata: { engine } } : {}),
+    });
   }
   const status = (err as { statusCode?: number }).statusCode;
   if (status === 404 && /image/i.test(String((err as Error).message))) {
@@ -137,10 +161,17 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
 } {
   const { docker } = options;
   const isGvisor = options.runtime === "runsc";
+  /** engineError naming this provider's engine. */
+  const unreachable = (err: unknown, what: string) => engineError(err, what, options.engine);
   const disks = options.diskDir === undefined ? undefined : new DiskImages(path.join(options.diskDir, options.name));
   let diskWarned = false;
   /** The image-backed filesystem of a new workspace, or undefined when disk limits cannot be enforced here. */
-  const diskSupport = async () => (disks ? await disks.probe() : { ok: false as const, reason: "no directory for disk images was configured" });
+  const diskSupport = async () =>
+    disks
+      ? await disks.probe()
+      : { ok: false as const, reason: options.payload ? "the engine is remote, and a disk image can only be mounted on the server's host" : "no directory for disk images was configured" };
+  /** Where the sandbox finds Node, the executor and ripgrep. */
+  const root = options.payload ? `${MOUNT}/current` : MOUNT;
   const makeDisk = async (id: string, bytes: number, diskOptions: DiskOptions): Promise<DiskMount | undefined> => {
     const support = await diskSupport();
     if (!support.ok || !disks) {
@@ -155,7 +186,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
   const runtimeKeepsNoexec = async (): Promise<boolean> => {
     if (noexecRuntime === undefined) {
       const info = (await docker.info().catch((err: unknown) => {
-        throw engineError(err, "ask the engine for its runtimes");
+        throw unreachable(err, "ask the engine for its runtimes");
       })) as { Runtimes?: Record<string, { path?: string }> };
       noexecRuntime = path.basename(info.Runtimes?.[options.runtime ?? ""]?.path ?? "") === "agent-workspace-runsc";
     }
@@ -171,7 +202,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
     engineCpus ??= docker.info().then((i: { NCPU?: number }) => i.NCPU ?? 0);
     const n = await engineCpus.catch((err: unknown) => {
       engineCpus = undefined;
-      throw engineError(err, "ask the engine for its CPU count");
+      throw unreachable(err, "ask the engine for its CPU count");
     });
     return n > 0 ? Math.min(wanted, n) : wanted;
   };
@@ -204,7 +235,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         try {
           image = await prepared.imageFor(baseImage, programs);
         } catch (err) {
-          throw engineError(err, "prepare the workspace image for an allowlist");
+          throw unreachable(err, "prepare the workspace image for an allowlist");
         }
       }
       const network = opts.network === undefined ? options.network : opts.network === "none" ? "none" : options.egressNetwork;
@@ -213,11 +244,15 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           metadata: { field: "network.mode", provider: options.name },
         });
       }
-      const nodeBinary = await realpath(process.execPath);
-      const rg = await realpath(rgPath);
+      if (options.payload) {
+        await options.payload.ensure(docker, image).catch((err: unknown) => {
+          throw unreachable(err, "copy the executor to the engine");
+        });
+      }
       // gVisor's process cap (see GVISOR_MAX_PIDS); the record shows the limit in force.
       const limits = isGvisor ? { ...opts.limits, pids: Math.min(opts.limits.pids || GVISOR_MAX_PIDS, GVISOR_MAX_PIDS) } : opts.limits;
       const labels = { [LABELS.managed]: "true", [LABELS.workspace]: opts.id, [LABELS.provider]: options.name, [LABELS.instance]: options.instance };
+      const reserves = { [LABELS.cpus]: String(limits.cpus ?? 0), [LABELS.memory]: String(limits.memoryBytes || 0) };
       const volume = volumeName(opts.id);
       const nanoCpus = limits.cpus ? Math.round((await cpusOf(limits.cpus)) * 1e9) : undefined;
       const disk = limits.diskBytes > 0 ? await makeDisk(opts.id, limits.diskBytes, { noexec: programs !== undefined }) : undefined;
@@ -247,9 +282,12 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               ]
             : []),
           ...(egressDir ? [{ Type: "bind" as const, Source: egressDir.hostDir, Target: SANDBOX_EGRESS_DIR, ReadOnly: true }] : []),
+          ...(options.payload ? [{ Type: "volume" as const, Source: PAYLOAD_VOLUME, Target: MOUNT, ReadOnly: true }] : []),
         ],
         ReadonlyRootfs: disk !== undefined,
-        Binds: [`${nodeBinary}:${MOUNT}/node:ro`, `${options.executor.dir}:${MOUNT}/executor:ro`, `${rg}:${MOUNT}/bin/rg:ro`],
+        Binds: options.payload
+          ? []
+          : [`${await realpath(process.execPath)}:${MOUNT}/node:ro`, `${options.executor.dir}:${MOUNT}/executor:ro`, `${await realpath(rgPath)}:${MOUNT}/bin/rg:ro`],
         Init: false,
         // No engine-side logging: the executor's stdout is the protocol stream (file contents and
         // command output), which must not land in a log file on the host, and the json-file
@@ -291,9 +329,9 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             "-c",
             EXECUTOR_WRAPPER,
             "aw-executor",
-            `${MOUNT}/node`,
+            `${root}/node`,
             ...EXECUTOR_NODE_FLAGS,
-            `${MOUNT}/executor/${options.executor.main}`,
+            `${root}/executor/${options.executor.main}`,
             "--sandbox",
             "--detect-oom",
             "--uid",
@@ -315,14 +353,14 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           AttachStderr: true,
           Tty: false,
           NetworkDisabled: network === "none",
-          Labels: { ...labels, [LABELS.layout]: LAYOUT, [LABELS.sleeps]: "1" },
+          Labels: { ...labels, ...reserves, [LABELS.layout]: LAYOUT, [LABELS.sleeps]: "1" },
           HostConfig: hostConfig,
         });
       } catch (err) {
         await docker.getVolume(volume).remove().catch(() => undefined);
         if (disk) await disks?.remove(opts.id).catch(() => undefined);
         if (egressDir) await options.egressSockets?.remove(egressDir.name).catch(() => undefined);
-        throw engineError(err, "create the workspace container");
+        throw unreachable(err, "create the workspace container");
       }
       return {
         id: opts.id,
@@ -338,6 +376,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           ...(disk ? { disk: disk.dir } : {}),
           ...(programs !== undefined ? { noexec: "1" } : {}),
           ...(egressDir ? { egress: egressDir.name } : {}),
+          ...(options.engine !== undefined ? { engine: options.engine } : {}),
         },
       };
     },
@@ -369,6 +408,9 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         // meanwhile removed the files it ran from) takes the restart below rather than the call.
         if (conn?.alive && conn.asleep) await conn.wake().catch(() => undefined);
         if (conn?.alive) return conn;
+        // Outside the attempt below: a synchronous throw there would run its `finally` before the
+        // assignment, leaving a rejected attempt in place for good.
+        if (connecting === undefined) await options.gate?.();
         connecting ??= (async () => {
           try {
             const info = await container.inspect();
@@ -381,6 +423,8 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
               options.log.warn("restarting workspace container after an executor protocol violation", { workspace_id: record.id, violation: conn.violation });
               await container.restart({ t: 1 });
             }
+            // A container restarted below starts from the payload's `current`: make it this version.
+            if (options.payload) await options.payload.ensure(docker, info.Image);
             const sleeps = info.Config.Labels?.[LABELS.sleeps] === "1";
             const attach = () => attachExecutor(container, (line) => options.log.warn("sandbox executor", { workspace_id: record.id, line }), sleeps);
             const first = await attach();
@@ -424,7 +468,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             if ((err as { statusCode?: number }).statusCode === 404) {
               throw new DomainError("WORKSPACE_NOT_READY", "The workspace container no longer exists; delete the workspace and create a new one", { cause: err });
             }
-            throw engineError(err, "attach to the workspace container");
+            throw unreachable(err, "attach to the workspace container");
           } finally {
             connecting = undefined;
           }
@@ -437,7 +481,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       return {
         id: record.id,
         fs,
-        ripgrepPath: `${MOUNT}/bin/rg`,
+        ripgrepPath: `${root}/bin/rg`,
         seal: () => fs.seal(),
         dial: async (port, signal) => (await connect()).dial(port, signal),
         exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
@@ -468,7 +512,18 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
                 throw err;
               }
               // The attach stream ends as the sandbox dies; the engine may record the exit a moment later.
-              let state = await container.inspect().then((i) => i.State, () => undefined);
+              let lost: unknown;
+              let state = await container.inspect().then(
+                (i) => i.State,
+                (e: unknown) => {
+                  lost = unreachable(e, "ask what became of the workspace container after its connection broke during a command");
+                  return undefined;
+                },
+              );
+              if (hasReason(lost, "PROVIDER_UNAVAILABLE")) {
+                options.log.error("the Docker engine stopped answering during a command", { workspace_id: record.id, engine: options.engine });
+                throw lost;
+              }
               for (let i = 0; i < 100 && state?.Running; i++) {
                 await new Promise((r) => setTimeout(r, 100));
                 state = await container.inspect().then((x) => x.State, () => undefined);
@@ -499,7 +554,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
             if (info.State.Running) return { status: "ready", message: "" };
             return { status: "stopped", message: `container is ${info.State.Status}${info.State.OOMKilled ? " (OOM killed)" : ""}; the next tool call restarts it` };
           } catch (err) {
-            const e = engineError(err, "inspect the workspace container");
+            const e = unreachable(err, "inspect the workspace container");
             if (e instanceof DomainError) return { status: "failed", message: e.message };
             if ((err as { statusCode?: number }).statusCode === 404) return { status: "failed", message: "the workspace container no longer exists" };
             throw e;
@@ -517,12 +572,12 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       try {
         await docker.getContainer(record.state.containerId).remove({ force: true, v: true });
       } catch (err) {
-        if (!gone(err)) throw engineError(err, "remove the workspace container");
+        if (!gone(err)) throw unreachable(err, "remove the workspace container");
       }
       try {
         await docker.getVolume(record.state.volume ?? volumeName(record.id)).remove();
       } catch (err) {
-        if (!gone(err)) throw engineError(err, "remove the workspace volume");
+        if (!gone(err)) throw unreachable(err, "remove the workspace volume");
       }
       // Last, once nothing uses it: unmounted, its loop device released, its image deleted.
       if (record.state.disk) await disks?.remove(record.id);
@@ -532,23 +587,23 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
     async pause(record: WorkspaceRecord): Promise<void> {
       const container = docker.getContainer(record.state.containerId);
       const state = await container.inspect().then((i) => i.State, (err: unknown) => {
-        throw engineError(err, "inspect the workspace container");
+        throw unreachable(err, "inspect the workspace container");
       });
       // A stopped container has nothing to freeze; it starts (and is frozen by no one) on next use.
       if (!state.Running || state.Paused) return;
       await container.pause().catch((err: unknown) => {
-        throw engineError(err, "pause the workspace container");
+        throw unreachable(err, "pause the workspace container");
       });
     },
 
     async resume(record: WorkspaceRecord): Promise<void> {
       const container = docker.getContainer(record.state.containerId);
       const state = await container.inspect().then((i) => i.State, (err: unknown) => {
-        throw engineError(err, "inspect the workspace container");
+        throw unreachable(err, "inspect the workspace container");
       });
       if (!state.Paused) return;
       await container.unpause().catch((err: unknown) => {
-        throw engineError(err, "resume the workspace container");
+        throw unreachable(err, "resume the workspace container");
       });
     },
 

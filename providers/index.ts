@@ -10,7 +10,9 @@ import path from "node:path";
 import Docker from "dockerode";
 import { errnoCode } from "../core/errors.ts";
 import { EgressSockets } from "./egress-socket.ts";
-import { createDockerProvider, engineAvailable, runtimeAvailable } from "./docker.ts";
+import { createDockerProvider } from "./docker.ts";
+import { createPlacedProvider, Engine, Engines } from "./docker-engines.ts";
+import { EnginePayload } from "./engine-payload.ts";
 import { buildExecutor, type ExecutorBuild } from "./executor-build.ts";
 import { createMicrovmProvider, microvmSupport } from "./microvm.ts";
 import { createLocalProvider } from "./local.ts";
@@ -19,6 +21,15 @@ import type { Provider, ProviderLog } from "./types.ts";
 
 /** How to reach the Docker engine: a local socket, or a TCP endpoint (TLS when a cert dir is given). */
 export type DockerConnection = { socketPath: string } | { host: string; port: number; tlsCertDir: string | undefined };
+
+/** One Docker engine the container providers use (AGENT_WORKSPACE_DOCKER_ENGINES). */
+export interface EngineSettings {
+  /** Stable: workspace records name their engine by it. */
+  name: string;
+  connection: DockerConnection;
+  /** What agent types' `engine_labels` match. */
+  labels: Record<string, string>;
+}
 
 /** What the providers are configured with (parsed and validated by server/settings.ts). */
 export interface ProviderSettings {
@@ -29,7 +40,11 @@ export interface ProviderSettings {
   docker: {
     /** "auto" enables container providers when the engine answers at start. */
     mode: "auto" | "on" | "off";
-    connection: DockerConnection;
+    /**
+     * The engines, at least one. One reached by a Unix socket is on this host (bind mounts of the
+     * server's files, disk images, egress sockets); one reached over TCP shares nothing with it.
+     */
+    engines: EngineSettings[];
     /** Default image of container workspaces. */
     image: string;
     /** Docker network of `docker` workspaces; gVisor always has none. */
@@ -75,7 +90,7 @@ export interface ProviderSet {
   reconcileOrphans(known: Set<string>): Promise<void>;
 }
 
-type ContainerProvider = ReturnType<typeof createDockerProvider>;
+type ContainerProvider = ReturnType<typeof createPlacedProvider>;
 type VmProvider = ReturnType<typeof createMicrovmProvider>;
 
 /**
@@ -155,35 +170,53 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
   }
   const { docker: cfg } = settings;
   if (cfg.mode === "off") return set;
-  const docker = await dockerClient(cfg.connection);
-  const up = await engineAvailable(docker);
+  const engines = new Engines(
+    await Promise.all(cfg.engines.map(async (e) => new Engine(e.name, e.labels, await dockerClient(e.connection), describe(e.connection), log))),
+    log,
+  );
+  await engines.start();
   const needed = onRecord.has("docker") || onRecord.has("gvisor");
-  const where = { engine: describe(cfg.connection) };
-  if (!up && cfg.mode === "auto" && !needed) {
-    log.warn("docker engine not reachable; container providers disabled", where);
+  const where = { engines: engines.list.map((e) => `${e.name}=${e.where}`).join(", ") };
+  const anyUp = engines.list.some((e) => e.up);
+  if (!anyUp && cfg.mode === "auto" && !needed) {
+    engines.stop();
+    log.warn("no docker engine reachable; container providers disabled", where);
     return set;
   }
-  if (!up) log.warn("docker engine not reachable; container workspaces answer UNAVAILABLE until it is back", where);
-  const common = {
-    docker,
-    instance: await instanceId(settings.dataDir),
-    image: cfg.image,
-    network: cfg.network,
-    egressNetwork: cfg.egressNetwork,
-    user: cfg.user,
-    log,
-    executor,
-    diskDir: path.join(settings.dataDir, "disks"),
-    executorIdleMs: cfg.executorIdleMs,
-    // Bind mounts of the server's directories need the engine on this host, as the executor's does.
-    ...("socketPath" in cfg.connection ? { egressSockets: new EgressSockets(path.join(settings.dataDir, "egress"), cfg.egressPath === "socket") } : {}),
-  };
-  containers.push(createDockerProvider({ ...common, name: "docker" }));
-  if (!up || (await runtimeAvailable(docker, "runsc"))) {
-    containers.push(createDockerProvider({ ...common, name: "gvisor", runtime: "runsc", network: "none", egressNetwork: "" }));
-  } else {
-    log.warn("runsc runtime not registered with the docker engine; gvisor provider disabled", where);
+  if (!anyUp) log.warn("no docker engine reachable; container workspaces answer UNAVAILABLE until one is back", where);
+  const instance = await instanceId(settings.dataDir);
+  const payload = new EnginePayload(executor, path.join(settings.dataDir, "engine-payload"), log);
+  for (const engine of engines.list) {
+    const local = "socketPath" in (cfg.engines.find((e) => e.name === engine.name) as EngineSettings).connection;
+    const common = {
+      docker: engine.docker,
+      engine: engine.name,
+      instance,
+      image: cfg.image,
+      network: cfg.network,
+      egressNetwork: cfg.egressNetwork,
+      user: cfg.user,
+      log,
+      executor,
+      executorIdleMs: cfg.executorIdleMs,
+      gate: () => engine.ensureUp(),
+      // Bind mounts of the server's directories need the engine on this host, as the executor's do;
+      // a remote engine gets the executor from a volume (engine-payload.ts) and nothing else.
+      ...(local
+        ? { diskDir: path.join(settings.dataDir, "disks"), egressSockets: new EgressSockets(path.join(settings.dataDir, "egress"), cfg.egressPath === "socket") }
+        : { payload }),
+    };
+    engine.providers.set("docker", createDockerProvider({ ...common, name: "docker" }));
+    // Down at start (its runtimes unknown) or with runsc: gVisor workspaces may be placed on it.
+    if (!engine.up || engine.hasRuntime("runsc")) {
+      engine.providers.set("gvisor", createDockerProvider({ ...common, name: "gvisor", runtime: "runsc", network: "none", egressNetwork: "" }));
+    } else {
+      log.warn("runsc runtime not registered with a docker engine; no gvisor workspaces are placed on it", { engine: engine.name });
+    }
   }
+  containers.push(createPlacedProvider("docker", undefined, engines));
+  if (engines.list.some((e) => e.providers.has("gvisor"))) containers.push(createPlacedProvider("gvisor", "runsc", engines));
+  else log.warn("no docker engine has the runsc runtime; gvisor provider disabled", where);
   providers.push(...containers);
   return set;
 }
@@ -216,8 +249,9 @@ async function reconcileOrphans(containers: ContainerProvider[], known: Set<stri
           provider: p.name,
           container_id: orphan.containerId,
           workspace_id: orphan.workspaceId,
+          engine: orphan.engine,
         });
-        if (cleanup) await p.removeContainer(orphan.containerId, orphan.workspaceId);
+        if (cleanup) await p.removeContainer(orphan.containerId, orphan.workspaceId, orphan.engine);
       }
     } catch (err) {
       log.warn("could not look for orphaned containers", { provider: p.name, error: String(err) });

@@ -289,6 +289,11 @@ export interface CreateOptions {
    * sensitive-file patterns, whose matches the sandbox seals (the server's always apply).
    */
   enforcement?: { programs?: ProgramRules; fileRules?: FileRules };
+  /**
+   * Where the sandbox may go (container providers over several engines, docker-engines.ts): only
+   * to an engine carrying every one of these labels. The others ignore it.
+   */
+  placement?: { engineLabels: Record<string, string> };
 }
 
 /** Where providers report lifecycle events and what their executors say on stderr (the server's logger fits). */

@@ -15,7 +15,9 @@
 #      none), and for the microvm provider qemu-system-x86, Debian's cloud kernel
 #      (linux-image-cloud-amd64), busybox-static and cpio (scripts/build-vm-image.sh),
 #      and postgresql (the binaries the PostgreSQL store's tests start a private cluster
-#      with; no system cluster is started or used),
+#      with; no system cluster is started or used), and iproute2, openssl and util-linux
+#      (nsenter, unshare) with which test/helpers/remote-engine.ts starts the remote
+#      engines of test/engines.test.ts (a dockerd each in a network namespace, mutual TLS),
 #      only when one of them is missing (one `apt-get update`).
 #   2. Registers gVisor with Docker in /etc/docker/daemon.json as the runtime
 #      "runsc" (merged into an existing file, other keys kept), through the
@@ -76,7 +78,7 @@ pkg_installed() {
 install_packages() {
   local want=(docker.io runsc ripgrep debootstrap git gcc libc6-dev curl python3-grpcio e2fsprogs mount
     protobuf-compiler libprotobuf-dev protobuf-compiler-grpc python3-protobuf python3-venv python3-setuptools python3-wheel chromium
-    qemu-system-x86 linux-image-cloud-amd64 busybox-static cpio postgresql) missing=() p
+    qemu-system-x86 linux-image-cloud-amd64 busybox-static cpio postgresql iproute2 openssl util-linux) missing=() p
   for p in "${want[@]}"; do
     pkg_installed "$p" || missing+=("$p")
   done

@@ -11,7 +11,7 @@ import { parse as parseYaml } from "yaml";
 import { isIP } from "node:net";
 import path from "node:path";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
-import type { DockerConnection, ProviderSettings } from "../providers/index.ts";
+import type { DockerConnection, EngineSettings, ProviderSettings } from "../providers/index.ts";
 import { DomainError } from "../core/errors.ts";
 import { LOG_LEVELS, type LogLevel } from "./logger.ts";
 import type { GitCredential } from "./sessions/clone.ts";
@@ -602,7 +602,7 @@ function githubApp(env: NodeJS.ProcessEnv): GitHubAppSettings | undefined {
  * (`unix:///path` or `tcp://host:port`, HTTPS with DOCKER_TLS_VERIFY=1 and the client
  * certificates in DOCKER_CERT_PATH), then /var/run/docker.sock.
  */
-function dockerConnection(env: NodeJS.ProcessEnv): DockerConnection {
+function dockerConnection(env: NodeJS.ProcessEnv, what = "DOCKER_HOST"): DockerConnection {
   const socket = read(env, "DOCKER_SOCKET");
   if (socket !== undefined) return { socketPath: path.resolve(socket) };
   const host = read(env, "DOCKER_HOST");
@@ -612,22 +612,79 @@ function dockerConnection(env: NodeJS.ProcessEnv): DockerConnection {
   try {
     url = new URL(host);
   } catch {
-    throw new SettingsError("DOCKER_HOST must be unix:///path or tcp://host:port (the value is not shown: it may carry credentials)");
+    throw new SettingsError(`${what} must be unix:///path or tcp://host:port (the value is not shown: it may carry credentials)`);
   }
-  if (url.username !== "" || url.password !== "") throw new SettingsError("DOCKER_HOST must not carry a user or password");
+  if (url.username !== "" || url.password !== "") throw new SettingsError(`${what} must not carry a user or password`);
   if (url.protocol === "unix:") {
-    if (url.pathname === "" || url.pathname === "/") throw new SettingsError("DOCKER_HOST names no socket path (unix:///path)");
+    if (url.pathname === "" || url.pathname === "/") throw new SettingsError(`${what} names no socket path (unix:///path)`);
     return { socketPath: url.pathname };
   }
   if (url.protocol === "tcp:") {
     const tls = bool(read(env, "DOCKER_TLS_VERIFY"), "DOCKER_TLS_VERIFY");
-    const port = integer(url.port === "" ? undefined : url.port, "the port of DOCKER_HOST", tls ? 2376 : 2375, 1, 65535);
-    if (url.hostname === "") throw new SettingsError("DOCKER_HOST names no host (tcp://host:port)");
+    const port = integer(url.port === "" ? undefined : url.port, `the port of ${what}`, tls ? 2376 : 2375, 1, 65535);
+    if (url.hostname === "") throw new SettingsError(`${what} names no host (tcp://host:port)`);
     const certDir = read(env, "DOCKER_CERT_PATH");
     if (tls && certDir === undefined) throw new SettingsError("DOCKER_TLS_VERIFY=1 needs DOCKER_CERT_PATH (a directory with ca.pem, cert.pem and key.pem)");
     return { host: url.hostname, port, tlsCertDir: tls ? path.resolve(certDir as string) : undefined };
   }
-  throw new SettingsError(`DOCKER_HOST must be unix:///path or tcp://host:port; '${url.protocol}' is not supported`);
+  throw new SettingsError(`${what} must be unix:///path or tcp://host:port; '${url.protocol}' is not supported`);
+}
+
+/** What an engine's name and labels may be: short, plain, safe in a log line and a label value. */
+const ENGINE_WORD = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+
+/**
+ * The Docker engines (AGENT_WORKSPACE_DOCKER_ENGINES): a JSON array, or the path of a YAML or
+ * JSON file holding one, of `{name, host, tls, labels}`. `host` is `unix:///path` (an engine on
+ * this host) or `tcp://host:port`, which needs `tls`, a directory with ca.pem, cert.pem and
+ * key.pem: a remote engine is reached over mutual TLS only. Unset: one engine named "default",
+ * where DOCKER_SOCKET / DOCKER_HOST say.
+ */
+function dockerEngines(env: NodeJS.ProcessEnv): EngineSettings[] {
+  const value = read(env, "AGENT_WORKSPACE_DOCKER_ENGINES");
+  if (value === undefined) return [{ name: "default", connection: dockerConnection(env), labels: {} }];
+  const what = "AGENT_WORKSPACE_DOCKER_ENGINES";
+  let text = value;
+  if (!value.trimStart().startsWith("[")) {
+    try {
+      text = readFileSync(path.resolve(value), "utf8");
+    } catch (err) {
+      throw new SettingsError(`${what}: cannot read ${path.resolve(value)} (${(err as NodeJS.ErrnoException).code ?? "error"}); give a JSON array or the path of a YAML or JSON file`);
+    }
+  }
+  let list: unknown;
+  try {
+    list = parseYaml(text);
+  } catch {
+    throw new SettingsError(`${what} is neither a JSON array nor YAML holding a list`);
+  }
+  if (!Array.isArray(list) || list.length === 0) throw new SettingsError(`${what} must list at least one engine ({name, host, tls, labels})`);
+  const seen = new Set<string>();
+  return list.map((entry: unknown, i): EngineSettings => {
+    const at = `${what}[${i}]`;
+    if (typeof entry !== "object" || entry === null || Array.isArray(entry)) throw new SettingsError(`${at} must be an object {name, host, tls, labels}`);
+    const e = entry as Record<string, unknown>;
+    for (const key of Object.keys(e)) if (!["name", "host", "tls", "labels"].includes(key)) throw new SettingsError(`${at}: unknown key '${key.slice(0, 40)}' (name, host, tls, labels)`);
+    const name = e.name;
+    if (typeof name !== "string" || !ENGINE_WORD.test(name)) throw new SettingsError(`${at}.name must be 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit`);
+    if (seen.has(name)) throw new SettingsError(`${at}.name '${name}' is given twice`);
+    seen.add(name);
+    const labels: Record<string, string> = {};
+    if (e.labels !== undefined) {
+      if (typeof e.labels !== "object" || e.labels === null || Array.isArray(e.labels)) throw new SettingsError(`${at}.labels must be a mapping of names to values`);
+      for (const [k, v] of Object.entries(e.labels)) {
+        if (!ENGINE_WORD.test(k) || typeof v !== "string" || !ENGINE_WORD.test(v)) throw new SettingsError(`${at}.labels: names and values must be 1-63 of a-z, 0-9, '.', '_', '-'`);
+        labels[k] = v;
+      }
+    }
+    if (typeof e.host !== "string") throw new SettingsError(`${at}.host must be unix:///path or tcp://host:port`);
+    if (e.tls !== undefined && typeof e.tls !== "string") throw new SettingsError(`${at}.tls must be a directory with ca.pem, cert.pem and key.pem`);
+    const connection = dockerConnection({ DOCKER_HOST: e.host, ...(e.tls !== undefined ? { DOCKER_TLS_VERIFY: "1", DOCKER_CERT_PATH: e.tls } : {}) }, `${at}.host`);
+    if (!("socketPath" in connection) && connection.tlsCertDir === undefined) {
+      throw new SettingsError(`${at}: a tcp:// engine needs tls (a directory with ca.pem, cert.pem and key.pem); a remote engine is reached over mutual TLS only`);
+    }
+    return { name, connection, labels };
+  });
 }
 
 /**
@@ -775,7 +832,7 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
       localLauncher: oneOf(read(env, "AGENT_WORKSPACE_LOCAL_LAUNCHER"), "AGENT_WORKSPACE_LOCAL_LAUNCHER", ["launcher", "spawn"], "launcher"),
       docker: {
         mode: oneOf(read(env, "AGENT_WORKSPACE_DOCKER"), "AGENT_WORKSPACE_DOCKER", ["auto", "on", "off"], "auto"),
-        connection: dockerConnection(env),
+        engines: dockerEngines(env),
         image: read(env, "AGENT_WORKSPACE_IMAGE") ?? "agent-workspace-base:bookworm",
         network: read(env, "AGENT_WORKSPACE_DOCKER_NETWORK") ?? "none",
         egressNetwork: read(env, "AGENT_WORKSPACE_EGRESS_NETWORK") ?? "",

@@ -245,7 +245,14 @@ export class WorkspaceManager {
    * What a workspace for `req` is made with: the request's fields, else the agent type's, else
    * the server's defaults; and the agent type binding that governs its tool calls.
    */
-  #plan(req: CreateRequest): { providers: string[]; limits: LimitStrings; image: string; network: CreateOptions["network"]; binding?: AgentTypeBinding } {
+  #plan(req: CreateRequest): {
+    providers: string[];
+    limits: LimitStrings;
+    image: string;
+    network: CreateOptions["network"];
+    placement?: CreateOptions["placement"];
+    binding?: AgentTypeBinding;
+  } {
     const name = req.agentType ?? "";
     if (name === "") {
       return { providers: [req.provider === "" ? this.#options.defaultProvider : req.provider], limits: req.limits, image: req.image, network: undefined };
@@ -271,6 +278,7 @@ export class WorkspaceManager {
       },
       image: pick(req.image, cfg.baseImage),
       network: cfg.network?.mode === "open" || cfg.network?.mode === "egress" ? "egress" : "none",
+      ...(Object.keys(cfg.engineLabels).length > 0 ? { placement: { engineLabels: { ...cfg.engineLabels } } } : {}),
       binding: {
         id: name,
         tools: [...cfg.tools],
@@ -330,7 +338,7 @@ export class WorkspaceManager {
     let record: WorkspaceRecord | undefined;
     try {
       const enforcement = plan.binding ? { programs: programRules(plan.binding.commandPolicy), fileRules: plan.binding.sensitiveFiles } : undefined;
-      const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network, ...(enforcement ? { enforcement } : {}) });
+      const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network, ...(plan.placement ? { placement: plan.placement } : {}), ...(enforcement ? { enforcement } : {}) });
       record = {
         ...made,
         ...(plan.binding ? { agentType: plan.binding } : {}),

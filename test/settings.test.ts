@@ -18,7 +18,7 @@ test("defaults start the embedded server: local provider, port 8080, ./.data, in
   t.is(s.providers.dataDir, path.resolve(".data"));
   t.is(s.logLevel, "info");
   t.is(s.compression, "none");
-  t.deepEqual(s.providers.docker.connection, { socketPath: "/var/run/docker.sock" });
+  t.deepEqual(s.providers.docker.engines, [{ name: "default", connection: { socketPath: "/var/run/docker.sock" }, labels: {} }]);
   t.is(s.providers.docker.mode, "auto");
   t.deepEqual(s.providers.docker.user, { uid: 1000, gid: 1000 });
   t.is(s.providers.docker.executorIdleMs, 60_000);
@@ -96,7 +96,36 @@ test("the Docker engine comes from DOCKER_SOCKET, then DOCKER_HOST", (t) => {
     [{ DOCKER_HOST: "tcp://engine", DOCKER_TLS_VERIFY: "1", DOCKER_CERT_PATH: "/certs" }, { host: "engine", port: 2376, tlsCertDir: "/certs" }],
     [{ DOCKER_HOST: "tcp://engine:2375", DOCKER_SOCKET: "/s.sock" }, { socketPath: "/s.sock" }],
   ];
-  for (const [env, want] of cases) t.deepEqual(parseSettings(env).providers.docker.connection, want, JSON.stringify(env));
+  for (const [env, want] of cases) t.deepEqual(parseSettings(env).providers.docker.engines[0]?.connection, want, JSON.stringify(env));
+});
+
+test("several Docker engines: a JSON list or a YAML file; a tcp:// engine needs mutual TLS", async (t) => {
+  const engines = parseSettings({
+    AGENT_WORKSPACE_DOCKER_ENGINES: JSON.stringify([
+      { name: "here", host: "unix:///var/run/docker.sock" },
+      { name: "east-1", host: "tcp://10.0.0.5:2376", tls: "/certs/east", labels: { zone: "east", gvisor: "yes" } },
+    ]),
+  }).providers.docker.engines;
+  t.deepEqual(engines, [
+    { name: "here", connection: { socketPath: "/var/run/docker.sock" }, labels: {} },
+    { name: "east-1", connection: { host: "10.0.0.5", port: 2376, tlsCertDir: "/certs/east" }, labels: { zone: "east", gvisor: "yes" } },
+  ]);
+  const dir = await mkdtemp(path.join(tmpdir(), "aw-engines-"));
+  const file = path.join(dir, "engines.yaml");
+  await writeFile(file, "- name: west\n  host: tcp://west.internal\n  tls: /certs/west\n");
+  t.deepEqual(parseSettings({ AGENT_WORKSPACE_DOCKER_ENGINES: file }).providers.docker.engines, [{ name: "west", connection: { host: "west.internal", port: 2376, tlsCertDir: "/certs/west" }, labels: {} }]);
+  await rm(dir, { recursive: true });
+  const bad: Array<[unknown, RegExp]> = [
+    [[{ name: "a", host: "tcp://10.0.0.5:2375" }], /AGENT_WORKSPACE_DOCKER_ENGINES\[0\]: a tcp:\/\/ engine needs tls/],
+    [[{ name: "a", host: "unix:///s" }, { name: "a", host: "unix:///t" }], /\[1\]\.name 'a' is given twice/],
+    [[{ name: "A B", host: "unix:///s" }], /\[0\]\.name must be/],
+    [[{ name: "a", host: "ssh://x" }], /\[0\]\.host must be unix:\/\/\/path or tcp:\/\/host:port; 'ssh:' is not supported/],
+    [[{ name: "a", host: "unix:///s", labels: { zone: "East Coast" } }], /\[0\]\.labels: names and values/],
+    [[{ name: "a", host: "unix:///s", password: "x" }], /unknown key 'password'/],
+    [[], /must list at least one engine/],
+  ];
+  for (const [value, want] of bad) t.throws(() => parseSettings({ AGENT_WORKSPACE_DOCKER_ENGINES: JSON.stringify(value) }), { instanceOf: SettingsError, message: want }, JSON.stringify(value));
+  t.throws(() => parseSettings({ AGENT_WORKSPACE_DOCKER_ENGINES: "/nonexistent/engines.yaml" }), { instanceOf: SettingsError, message: /cannot read \/nonexistent\/engines\.yaml \(ENOENT\)/ });
 });
 
 test("a bad value is a SettingsError naming the variable or flag and what it accepts", (t) => {

@@ -206,6 +206,14 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     throw invalid(f("fallback_provider"), "fallback_provider must differ from provider");
   }
 
+  const engineLabels = Object.entries(cfg.engineLabels ?? {});
+  if (engineLabels.length > 16) throw invalid(f("engine_labels"), "engine_labels may hold at most 16 labels");
+  for (const [k, v] of engineLabels) {
+    if (!/^[a-z0-9][a-z0-9._-]{0,62}$/.test(k) || !/^[a-z0-9][a-z0-9._-]{0,62}$/.test(v)) {
+      throw invalid(f(`engine_labels.${k.slice(0, 63)}`), `engine_labels: ${shown(k)}: ${shown(v)} must be 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit`);
+    }
+  }
+
   const written = cfg.network?.mode === undefined || cfg.network.mode === "" ? "none" : cfg.network.mode;
   // "egress" is the former name of "open".
   const mode = written === "egress" ? "open" : written;
@@ -270,6 +278,7 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     processIdleTimeoutMs: cfg.processIdleTimeoutMs,
     pauseAfterIdleMs: cfg.pauseAfterIdleMs,
     deleteAfterIdleMs: cfg.deleteAfterIdleMs,
+    engineLabels: Object.fromEntries(engineLabels),
     commandPolicy: policy,
     sensitiveFiles: files,
     git: { protectedBranches },

@@ -59,7 +59,9 @@ function toProto(v: WorkspaceView, sessionIds: string[] = []): MessageInitShape<
     ...(r.session ? { task: taskToProto(r.session.task), sessionId: r.session.id } : {}),
     mounts: (r.mounts ?? []).map((m) => ({ ...m, bytesCopied: BigInt(m.bytesCopied) })),
     sessionIds,
-    providerDetails: r.provider === "microvm" ? Object.fromEntries(["accel", "start"].filter((k) => r.state[k] !== undefined).map((k) => [k, r.state[k] as string])) : {},
+    providerDetails: Object.fromEntries(
+      (r.provider === "microvm" ? ["accel", "start"] : r.provider === "docker" || r.provider === "gvisor" ? ["engine"] : []).filter((k) => r.state[k] !== undefined).map((k) => [k, r.state[k] as string]),
+    ),
   };
 }
 

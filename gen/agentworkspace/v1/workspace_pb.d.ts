@@ -165,6 +165,8 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
    * What the provider reports about the sandbox. microvm: "accel" is "kvm" or "tcg" (QEMU's
    * emulation, where KVM is missing or its guests do not boot), probed once per host; "start" is
    * "restored" (the VM was made from its shape's template snapshot) or "booted" (a cold boot).
+   * docker, gvisor: "engine" is the name of the Docker engine holding the container
+   * (AGENT_WORKSPACE_DOCKER_ENGINES; "default" for the one engine of DOCKER_HOST).
    *
    * @generated from field: map<string, string> provider_details = 15;
    */

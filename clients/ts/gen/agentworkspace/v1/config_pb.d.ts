@@ -272,6 +272,16 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
    * @generated from field: int64 delete_after_idle_ms = 24;
    */
   deleteAfterIdleMs: bigint;
+
+  /**
+   * Placement constraints of the container providers (docker, gvisor) over several Docker engines
+   * (AGENT_WORKSPACE_DOCKER_ENGINES): a new workspace goes only to an engine whose configured labels
+   * include every one of these. Names and values are 1-63 of a-z, 0-9, '.', '_', '-'; at most 16.
+   * A workspace no engine can take fails UNAVAILABLE (PROVIDER_UNAVAILABLE).
+   *
+   * @generated from field: map<string, string> engine_labels = 25;
+   */
+  engineLabels: { [key: string]: string };
 };
 
 /**

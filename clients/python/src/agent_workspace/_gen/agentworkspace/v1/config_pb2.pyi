@@ -150,7 +150,14 @@ class UpdateWorkspaceConfigResponse(_message.Message):
     def __init__(self, workspace_config: _Optional[_Union[WorkspaceConfig, _Mapping]] = ...) -> None: ...
 
 class WorkspaceConfig(_message.Message):
-    __slots__ = ["base_image", "checkout_on_start", "command_policy", "default_command_timeout_ms", "delete_after_idle_ms", "digest_overrides", "enabled", "fallback_provider", "git", "max_command_timeout_ms", "max_processes", "mounts", "network", "pause_after_idle_ms", "process_idle_timeout_ms", "provider", "repo_source", "resource_limits", "sensitive_files", "session_idle_timeout_ms", "setup_command_timeout_ms", "setup_commands", "tools", "warm_pool_size"]
+    __slots__ = ["base_image", "checkout_on_start", "command_policy", "default_command_timeout_ms", "delete_after_idle_ms", "digest_overrides", "enabled", "engine_labels", "fallback_provider", "git", "max_command_timeout_ms", "max_processes", "mounts", "network", "pause_after_idle_ms", "process_idle_timeout_ms", "provider", "repo_source", "resource_limits", "sensitive_files", "session_idle_timeout_ms", "setup_command_timeout_ms", "setup_commands", "tools", "warm_pool_size"]
+    class EngineLabelsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     BASE_IMAGE_FIELD_NUMBER: _ClassVar[int]
     CHECKOUT_ON_START_FIELD_NUMBER: _ClassVar[int]
     COMMAND_POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +165,7 @@ class WorkspaceConfig(_message.Message):
     DELETE_AFTER_IDLE_MS_FIELD_NUMBER: _ClassVar[int]
     DIGEST_OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     ENABLED_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_LABELS_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_PROVIDER_FIELD_NUMBER: _ClassVar[int]
     GIT_FIELD_NUMBER: _ClassVar[int]
     MAX_COMMAND_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -182,6 +190,7 @@ class WorkspaceConfig(_message.Message):
     delete_after_idle_ms: int
     digest_overrides: _containers.RepeatedCompositeFieldContainer[_workspace_pb2.WorkspaceDigest]
     enabled: bool
+    engine_labels: _containers.ScalarMap[str, str]
     fallback_provider: str
     git: GitPolicy
     max_command_timeout_ms: int
@@ -199,4 +208,4 @@ class WorkspaceConfig(_message.Message):
     setup_commands: _containers.RepeatedScalarFieldContainer[str]
     tools: _containers.RepeatedScalarFieldContainer[str]
     warm_pool_size: int
-    def __init__(self, enabled: bool = ..., repo_source: _Optional[_Union[RepoSource, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., resource_limits: _Optional[_Union[_workspace_pb2.ResourceLimits, _Mapping]] = ..., checkout_on_start: bool = ..., base_image: _Optional[str] = ..., setup_commands: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., fallback_provider: _Optional[str] = ..., network: _Optional[_Union[NetworkConfig, _Mapping]] = ..., warm_pool_size: _Optional[int] = ..., default_command_timeout_ms: _Optional[int] = ..., max_command_timeout_ms: _Optional[int] = ..., setup_command_timeout_ms: _Optional[int] = ..., session_idle_timeout_ms: _Optional[int] = ..., command_policy: _Optional[_Union[CommandPolicy, _Mapping]] = ..., sensitive_files: _Optional[_Union[SensitiveFiles, _Mapping]] = ..., git: _Optional[_Union[GitPolicy, _Mapping]] = ..., mounts: _Optional[_Iterable[_Union[_workspace_pb2.HostMount, _Mapping]]] = ..., digest_overrides: _Optional[_Iterable[_Union[_workspace_pb2.WorkspaceDigest, _Mapping]]] = ..., max_processes: _Optional[int] = ..., process_idle_timeout_ms: _Optional[int] = ..., pause_after_idle_ms: _Optional[int] = ..., delete_after_idle_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, enabled: bool = ..., repo_source: _Optional[_Union[RepoSource, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., resource_limits: _Optional[_Union[_workspace_pb2.ResourceLimits, _Mapping]] = ..., checkout_on_start: bool = ..., base_image: _Optional[str] = ..., setup_commands: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., fallback_provider: _Optional[str] = ..., network: _Optional[_Union[NetworkConfig, _Mapping]] = ..., warm_pool_size: _Optional[int] = ..., default_command_timeout_ms: _Optional[int] = ..., max_command_timeout_ms: _Optional[int] = ..., setup_command_timeout_ms: _Optional[int] = ..., session_idle_timeout_ms: _Optional[int] = ..., command_policy: _Optional[_Union[CommandPolicy, _Mapping]] = ..., sensitive_files: _Optional[_Union[SensitiveFiles, _Mapping]] = ..., git: _Optional[_Union[GitPolicy, _Mapping]] = ..., mounts: _Optional[_Iterable[_Union[_workspace_pb2.HostMount, _Mapping]]] = ..., digest_overrides: _Optional[_Iterable[_Union[_workspace_pb2.WorkspaceDigest, _Mapping]]] = ..., max_processes: _Optional[int] = ..., process_idle_timeout_ms: _Optional[int] = ..., pause_after_idle_ms: _Optional[int] = ..., delete_after_idle_ms: _Optional[int] = ..., engine_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
