@@ -871,8 +871,15 @@ function registerPause(provider: string): void {
         const [info] = await containersOf(ws);
         t.true((await docker.getContainer(info.Id).inspect()).State.Paused, "the engine froze the container");
       } else {
-        // Stopped (T), the whole tree: the loop's shell and its sleep.
-        t.regex(await readFile(`/proc/${pid}/stat`, "utf8").then((st) => st.slice(st.lastIndexOf(")") + 2, st.lastIndexOf(")") + 3)), /^T$/, "the process is stopped");
+        // Stopped (T), the whole tree: the loop's shell and its sleep. SIGSTOP lands asynchronously:
+        // a process running on the other core at the time stops a moment after the call returned.
+        const state = async () => readFile(`/proc/${pid}/stat`, "utf8").then((st) => st.slice(st.lastIndexOf(")") + 2, st.lastIndexOf(")") + 3));
+        let seen = await state();
+        for (let i = 0; i < 50 && seen !== "T"; i++) {
+          await new Promise((r) => setTimeout(r, 20));
+          seen = await state();
+        }
+        t.regex(seen, /^T$/, "the process is stopped");
       }
       await pause(1000);
       const resumed = await c.workspaces.resumeWorkspace({ id: ws });
