@@ -15,10 +15,13 @@
  * Then a second server on the same PostgreSQL database (two replicas): a `Bash` on the first, and
  * the time from its start until its `tool_call_finished` reaches a `WatchEvents` reader on the
  * other server (through the database's notifications), against a reader on the server that ran
- * it, the two readers timed on the same calls.
+ * it, the two readers timed on the same calls; and a no-op `Bash` sent through the TypeScript
+ * client of the replica that does not serve the workspace (refused with the serving one's URL, and
+ * sent there), against the client of the serving one.
  */
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
+import { AgentWorkspace } from "../clients/ts/src/index.ts";
 import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { startPostgres } from "../test/helpers/postgres.ts";
 import { clientsOf } from "../test/helpers/store-crash.ts";
@@ -198,6 +201,39 @@ export async function benchDatabase(options: DatabaseOptions, root: string, log:
       goal: "",
       note: `p99 ${other.p99.toFixed(2)} against ${own.p99.toFixed(2)} ms; two servers on one PostgreSQL ${pg.version} database, the event through its notifications`,
     });
+    // A call sent to the replica that does not serve the workspace: refused with the serving
+    // server's URL, and sent there by the TypeScript client, against the client of that server.
+    log(`(w) ${options.warmup} warmup + ${options.iterations} no-op Bash calls through each replica's client`);
+    const direct = new AgentWorkspace({ url: servers[1].url });
+    const redirected = new AgentWorkspace({ url: replica.url });
+    try {
+      const ws = (await direct.workspaces.create({ provider: "local" })).id;
+      await redirected.workspace(ws).bash("true");
+      const timedBash = (client: AgentWorkspace) => async () => {
+        const t0 = performance.now();
+        await client.workspace(ws).bash("true");
+        return performance.now() - t0;
+      };
+      const calls = await interleave({ direct: timedBash(direct), redirected: timedBash(redirected) }, options.warmup, options.iterations);
+      const d = summarize(calls.direct);
+      const r = summarize(calls.redirected);
+      stats["postgres: no-op Bash through the serving replica"] = d;
+      stats["postgres: no-op Bash through the other replica (followed)"] = r;
+      rows.push({
+        section: "w database",
+        metric: "no-op Bash sent to the replica not serving the workspace (refused, followed by the TS client) p50, vs sent to the serving one",
+        server: r.p50,
+        baseline: d.p50,
+        unit: "ms",
+        ratio: r.p50 / d.p50,
+        goal: "",
+        note: `p99 ${r.p99.toFixed(2)} against ${d.p99.toFixed(2)} ms; the refusal is one more round trip to the other replica, which asks the database whether the serving one is alive`,
+      });
+      await direct.workspaces.delete(ws).catch(() => undefined);
+    } finally {
+      direct.close();
+      redirected.close();
+    }
     return {
       rows,
       data: { iterations: options.iterations, warmup: options.warmup, postgres: pg.version, stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, roundSummary(s)])), p50: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, round(s.p50)])) },

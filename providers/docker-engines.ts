@@ -39,8 +39,12 @@ export class Engine {
   #runtimes = new Set<string>();
   readonly #log: ProviderLog;
 
-  constructor(name: string, labels: Record<string, string>, docker: Docker, where: string, log: ProviderLog) {
+  /** Reached over TCP: every server configured with it reaches its containers alike. */
+  readonly remote: boolean;
+
+  constructor(name: string, labels: Record<string, string>, docker: Docker, where: string, log: ProviderLog, remote = false) {
     this.name = name;
+    this.remote = remote;
     this.labels = labels;
     this.docker = docker;
     this.where = where;
@@ -228,12 +232,13 @@ export class Engines {
         metadata: { provider, engine_labels: labelText },
       });
     }
-    // Engines down may be back before the next periodic check: ask them now rather than refuse.
-    await Promise.all(matching.filter((e) => !e.up).map((e) => e.check()));
+    // With none up, those down may be back before the next periodic check: ask them now rather than refuse.
+    const fit = (e: Engine) => runtime === undefined || e.hasRuntime(runtime);
+    if (!matching.some((e) => e.up && fit(e))) await Promise.all(matching.filter((e) => !e.up).map((e) => e.check()));
     const tried = new Set<string>();
     const want = { cpus: opts.limits.cpus ?? 0, memoryBytes: opts.limits.memoryBytes || 0 };
     for (;;) {
-      const candidates = matching.filter((e) => e.up && !tried.has(e.name) && (runtime === undefined || e.hasRuntime(runtime)));
+      const candidates = matching.filter((e) => e.up && !tried.has(e.name) && fit(e));
       const loads = (
         await Promise.all(
           candidates.map((e) =>
@@ -258,7 +263,16 @@ export class Engines {
       this.#pending.set(engine.name, { cpus: pending.cpus + want.cpus, memoryBytes: pending.memoryBytes + want.memoryBytes, workspaces: pending.workspaces + 1 });
       try {
         const record = await (engine.providers.get(provider) as ContainerProvider).create(opts);
-        this.#log.info("workspace placed", { workspace_id: opts.id, engine: engine.name, provider, free_share: Number((1 - Math.max(chosen.reservedCpus / (chosen.cpus || 1), chosen.reservedMemoryBytes / (chosen.memoryBytes || 1))).toFixed(3)) });
+        this.#log.info("workspace placed", {
+          workspace_id: opts.id,
+          engine: engine.name,
+          provider,
+          engine_cpus: chosen.cpus,
+          reserved_cpus: chosen.reservedCpus,
+          engine_memory_bytes: chosen.memoryBytes,
+          reserved_memory_bytes: chosen.reservedMemoryBytes,
+          candidates: loads.map((l) => l.name).join(","),
+        });
         return record;
       } catch (err) {
         if (!hasReason(err, "PROVIDER_UNAVAILABLE")) throw err;
@@ -303,6 +317,9 @@ export function createPlacedProvider(name: string, runtime: string | undefined, 
     destroy: (record) => engines.on(record, name, (p) => p.destroy(record)),
     pause: (record) => engines.on(record, name, (p) => p.pause?.(record) ?? Promise.resolve()),
     resume: (record) => engines.on(record, name, (p) => p.resume?.(record) ?? Promise.resolve()),
+    // A container on a remote engine is reached alike from every server with this engine list; one on
+    // an engine reached by a socket is on the host of the server that made it.
+    portable: (record) => engines.list.some((e) => e.remote && e.name === record.state.engine),
     async dispose() {
       engines.stop();
     },

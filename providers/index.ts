@@ -171,7 +171,7 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
   const { docker: cfg } = settings;
   if (cfg.mode === "off") return set;
   const engines = new Engines(
-    await Promise.all(cfg.engines.map(async (e) => new Engine(e.name, e.labels, await dockerClient(e.connection), describe(e.connection), log))),
+    await Promise.all(cfg.engines.map(async (e) => new Engine(e.name, e.labels, await dockerClient(e.connection), describe(e.connection), log, !("socketPath" in e.connection)))),
     log,
   );
   await engines.start();

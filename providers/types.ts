@@ -197,6 +197,11 @@ export interface PoolMembership {
   /** What its provisioning reported, handed to the session that takes it. */
   warnings: ProvisioningWarning[];
   checkout?: CheckoutInfo;
+  /**
+   * Taken for a session (servers sharing a database take pooled workspaces under a row lock, so
+   * no two take one): no longer in the pool, and its session is being attached.
+   */
+  claimed?: boolean;
 }
 
 /** Something that went wrong in provisioning without stopping it. */
@@ -355,6 +360,12 @@ export interface Provider {
    * processes kept; `resume` thaws it. Absent where the provider has no sandbox to freeze (local:
    * the server stops the workspace's processes itself; memory: nothing runs). Idempotent.
    */
+  /**
+   * Whether any server configured like this one reaches the workspace's sandbox (a container on a
+   * remote engine), so that another server may take it from a warm pool; absent: only the server
+   * that made it does (a directory, a VM or a container on its host).
+   */
+  portable?(record: WorkspaceRecord): boolean;
   pause?(record: WorkspaceRecord): Promise<void>;
   resume?(record: WorkspaceRecord): Promise<void>;
   /** Releases the provider's own resources at server shutdown; workspaces survive. */

@@ -476,6 +476,39 @@ export class WorkspaceManager {
     return shared === undefined || record.server === undefined || record.server === shared.replica.id;
   }
 
+  /** Whether warm pools are one for all the servers sharing the database (sessions.warm-pool.ts). */
+  get sharedPools(): boolean {
+    return this.#options.shared !== undefined;
+  }
+
+  /**
+   * Whether this server could take `record` from a warm pool: one it serves, or one of another
+   * server whose sandbox any server reaches (a container on a remote engine).
+   */
+  canTakePooled(record: WorkspaceRecord): boolean {
+    return this.servedHere(record) || this.#providers.get(record.provider)?.portable?.(record) === true;
+  }
+
+  /**
+   * Takes the first of `ids` still free in a warm pool, under the database's row lock, for this
+   * server (servers sharing a database; see ReplicaStore.claimPooled). The record then names this
+   * server; the one that made it follows the change and closes its handle.
+   */
+  async claimPooled(ids: string[]): Promise<WorkspaceRecord | undefined> {
+    const shared = this.#options.shared;
+    if (!shared || this.#fenced || ids.length === 0) return undefined;
+    // Read before the claim: this server's own change may come back through the feed meanwhile.
+    const servers = new Map(ids.map((id) => [id, this.#records.get(id)?.server]));
+    const taken = await shared.store.claimPooled(ids, shared.replica.id);
+    if (taken === undefined) return undefined;
+    const from = servers.get(taken.id);
+    this.#records.set(taken.id, taken);
+    if (from !== undefined && from !== shared.replica.id) {
+      this.#options.logger.info("warm-pool workspace taken from another server's pool", { workspace_id: taken.id, from_server: from });
+    }
+    return taken;
+  }
+
   /** The record of a workspace, or undefined; never throws. */
   find(id: string): WorkspaceRecord | undefined {
     return this.#records.get(id);

@@ -15,6 +15,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import test, { type ExecutionContext } from "ava";
 import Docker from "dockerode";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
+import { WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { placeWorkspace } from "../providers/docker-engines.ts";
 import { probeEngines, required } from "./helpers/engines.ts";
 import { postgresGate, startPostgres, type Postgres } from "./helpers/postgres.ts";
@@ -63,7 +64,12 @@ if (!usable) {
       { name: "impostor", host: e2.url, tls: e2.wrongCertDir, labels: { zone: "c" } },
     ]);
 
-  async function withServers<T>(count: number, env: Record<string, string>, fn: (servers: ServerProcess[], clients: Array<ReturnType<typeof clientsOf>>) => Promise<T>): Promise<T> {
+  async function withServers<T>(
+    count: number,
+    env: Record<string, string>,
+    fn: (servers: ServerProcess[], clients: Array<ReturnType<typeof clientsOf>>) => Promise<T>,
+    afterFirst?: (clients: ReturnType<typeof clientsOf>) => Promise<void>,
+  ): Promise<T> {
     const dirs: string[] = [];
     const servers: ServerProcess[] = [];
     const clients: Array<ReturnType<typeof clientsOf>> = [];
@@ -73,6 +79,7 @@ if (!usable) {
         dirs.push(dataDir);
         servers.push(await startServerProcess({ dataDir, startTimeoutMs: 60_000, env: { AGENT_WORKSPACE_DOCKER: "on", AGENT_WORKSPACE_DOCKER_ENGINES: enginesEnv(), ...env } }));
         clients.push(clientsOf(servers[i]!.url));
+        if (i === 0) await afterFirst?.(clients[0]!);
       }
       return await fn(servers, clients);
     } finally {
@@ -210,6 +217,60 @@ if (!usable) {
         t.is(out, "from-a\n");
         t.is(engineOf((await b!.workspaces.getWorkspace({ id: ws.id })).workspace), engineOf(ws));
       });
+    });
+
+    test.serial("two replicas share one warm pool of remote-engine workspaces: it holds its size in all, the second server's sessions take the first's members, and sessions started on both at once never get the same workspace", async (t) => {
+      pg ??= await startPostgres();
+      const url = await pg.createDatabase("shared_warm_pool");
+      const ready = async (c: ReturnType<typeof clientsOf>) =>
+        (await c.workspaces.listWorkspaces({})).workspaces.filter((w) => w.agentType === "pooled" && w.sessionIds.length === 0 && w.status === WorkspaceStatus.READY);
+      const filled = async (c: ReturnType<typeof clientsOf>) => {
+        for (let i = 0; i < 150 && (await ready(c)).length < 2; i++) await new Promise((r) => setTimeout(r, 200));
+        // Long enough for a second server's fill to show, had it started one.
+        await new Promise((r) => setTimeout(r, 2000));
+        return ready(c);
+      };
+      // The first server fills the pool before the second starts.
+      const firsts = async (a: ReturnType<typeof clientsOf>) => {
+        await a.config.createAgentType({ agentType: { id: "pooled", workspace: { enabled: true, provider: "docker", tools: ["bash"], warmPoolSize: 2 } } });
+        t.is((await filled(a)).length, 2);
+      };
+      await withServers(
+        2,
+        { AGENT_WORKSPACE_DATABASE_URL: url },
+        async (servers, [a, b]) => {
+          const session = async (c: ReturnType<typeof clientsOf>, server: ServerProcess) => {
+            const s = await c.workspaces.startSession({ agentType: "pooled" });
+            const agent = clientsOf(server.url, s.sessionToken);
+            try {
+              t.is((await agent.tools.bash({ command: "echo served" })).stdout, "served\n");
+            } finally {
+              agent.close();
+            }
+            return s.session!;
+          };
+          // The second server made none, counts the first's, and fills nothing: two in all.
+          const pool = await filled(b!);
+          t.is(pool.length, 2, "no server fills the pool past its size");
+          t.notRegex(servers[1]!.stderr(), /"msg":"warm-pool workspace ready"/);
+          // Its sessions take the first server's members, and it serves them.
+          const taken = [await session(b!, servers[1]!), await session(b!, servers[1]!)];
+          t.true(taken.every((s) => s.fromWarmPool));
+          t.deepEqual(taken.map((s) => s.workspaceId).sort(), pool.map((w) => w.id).sort());
+          t.is((servers[1]!.stderr().match(/"msg":"warm-pool workspace taken from another server's pool"/g) ?? []).length, 2);
+          // Refilled to two in all; then four sessions at once, two on each server, for a pool of two.
+          const again = await filled(a!);
+          t.is(again.length, 2);
+          const raced = await Promise.all([a, b, a, b].map((c) => c!.workspaces.startSession({ agentType: "pooled" })));
+          const fromPool = raced.filter((s) => s.session!.fromWarmPool).map((s) => s.session!.workspaceId);
+          t.is(fromPool.length, 2, "each pooled workspace went to one session");
+          t.deepEqual([...fromPool].sort(), again.map((w) => w.id).sort());
+          const all = raced.map((s) => s.session!.workspaceId).filter((id) => id !== "");
+          t.is(new Set(all).size, all.length, "no workspace went to two sessions");
+          t.is((await filled(a!)).length, 2);
+        },
+        firsts,
+      );
     });
   }
 }

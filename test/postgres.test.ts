@@ -12,6 +12,7 @@ import path from "node:path";
 import { Code, createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import test, { type ExecutionContext } from "ava";
+import { AgentWorkspace, WorkspaceServedElsewhereError } from "@agent-workspace/client";
 import { AuditService, type WatchEventsResponse } from "../gen/agentworkspace/v1/audit_pb.js";
 import { ConfigService } from "../gen/agentworkspace/v1/config_pb.js";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
@@ -254,6 +255,52 @@ if (postgresGate(test, "the server on PostgreSQL")) {
       } finally {
         watch.abort();
         await reading;
+      }
+    });
+  });
+
+  test("the TypeScript client of either server reaches every workspace and session: a refusal naming the serving server is followed there, for unary calls and streams", async (t) => {
+    await twoServers("client_follows", async (_pg, servers, [a]) => {
+      const ws = (await a.workspaces.createWorkspace({})).workspace!.id;
+      const viaB = new AgentWorkspace({ url: servers[1].url });
+      const strict = new AgentWorkspace({ url: servers[1].url, followRedirects: false });
+      try {
+        // B does not serve it: the client is sent to A, for a unary call and a server stream alike.
+        await eventually(async () => (await viaB.workspaces.get(ws).catch(() => undefined))?.id);
+        t.is((await viaB.workspace(ws).bash("echo from-b-client > f.txt; cat f.txt")).stdout, "from-b-client\n");
+        t.is((await viaB.workspace(ws).streamBash("cat f.txt; echo err >&2").collect()).stdout, "from-b-client\n");
+        t.is((await viaB.workspace(ws).grep("from-b")).matches[0]?.path, "f.txt");
+        // Without following, the refusal is the typed error naming A.
+        const refused = await strict.workspace(ws).bash("true").catch((e: unknown) => e);
+        t.true(refused instanceof WorkspaceServedElsewhereError);
+        t.is((refused as WorkspaceServedElsewhereError).detail?.metadata.server_url, servers[0].url);
+        // A session started on A, used with its token through B.
+        await a.config.createAgentType({ agentType: { id: "followed-session", workspace: { enabled: true, tools: ["bash"] } } });
+        const { sessionToken } = await a.workspaces.startSession({ agentType: "followed-session" });
+        const agent = new AgentWorkspace({ url: servers[1].url, sessionToken });
+        try {
+          let out: string | undefined;
+          for (let i = 0; i < 100 && out === undefined; i++) {
+            out = await agent.workspace().bash("echo agent").then((r) => r.stdout, () => undefined);
+            if (out === undefined) await new Promise((r) => setTimeout(r, 100));
+          }
+          t.is(out, "agent\n");
+          // The MCP bridge of B says the same: the wrong server (503), not a bad credential (401).
+          const mcp = await fetch(`${servers[1].url}/mcp`, {
+            method: "POST",
+            headers: { authorization: `Bearer ${sessionToken}`, "content-type": "application/json", accept: "application/json, text/event-stream" },
+            body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }),
+          });
+          t.is(mcp.status, 503);
+          const body = (await mcp.json()) as { error: { data: { reason: string; metadata: Record<string, string> } } };
+          t.is(body.error.data.reason, "ERROR_REASON_WORKSPACE_SERVED_ELSEWHERE");
+          t.is(body.error.data.metadata.server_url, servers[0].url);
+        } finally {
+          agent.close();
+        }
+      } finally {
+        viaB.close();
+        strict.close();
       }
     });
   });

@@ -22,7 +22,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { ErrorDetailSchema, ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
-import { DomainError } from "../../core/errors.ts";
+import { DomainError, hasReason } from "../../core/errors.ts";
 import type { Principal } from "../auth/principal.ts";
 import { describeCause, toConnectError } from "../interceptors/error-interceptor.ts";
 import type { Logger } from "../logger.ts";
@@ -122,7 +122,10 @@ export function createMcpHandler(options: McpHttpOptions): (req: Req, res: Res) 
         try {
           principal = options.authenticate(header);
         } catch (err) {
-          sendRpcError(res, 401, toConnectError(err), unauthorized);
+          // A session another server serves (servers sharing a database): not a bad credential,
+          // but the wrong server; 503, with that server's URL in the error's metadata.
+          if (hasReason(err, "WORKSPACE_SERVED_ELSEWHERE")) sendRpcError(res, 503, toConnectError(err));
+          else sendRpcError(res, 401, toConnectError(err), unauthorized);
           return;
         }
         if (principal.kind === "anonymous") {

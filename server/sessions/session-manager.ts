@@ -348,7 +348,7 @@ export class SessionManager implements SessionTokenLookup {
     if (enabled && cfg) {
       live.fingerprint = this.#o.pools.fingerprint(type.id, cfg, cloneTarget(cfg, record.task));
       // A pooled workspace was made without this session's mounts.
-      const pooled = mounts.length > 0 ? undefined : this.#o.pools.claim(live.fingerprint);
+      const pooled = mounts.length > 0 ? undefined : await this.#o.pools.claim(live.fingerprint);
       if (pooled) {
         try {
           const began = Date.now();
@@ -371,6 +371,11 @@ export class SessionManager implements SessionTokenLookup {
           this.#emit(live, { type: "status", status: "active", message: "", workspaceId: pooled.id });
           this.#o.logger.info("session started from the warm pool", { session_id: record.id, agent_type: type.id, workspace_id: pooled.id });
           return { record, token };
+        } catch (err) {
+          // Taken from a shared pool (under the database's lock) but not attached: nobody else may
+          // take it now, so it goes.
+          if (pooled.pool?.claimed) void this.#o.provisioner.discard(pooled.id).catch(() => undefined);
+          throw err;
         } finally {
           this.#o.pools.release(pooled.id);
         }

@@ -10,7 +10,10 @@
  *
  * Pooled workspaces are ordinary workspace records marked with their pool (and whether they are
  * finished), so they survive a restart; one caught half-made by a stop is removed, never handed
- * out. Fills run in the background, at most `concurrency` at a time (so refills never starve live
+ * out. Servers sharing a database share the pools of sandboxes any of them reaches (containers
+ * on remote engines): each counts every server's members and fills what the pool lacks, and a
+ * member is taken under the database's row lock (ReplicaStore.claimPooled), then served by the
+ * server that took it. Fills run in the background, at most `concurrency` at a time (so refills never starve live
  * calls), and a pool whose fills fail backs off instead of spinning.
  */
 import { createHash } from "node:crypto";
@@ -94,21 +97,39 @@ export class WarmPools {
     return wants;
   }
 
+  /**
+   * The pool members this server may hand out: its own, and, where servers share the database,
+   * those of the others whose sandboxes it reaches too (containers on remote engines): for those
+   * there is one pool for all the servers.
+   */
   #members(): WorkspaceRecord[] {
-    // Each server keeps its own pool: another's members are that server's to hand out.
-    return this.#o.workspaces.listRecords("", {}).filter((r) => r.pool !== undefined && !this.#claimed.has(r.id) && this.#o.workspaces.servedHere(r));
+    const w = this.#o.workspaces;
+    return w.listRecords("", {}).filter((r) => r.pool !== undefined && !r.pool.claimed && !this.#claimed.has(r.id) && w.canTakePooled(r));
+  }
+
+  /** Members in the order they are counted, handed out and drained: oldest first. */
+  static #byAge(a: WorkspaceRecord, b: WorkspaceRecord): number {
+    return a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
   }
 
   /**
    * Takes a finished workspace of the pool `fingerprint`, if one is ready; the caller must then
-   * `release` it with its new owner recorded (or give it back with `unclaim`).
+   * `release` it with its new owner recorded. Where servers share the database the taking is the
+   * database's (a row lock: no two servers take one), this server's own members first.
    */
-  claim(fingerprint: string): WorkspaceRecord | undefined {
-    const r = this.#members()
+  async claim(fingerprint: string): Promise<WorkspaceRecord | undefined> {
+    const w = this.#o.workspaces;
+    const ready = this.#members()
       .filter((m) => m.pool?.fingerprint === fingerprint && m.pool.ready)
-      .sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime())[0];
-    if (r) this.#claimed.add(r.id);
-    return r;
+      .sort((a, b) => Number(w.servedHere(b)) - Number(w.servedHere(a)) || WarmPools.#byAge(a, b));
+    if (!w.sharedPools) {
+      const r = ready[0];
+      if (r) this.#claimed.add(r.id);
+      return r;
+    }
+    const taken = await w.claimPooled(ready.map((r) => r.id));
+    if (taken) this.#claimed.add(taken.id);
+    return taken;
   }
 
   /** Ends a claim once the workspace's record no longer says it is pooled. */
@@ -125,13 +146,16 @@ export class WarmPools {
     return have < want.size;
   }
 
-  /** Removes half-made pool workspaces (a stop caught them); call once at start. */
+  /**
+   * Removes half-made pool workspaces (a stop caught them), and those taken for a session that
+   * was never attached (a stop between the two); call once at start.
+   */
   async recover(): Promise<void> {
-    for (const r of this.#members()) {
-      if (r.pool && !r.pool.ready) {
-        this.#o.logger.warn("removing a warm-pool workspace left half-made by a stop", { workspace_id: r.id });
-        await this.#o.provisioner.discard(r.id);
-      }
+    const w = this.#o.workspaces;
+    for (const r of w.listRecords("", {})) {
+      if (!r.pool || !w.servedHere(r) || (r.pool.ready && !(r.pool.claimed && r.session === undefined))) continue;
+      this.#o.logger.warn(r.pool.ready ? "removing a warm-pool workspace taken by a session that a stop left unattached" : "removing a warm-pool workspace left half-made by a stop", { workspace_id: r.id });
+      await this.#o.provisioner.discard(r.id);
     }
   }
 
@@ -140,14 +164,16 @@ export class WarmPools {
     if (this.#stop.signal.aborted) return;
     const wants = this.#wanted();
     const counts = new Map<string, number>();
-    for (const r of this.#members()) {
+    // Oldest first, so that every server sharing a pool counts alike and drains only its own
+    // members beyond the pool's size (never one another's, never too many).
+    for (const r of this.#members().sort(WarmPools.#byAge)) {
       // A workspace still being made is counted by its fill.
       if (!r.pool?.ready) continue;
       const fp = r.pool.fingerprint;
       const n = counts.get(fp) ?? 0;
       const want = wants.get(fp);
       if (!want || n >= want.size) {
-        this.#drain(r.id);
+        if (this.#o.workspaces.servedHere(r)) this.#drain(r.id);
         continue;
       }
       counts.set(fp, n + 1);
@@ -163,7 +189,15 @@ export class WarmPools {
 
   #drain(id: string): void {
     this.#claimed.add(id);
-    const p = this.#o.provisioner.discard(id).finally(() => this.#claimed.delete(id));
+    const w = this.#o.workspaces;
+    // A shared pool's member is taken first, as a session would take it, so that a session on
+    // another server never gets one being removed.
+    const p = (async () => {
+      if (w.sharedPools && !(await w.claimPooled([id]))) return;
+      await this.#o.provisioner.discard(id);
+    })()
+      .catch((err: unknown) => this.#o.logger.warn("warm-pool workspace not drained", { workspace_id: id, error: (err as Error).message }))
+      .finally(() => this.#claimed.delete(id));
     this.#track(p);
   }
 

@@ -462,6 +462,21 @@ export async function openPostgresStore(url: string, logger: Logger, migrations:
         const r = await pool.query<{ record: string }>("SELECT record FROM sessions WHERE id = $1", [id]);
         return r.rows[0]?.record;
       },
+      async claimPooled(ids, to) {
+        if (ids.length === 0) return undefined;
+        // The lock skips a row another server is taking; a row taken meanwhile is checked again on
+        // its new version (READ COMMITTED re-evaluates the conditions of a row it locks).
+        const pooled = `record::jsonb -> 'pool' ->> 'ready' = 'true' AND coalesce(record::jsonb -> 'pool' ->> 'claimed', 'false') <> 'true' AND record::jsonb -> 'session' IS NULL`;
+        const r = await pool.query<{ record: string }>(
+          `UPDATE workspaces SET record = jsonb_set(jsonb_set(record::jsonb, '{server}', to_jsonb($2::text)), '{pool,claimed}', 'true'::jsonb)::text
+           WHERE id = (SELECT id FROM workspaces WHERE id = ANY($1::text[]) AND ${pooled} ORDER BY array_position($1::text[], id) LIMIT 1 FOR UPDATE SKIP LOCKED) AND ${pooled}
+           RETURNING record`,
+          [ids, to],
+        );
+        if (r.rows.length === 0) return undefined;
+        const rec = JSON.parse(r.rows[0].record) as LegacyRecord;
+        return { ...rec, createdAt: new Date(rec.createdAt) };
+      },
       async claim(workspaceId, from, to) {
         const r = await pool.query(
           "UPDATE workspaces SET record = jsonb_set(record::jsonb, '{server}', to_jsonb($3::text))::text WHERE id = $1 AND coalesce(record::jsonb ->> 'server', '') = $2",

@@ -176,6 +176,12 @@ export interface ReplicaStore {
   session(id: string): Promise<string | undefined>;
   /** Sets the workspace's `server` to `to` if it is still `from` ("" for none); whether it was. */
   claim(workspaceId: string, from: string, to: string): Promise<boolean>;
+  /**
+   * Takes the first of `ids` that is still a ready warm-pool workspace no session has and no
+   * server took, for server `to`, under a row lock (so two servers never take one): sets its
+   * `server` to `to` and its pool membership `claimed`. Returns the record as stored, or undefined.
+   */
+  claimPooled(ids: string[], to: string): Promise<WorkspaceRecord | undefined>;
 }
 
 /** The whole durable state. */

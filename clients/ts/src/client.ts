@@ -40,6 +40,7 @@ import {
   type StartSessionRequestSchema,
 } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { Caller, type CallOptions, type RetryOptions } from "./call.ts";
+import { followingRedirects, type OwnTransport } from "./redirect.ts";
 import { AgentTypeExistsError } from "./error-classes.ts";
 import { Session } from "./session.ts";
 import { Workspace } from "./workspace.ts";
@@ -74,16 +75,30 @@ export interface AgentWorkspaceOptions {
   sessionManager?: Http2SessionManager;
   /** A connect-es transport of your own instead of one made from the options above (`url` is then ignored). */
   transport?: Transport;
-}
-
-/** A transport and how to release its connections. */
-interface OwnTransport {
-  transport: Transport;
-  close(): void;
+  /**
+   * Servers sharing a database refuse calls for a workspace or session another one serves, naming
+   * it (`WORKSPACE_SERVED_ELSEWHERE`, `metadata.server_url`); by default such a call is sent there
+   * once, on a connection kept per server (never from https to http). `false` surfaces the refusal
+   * as `WorkspaceServedElsewhereError` instead. Not with a `transport` of your own.
+   */
+  followRedirects?: boolean;
 }
 
 function makeTransport(options: AgentWorkspaceOptions): OwnTransport {
   if (options.transport) return { transport: options.transport, close: () => undefined };
+  const own = makeOwnTransport(options);
+  if (options.followRedirects === false) return own;
+  const others = followingRedirects(own.transport, options.url, (url) => makeOwnTransport({ ...options, url, sessionManager: undefined }));
+  return {
+    transport: others.transport,
+    close: () => {
+      others.close();
+      own.close();
+    },
+  };
+}
+
+function makeOwnTransport(options: AgentWorkspaceOptions): OwnTransport {
   const protocol = options.protocol ?? "connect";
   const httpVersion = options.httpVersion ?? "2";
   if (protocol !== "connect" && protocol !== "grpc" && protocol !== "grpc-web") throw new TypeError(`Unknown protocol '${String(protocol)}': use 'connect', 'grpc' or 'grpc-web'`);
