@@ -16,8 +16,9 @@
  * the time from its start until its `tool_call_finished` reaches a `WatchEvents` reader on the
  * other server (through the database's notifications), against a reader on the server that ran
  * it, the two readers timed on the same calls; and a no-op `Bash` sent through the TypeScript
- * client of the replica that does not serve the workspace (refused with the serving one's URL, and
- * sent there), against the client of the serving one.
+ * client of the replica that does not serve the workspace (its first call refused with the serving
+ * one's URL and sent there; the client then sends the workspace's calls there directly), against
+ * the client of the serving one.
  */
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
@@ -148,6 +149,20 @@ async function eventsAcross(a: string, b: string, iterations: number, warmup: nu
   return { own, other };
 }
 
+/** An information row of section (w): `server`'s p50 over `baseline`'s, with both p99s in the note. */
+function versus(metric: string, server: Summary, baseline: Summary, note: string): Row {
+  return {
+    section: "w database",
+    metric,
+    server: server.p50,
+    baseline: baseline.p50,
+    unit: "ms",
+    ratio: server.p50 / baseline.p50,
+    goal: "",
+    note: `p99 ${server.p99.toFixed(2)} against ${baseline.p99.toFixed(2)} ms; ${note}`,
+  };
+}
+
 /** Runs section (w). */
 export async function benchDatabase(options: DatabaseOptions, root: string, log: (msg: string) => void): Promise<SectionResult> {
   const pg = await startPostgres();
@@ -166,20 +181,9 @@ export async function benchDatabase(options: DatabaseOptions, root: string, log:
     log(`(w) ${options.warmup} warmup + ${options.iterations} calls per series (${Object.keys(series).join(", ")})`);
     const samples = await interleave(series, options.warmup, options.iterations);
     const stats: Record<string, Summary> = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
-    const rows: Row[] = OPS.map((op) => {
-      const sqlite = stats[`sqlite: ${op}`];
-      const postgres = stats[`postgres: ${op}`];
-      return {
-        section: "w database",
-        metric: `${op} p50, PostgreSQL vs SQLite (local)`,
-        server: postgres.p50,
-        baseline: sqlite.p50,
-        unit: "ms",
-        ratio: postgres.p50 / sqlite.p50,
-        goal: "",
-        note: `p99 ${postgres.p99.toFixed(2)} against ${sqlite.p99.toFixed(2)} ms; a private PostgreSQL ${pg.version} on the same host, Unix socket`,
-      };
-    });
+    const rows: Row[] = OPS.map((op) =>
+      versus(`${op} p50, PostgreSQL vs SQLite (local)`, stats[`postgres: ${op}`], stats[`sqlite: ${op}`], `a private PostgreSQL ${pg.version} on the same host, Unix socket`),
+    );
     // The second replica on the PostgreSQL database.
     const replicaDir = path.join(root, "database-postgres-2");
     await mkdir(replicaDir, { recursive: true });
@@ -191,16 +195,14 @@ export async function benchDatabase(options: DatabaseOptions, root: string, log:
     const other = summarize(across.other);
     stats["postgres: tool_call_finished on the other replica"] = other;
     stats["postgres: tool_call_finished on the same replica"] = own;
-    rows.push({
-      section: "w database",
-      metric: "Bash start → its tool_call_finished on a WatchEvents reader of the other replica p50, vs a reader of the server that ran it",
-      server: other.p50,
-      baseline: own.p50,
-      unit: "ms",
-      ratio: other.p50 / own.p50,
-      goal: "",
-      note: `p99 ${other.p99.toFixed(2)} against ${own.p99.toFixed(2)} ms; two servers on one PostgreSQL ${pg.version} database, the event through its notifications`,
-    });
+    rows.push(
+      versus(
+        "Bash start → its tool_call_finished on a WatchEvents reader of the other replica p50, vs a reader of the server that ran it",
+        other,
+        own,
+        `two servers on one PostgreSQL ${pg.version} database, the event through its notifications`,
+      ),
+    );
     // A call sent to the replica that does not serve the workspace: refused with the serving
     // server's URL, and sent there by the TypeScript client, against the client of that server.
     log(`(w) ${options.warmup} warmup + ${options.iterations} no-op Bash calls through each replica's client`);
@@ -219,16 +221,14 @@ export async function benchDatabase(options: DatabaseOptions, root: string, log:
       const r = summarize(calls.redirected);
       stats["postgres: no-op Bash through the serving replica"] = d;
       stats["postgres: no-op Bash through the other replica (followed)"] = r;
-      rows.push({
-        section: "w database",
-        metric: "no-op Bash sent to the replica not serving the workspace (refused, followed by the TS client) p50, vs sent to the serving one",
-        server: r.p50,
-        baseline: d.p50,
-        unit: "ms",
-        ratio: r.p50 / d.p50,
-        goal: "",
-        note: `p99 ${r.p99.toFixed(2)} against ${d.p99.toFixed(2)} ms; the refusal is one more round trip to the other replica, which asks the database whether the serving one is alive`,
-      });
+      rows.push(
+        versus(
+          "no-op Bash through the TS client of the replica not serving the workspace p50, vs the client of the serving one",
+          r,
+          d,
+          "its first call was refused with the serving replica's URL and followed; the client sends the workspace's later calls there directly",
+        ),
+      );
       await direct.workspaces.delete(ws).catch(() => undefined);
     } finally {
       direct.close();

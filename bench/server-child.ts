@@ -62,6 +62,8 @@ const config = parseSettings({ ...process.env, AGENT_WORKSPACE_DATA_DIR: values[
 const app = await createApp(config);
 const server = await listen(app.handler, { host: "127.0.0.1", port: 0 });
 app.egress.listening("127.0.0.1", server.port);
+// As server/main.ts does: other servers sharing the database send this one's calls here.
+await app.replica?.advertise(server.url);
 
 let peak = 0;
 let peakJs = 0;

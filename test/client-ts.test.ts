@@ -31,7 +31,10 @@ import {
   type AgentWorkspaceOptions,
   type Protocol,
 } from "@agent-workspace/client";
-import type { Interceptor } from "@connectrpc/connect";
+import { Code as ConnectCode, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
+import { ErrorDetailSchema } from "../gen/agentworkspace/v1/errors_pb.js";
+import { servedElsewhere } from "../clients/ts/src/redirect.ts";
 import { LOCAL_ONLY, serverTest, startServer } from "./helpers/server.ts";
 import { alive, waitDead } from "./helpers/process.ts";
 
@@ -163,6 +166,18 @@ for (const { protocol, httpVersion } of PROTOCOLS) {
     t.deepEqual([collected.stdout, collected.stderr, collected.exit.exitCode], ["one\n", "two\n", 0]);
   });
 }
+
+test("a refusal naming the serving server is followed to an http(s) URL only, and never from https to http", (t) => {
+  const refusal = (url: string, reason = ErrorReason.WORKSPACE_SERVED_ELSEWHERE, code = ConnectCode.Unavailable) =>
+    new ConnectError("served elsewhere", code, undefined, [{ desc: ErrorDetailSchema, value: create(ErrorDetailSchema, { reason, metadata: { server_url: url } }) }]);
+  t.is(servedElsewhere(refusal("http://10.0.0.2:8080/"), "http://10.0.0.1:8080"), "http://10.0.0.2:8080");
+  t.is(servedElsewhere(refusal("https://b.internal"), "https://a.internal"), "https://b.internal");
+  t.is(servedElsewhere(refusal("http://b.internal"), "https://a.internal"), undefined);
+  for (const bad of ["file:///etc/passwd", "unix:///run/x.sock", "", "not a url"]) t.is(servedElsewhere(refusal(bad), "http://a"), undefined, bad);
+  t.is(servedElsewhere(refusal("http://b", ErrorReason.DATABASE_UNAVAILABLE), "http://a"), undefined);
+  t.is(servedElsewhere(refusal("http://b", ErrorReason.WORKSPACE_SERVED_ELSEWHERE, ConnectCode.Internal), "http://a"), undefined);
+  t.is(servedElsewhere(new Error("no"), "http://a"), undefined);
+});
 
 test("git helpers: status, diff, commit, checkout on a repository made in the workspace; push without one is NoRepositoryError", async (t) => {
   const aw = client(t, { protocol: "grpc" });

@@ -6,6 +6,7 @@
  * that is not PostgreSQL's, and a database that cannot be reached, stop the start with a message
  * that shows no password.
  */
+import { spawnSync } from "node:child_process";
 import { mkdtemp, rename, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -20,8 +21,28 @@ import { ProcessState } from "../gen/agentworkspace/v1/process_pb.js";
 import { ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { SessionStatus, WorkspaceService, WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { type Postgres, postgresGate, startPostgres } from "./helpers/postgres.ts";
-import { refusedStart, startServerProcess, type ServerProcess } from "./helpers/process.ts";
+import { refusedStart, ROOT, startServerProcess, type ServerProcess } from "./helpers/process.ts";
 import { clientsOf, kill9, killDuringUpdates } from "./helpers/store-crash.ts";
+
+/** The Python client through the server that does not serve workspace $WS ($B_URL): followed, then refused with following off. */
+const PYTHON_FOLLOWS = `
+import asyncio, os
+from agent_workspace import AgentWorkspace
+from agent_workspace.aio import AsyncAgentWorkspace
+from agent_workspace.errors import WorkspaceServedElsewhere
+b, ws = os.environ["B_URL"], os.environ["WS"]
+with AgentWorkspace(b) as aw:
+    print(aw.workspace(ws).bash("echo python-followed").stdout, end="")
+async def main():
+    async with AsyncAgentWorkspace(b) as aw:
+        print((await aw.workspace(ws).bash("echo aio-followed")).stdout, end="")
+asyncio.run(main())
+with AgentWorkspace(b, follow_redirects=False) as aw:
+    try:
+        aw.workspace(ws).bash("true")
+    except WorkspaceServedElsewhere as e:
+        print(type(e).__name__, e.metadata["server_url"])
+`;
 
 /** Polls `read` every 50 ms for up to 5 s until `done` holds for its value (default: defined); returns the last value. */
 async function eventually<T>(read: () => Promise<T>, done: (v: T) => boolean = (v) => v !== undefined && v !== false): Promise<T> {
@@ -259,8 +280,8 @@ if (postgresGate(test, "the server on PostgreSQL")) {
     });
   });
 
-  test("the TypeScript client of either server reaches every workspace and session: a refusal naming the serving server is followed there, for unary calls and streams", async (t) => {
-    await twoServers("client_follows", async (_pg, servers, [a]) => {
+  test("the clients of either server reach every workspace and session: a refusal naming the serving server is followed there (TypeScript: unary calls and streams; Python: unary calls, sync and asyncio)", async (t) => {
+    await twoServers("client_follows", async (_pg, servers, [a, b]) => {
       const ws = (await a.workspaces.createWorkspace({})).workspace!.id;
       const viaB = new AgentWorkspace({ url: servers[1].url });
       const strict = new AgentWorkspace({ url: servers[1].url, followRedirects: false });
@@ -270,21 +291,29 @@ if (postgresGate(test, "the server on PostgreSQL")) {
         t.is((await viaB.workspace(ws).bash("echo from-b-client > f.txt; cat f.txt")).stdout, "from-b-client\n");
         t.is((await viaB.workspace(ws).streamBash("cat f.txt; echo err >&2").collect()).stdout, "from-b-client\n");
         t.is((await viaB.workspace(ws).grep("from-b")).matches[0]?.path, "f.txt");
+        // B refused the first call only: the client remembers where the workspace is served.
+        const refusals = (s: string) => (s.match(/"reason":"ERROR_REASON_WORKSPACE_SERVED_ELSEWHERE"/g) ?? []).length;
+        t.is(refusals(servers[1].stderr()), 1, servers[1].stderr().slice(-3000));
+        // The Python client (sync and asyncio) follows too, for its unary calls.
+        const python = spawnSync("/usr/bin/python3", ["-c", PYTHON_FOLLOWS], {
+          env: { ...process.env, PYTHONPATH: path.join(ROOT, "clients/python/src"), B_URL: servers[1].url, WS: ws },
+          encoding: "utf8",
+          timeout: 60_000,
+        });
+        t.is(python.status, 0, python.stderr);
+        t.is(python.stdout, `python-followed\naio-followed\nWorkspaceServedElsewhere ${servers[0].url}\n`);
         // Without following, the refusal is the typed error naming A.
         const refused = await strict.workspace(ws).bash("true").catch((e: unknown) => e);
         t.true(refused instanceof WorkspaceServedElsewhereError);
         t.is((refused as WorkspaceServedElsewhereError).detail?.metadata.server_url, servers[0].url);
         // A session started on A, used with its token through B.
         await a.config.createAgentType({ agentType: { id: "followed-session", workspace: { enabled: true, tools: ["bash"] } } });
-        const { sessionToken } = await a.workspaces.startSession({ agentType: "followed-session" });
+        const { session, sessionToken } = await a.workspaces.startSession({ agentType: "followed-session" });
+        // Once B follows the session (its token is then refused there, naming A, rather than unknown).
+        t.is(await eventually(async () => (await b.workspaces.getSession({ id: session!.id }).catch(() => undefined))?.session?.id), session!.id);
         const agent = new AgentWorkspace({ url: servers[1].url, sessionToken });
         try {
-          let out: string | undefined;
-          for (let i = 0; i < 100 && out === undefined; i++) {
-            out = await agent.workspace().bash("echo agent").then((r) => r.stdout, () => undefined);
-            if (out === undefined) await new Promise((r) => setTimeout(r, 100));
-          }
-          t.is(out, "agent\n");
+          t.is(await agent.workspace().bash("echo agent").then((r) => r.stdout, (e: unknown) => String(e)), "agent\n");
           // The MCP bridge of B says the same: the wrong server (503), not a bad credential (401).
           const mcp = await fetch(`${servers[1].url}/mcp`, {
             method: "POST",

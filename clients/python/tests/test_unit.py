@@ -83,3 +83,25 @@ class Urls(unittest.TestCase):
             parse_url("http://host:1/prefix")
         with agent_workspace.AgentWorkspace("http://127.0.0.1:1", api_key="key-never-shown") as client:
             self.assertNotIn("key-never-shown", repr(client))
+
+
+class ServedElsewhere(unittest.TestCase):
+    """Which refusals the clients follow to another server (agent_workspace._common.served_elsewhere)."""
+
+    def refusal(self, url: str) -> errors.AgentWorkspaceError:
+        return errors.WorkspaceServedElsewhere("served by another server", code=grpc.StatusCode.UNAVAILABLE, reason="WORKSPACE_SERVED_ELSEWHERE", metadata={"server_url": url})
+
+    def test_an_http_url_is_followed_and_never_from_https_to_http(self) -> None:
+        from agent_workspace._common import served_elsewhere
+
+        self.assertEqual(served_elsewhere(self.refusal("http://10.0.0.2:8080/"), "http://10.0.0.1:8080"), "http://10.0.0.2:8080")
+        self.assertEqual(served_elsewhere(self.refusal("https://b.internal"), "https://a.internal"), "https://b.internal")
+        self.assertIsNone(served_elsewhere(self.refusal("http://b.internal"), "https://a.internal"))
+        for bad in ("file:///etc/passwd", "unix:///run/x.sock", "", "not a url"):
+            self.assertIsNone(served_elsewhere(self.refusal(bad), "http://a"), bad)
+
+    def test_other_errors_are_not_followed(self) -> None:
+        from agent_workspace._common import served_elsewhere
+
+        other = errors.DatabaseUnavailable("down", code=grpc.StatusCode.UNAVAILABLE, reason="DATABASE_UNAVAILABLE", metadata={"server_url": "http://b"})
+        self.assertIsNone(served_elsewhere(other, "http://a"))

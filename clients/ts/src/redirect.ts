@@ -5,6 +5,11 @@
  * server's URL in `metadata.server_url`. This transport sends such a call again, once, to that URL
  * (a connection per server, kept), so that a client of any server reaches every workspace.
  *
+ * The server a refusal named is remembered for the workspace (the request's `workspace_id`) or,
+ * for calls without one, the session token: later calls for it go there directly,
+ * until that server fails one with UNAVAILABLE (the route is then forgotten and the next call asks
+ * the first server again) or names yet another.
+ *
  * Only refusals are followed: they come before the call did anything. A unary call is sent again
  * as it was; a server stream is sent again only when the refusal came before its first message
  * (which is where the server refuses); a client or bidirectional stream is never sent again (its
@@ -43,8 +48,55 @@ export interface OwnTransport {
  * `base` (for `url`), following refusals to the server they name through transports `make`
  * builds per URL. `close()` closes them all (not `base`: its owner does).
  */
+/** How session tokens begin (an operator's API keys do not). */
+const SESSION_TOKEN_PREFIX = "awsess_";
+
+/** Routes kept at most; the oldest goes first. */
+const MAX_ROUTES = 10_000;
+
+/**
+ * What a call is routed by: its workspace, else a session token (a session's calls all go to its
+ * server); an operator's other calls (creating, listing) are never routed.
+ */
+function routeKey(input: unknown, header: Parameters<Transport["unary"]>[3]): string | undefined {
+  const ws = (input as { workspaceId?: unknown } | undefined)?.workspaceId;
+  if (typeof ws === "string" && ws !== "") return `workspace ${ws}`;
+  const auth = header === undefined ? null : new Headers(header).get("authorization");
+  return auth?.startsWith(`Bearer ${SESSION_TOKEN_PREFIX}`) ? `session ${auth}` : undefined;
+}
+
 export function followingRedirects(base: Transport, url: string, make: (url: string) => OwnTransport): OwnTransport {
   const others = new Map<string, OwnTransport>();
+  const routes = new Map<string, string>();
+  const remember = (key: string | undefined, target: string) => {
+    if (key === undefined) return;
+    routes.delete(key);
+    routes.set(key, target);
+    if (routes.size > MAX_ROUTES) routes.delete(routes.keys().next().value as string);
+  };
+  /**
+   * Sends the call where its route says (else to `base`), follows one refusal, and keeps or
+   * forgets the route by the outcome.
+   */
+  const send = async <T>(key: string | undefined, call: (t: Transport) => Promise<T>): Promise<T> => {
+    const routed = key === undefined ? undefined : routes.get(key);
+    const from = routed ?? url;
+    try {
+      return await call(routed === undefined ? base : to(routed));
+    } catch (err) {
+      const target = servedElsewhere(err, from);
+      if (target === undefined) {
+        // The server of the route is out of reach (or out of its database): the next call asks
+        // the first server again, which knows whether another took the workspace over.
+        if (key !== undefined && routed !== undefined && ConnectError.from(err).code === Code.Unavailable) routes.delete(key);
+        throw err;
+      }
+      if (target === url.replace(/\/+$/, "")) {
+        if (key !== undefined) routes.delete(key);
+      } else remember(key, target);
+      return call(to(target));
+    }
+  };
   const to = (target: string): Transport => {
     if (target === url.replace(/\/+$/, "")) return base;
     let t = others.get(target);
@@ -63,13 +115,7 @@ export function followingRedirects(base: Transport, url: string, make: (url: str
       input: MessageInitShape<I>,
       contextValues?: ContextValues,
     ): Promise<UnaryResponse<I, O>> {
-      try {
-        return await base.unary(method, signal, timeoutMs, header, input, contextValues);
-      } catch (err) {
-        const target = servedElsewhere(err, url);
-        if (target === undefined) throw err;
-        return to(target).unary(method, signal, timeoutMs, header, input, contextValues);
-      }
+      return send(routeKey(input, header), (t) => t.unary(method, signal, timeoutMs, header, input, contextValues));
     },
     async stream<I extends DescMessage, O extends DescMessage>(
       method: DescMethodStreaming<I, O>,
@@ -86,29 +132,19 @@ export function followingRedirects(base: Transport, url: string, make: (url: str
       const replay = async function* () {
         yield* messages;
       };
-      const retry = (err: unknown): Promise<StreamResponse<I, O>> => {
-        const target = servedElsewhere(err, url);
-        if (target === undefined) throw err;
-        return to(target).stream(method, signal, timeoutMs, header, replay(), contextValues);
+      // A stream is refused before its first message: the response is taken to that point, so the
+      // refusal surfaces (and is followed) within `send`.
+      const open = async (t: Transport) => {
+        const response = await t.stream(method, signal, timeoutMs, header, replay(), contextValues);
+        const it = response.message[Symbol.asyncIterator]();
+        return { response, it, head: await it.next() };
       };
-      let first: StreamResponse<I, O>;
-      try {
-        first = await base.stream(method, signal, timeoutMs, header, replay(), contextValues);
-      } catch (err) {
-        return retry(err);
-      }
-      const it = first.message[Symbol.asyncIterator]();
-      let head: IteratorResult<unknown>;
-      try {
-        head = await it.next();
-      } catch (err) {
-        return retry(err);
-      }
+      const { response: first, it, head } = await send(routeKey(messages[0], header), open);
       const message = (async function* () {
         try {
           if (head.done) return;
-          yield head.value as never;
-          for (let r = await it.next(); !r.done; r = await it.next()) yield r.value as never;
+          yield head.value;
+          for (let r = await it.next(); !r.done; r = await it.next()) yield r.value;
         } finally {
           // A reader that stopped early ends the call.
           await it.return?.();

@@ -3,7 +3,7 @@ decoding of streams (one place, so both APIs decode alike)."""
 import codecs
 import datetime
 import urllib.parse
-from typing import Any, Iterable, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ._gen.agentworkspace.v1 import git_pb2, process_pb2, tool_pb2, workspace_pb2
 
@@ -38,6 +38,38 @@ def parse_url(url: str) -> Tuple[str, bool]:
         host = f"[{host}]"
     secure = parts.scheme == "https"
     return f"{host}:{parts.port or (443 if secure else 80)}", secure
+
+
+#: The services of a connection, by the attribute its stub is kept under.
+STUBS = ("tools", "processes", "workspaces", "config", "audit")
+
+
+def method_names(conn: Any) -> Dict[int, Tuple[str, str]]:
+    """Each of a connection's stub methods by identity → (stub attribute, method name), so that a
+    call refused by one server can be made on another server's connection."""
+    names: Dict[int, Tuple[str, str]] = {}
+    for attr in STUBS:
+        stub = getattr(conn, attr, None)
+        if stub is None:
+            continue
+        for name, method in vars(stub).items():
+            if not name.startswith("_"):
+                names[id(method)] = (attr, name)
+    return names
+
+
+def served_elsewhere(error: Any, from_url: str) -> Optional[str]:
+    """The server a ``WorkspaceServedElsewhere`` refusal names, when it is one a client follows:
+    an http(s) URL, never plain http from an https server; else None."""
+    if getattr(error, "reason", None) != "WORKSPACE_SERVED_ELSEWHERE":
+        return None
+    target = str((getattr(error, "metadata", None) or {}).get("server_url", ""))
+    parts = urllib.parse.urlsplit(target)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    if from_url.startswith("https:") and parts.scheme != "https":
+        return None
+    return target.rstrip("/")
 
 
 def bearer(secret: Optional[str]) -> Metadata:

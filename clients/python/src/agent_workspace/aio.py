@@ -14,7 +14,7 @@ Streams cancel their RPC when their ``async with`` block is left, or on ``cancel
 """
 import collections
 import datetime
-from typing import Any, Awaitable, Callable, Deque, Generator, Generic, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Awaitable, Callable, Deque, Dict, Generator, Generic, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 import grpc.aio
@@ -41,22 +41,46 @@ __all__ = ["AsyncAgentWorkspace", "AsyncWorkspace", "AsyncGit", "AsyncProcesses"
 
 
 class _Conn:
-    def __init__(self, channel: grpc.aio.Channel, timeout: Optional[float]) -> None:
+    def __init__(
+        self, channel: grpc.aio.Channel, timeout: Optional[float], url: str = "", make: Optional[Callable[[str], "_Conn"]] = None
+    ) -> None:
         self.channel = channel
         self.timeout = timeout
         self.tools = tool_pb2_grpc.ToolServiceStub(channel)
         self.processes = process_pb2_grpc.ProcessServiceStub(channel)
         self.workspaces = workspace_pb2_grpc.WorkspaceServiceStub(channel)
         self.config = config_pb2_grpc.ConfigServiceStub(channel)
+        self._url = url.rstrip("/")
+        self._make = make
+        self._others: Dict[str, "_Conn"] = {}
+        self._names = c.method_names(self)
 
     async def unary(self, method: Callable[..., Any], request: Any, metadata: c.Metadata, timeout: Optional[float]) -> Any:
         try:
             return await method(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
         except grpc.RpcError as err:
+            error = from_rpc_error(err)
+        # Refused because another server serves the workspace or session: sent there, once.
+        target = c.served_elsewhere(error, self._url) if self._make is not None else None
+        where = self._names.get(id(method))
+        if target is None or where is None or target == self._url:
+            raise error
+        other = self._others.get(target)
+        if other is None:
+            other = self._others[target] = self._make(target)  # type: ignore[misc]
+        try:
+            return await getattr(getattr(other, where[0]), where[1])(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
+        except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
     def stream(self, method: Callable[..., Any], request: Any, metadata: c.Metadata, timeout: Optional[float]) -> Any:
         return method(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
+
+    async def close(self) -> None:
+        for other in self._others.values():
+            await other.close()
+        self._others.clear()
+        await self.channel.close()
 
 
 class AsyncStream(Generic[T]):
@@ -426,23 +450,28 @@ class AsyncAgentWorkspace:
         timeout: Optional[float] = None,
         root_certificates: Optional[bytes] = None,
         channel_options: Sequence[Tuple[str, Any]] = (),
+        follow_redirects: bool = True,
     ) -> None:
-        target, secure = c.parse_url(url)
         options = list(c.CHANNEL_OPTIONS) + list(channel_options)
-        channel = (
-            grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(root_certificates), options=options)
-            if secure
-            else grpc.aio.insecure_channel(target, options=options)
-        )
+
+        def channel_to(u: str) -> grpc.aio.Channel:
+            target, secure = c.parse_url(u)
+            if secure:
+                return grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(root_certificates), options=options)
+            return grpc.aio.insecure_channel(target, options=options)
+
+        def make(u: str) -> _Conn:
+            return _Conn(channel_to(u), timeout, u, make)
+
         self.url = url
-        self._conn = _Conn(channel, timeout)
+        self._conn = _Conn(channel_to(url), timeout, url, make if follow_redirects else None)
         self._metadata = c.bearer(api_key or session_token)
 
     def __repr__(self) -> str:
         return f"AsyncAgentWorkspace(url={self.url!r})"
 
     async def close(self) -> None:
-        await self._conn.channel.close()
+        await self._conn.close()
 
     async def __aenter__(self) -> "AsyncAgentWorkspace":
         return self

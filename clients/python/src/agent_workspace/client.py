@@ -1,5 +1,5 @@
 """The synchronous client over grpcio: ``AgentWorkspace``, ``Workspace``, ``Git``, ``Processes``, ``Session``."""
-from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 
@@ -26,9 +26,12 @@ __all__ = ["AgentWorkspace", "Workspace", "Git", "Processes", "Session"]
 
 
 class _Conn:
-    """A channel, its stubs and the default deadline, shared by everything one client makes."""
+    """A channel, its stubs and the default deadline, shared by everything one client makes; and
+    the connections to the other servers its calls were sent to (``follow``)."""
 
-    def __init__(self, channel: grpc.Channel, timeout: Optional[float]) -> None:
+    def __init__(
+        self, channel: grpc.Channel, timeout: Optional[float], url: str = "", make: Optional[Callable[[str], "_Conn"]] = None
+    ) -> None:
         self.channel = channel
         self.timeout = timeout
         self.tools = tool_pb2_grpc.ToolServiceStub(channel)
@@ -36,16 +39,38 @@ class _Conn:
         self.workspaces = workspace_pb2_grpc.WorkspaceServiceStub(channel)
         self.config = config_pb2_grpc.ConfigServiceStub(channel)
         self.audit = audit_pb2_grpc.AuditServiceStub(channel)
+        self._url = url.rstrip("/")
+        self._make = make
+        self._others: Dict[str, "_Conn"] = {}
+        self._names = c.method_names(self)
 
     def unary(self, method: Callable[..., R], request: Any, metadata: c.Metadata, timeout: Optional[float]) -> R:
         try:
             return method(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
+        except grpc.RpcError as err:
+            error = from_rpc_error(err)
+        # Refused because another server serves the workspace or session: sent there, once.
+        target = c.served_elsewhere(error, self._url) if self._make is not None else None
+        where = self._names.get(id(method))
+        if target is None or where is None or target == self._url:
+            raise error
+        other = self._others.get(target)
+        if other is None:
+            other = self._others[target] = self._make(target)  # type: ignore[misc]
+        try:
+            return getattr(getattr(other, where[0]), where[1])(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
     def stream(self, method: Callable[..., Any], request: Any, metadata: c.Metadata, timeout: Optional[float]) -> Any:
         # Errors (a refusal included) arrive from the first next(), through Stream.
         return method(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
+
+    def close(self) -> None:
+        for other in self._others.values():
+            other.close()
+        self._others.clear()
+        self.channel.close()
 
 
 class Git:
@@ -404,7 +429,10 @@ class AgentWorkspace:
     (TLS, the system's roots unless ``root_certificates``). ``api_key`` is an operator key
     (``AGENT_WORKSPACE_API_KEYS``); ``session_token`` a session's token, for an agent that has only
     that (``client.workspace()`` is then its session's workspace). ``timeout`` is the default
-    deadline of every call in seconds (None: none). Close it, or use it as a context manager.
+    deadline of every call in seconds (None: none). A unary call refused because another server
+    sharing the database serves the workspace or session (``WorkspaceServedElsewhere``) is sent once
+    to the server it names, unless ``follow_redirects=False`` (streams raise it). Close it, or use
+    it as a context manager.
     """
 
     def __init__(
@@ -416,24 +444,29 @@ class AgentWorkspace:
         timeout: Optional[float] = None,
         root_certificates: Optional[bytes] = None,
         channel_options: Sequence[Tuple[str, Any]] = (),
+        follow_redirects: bool = True,
     ) -> None:
-        target, secure = c.parse_url(url)
         options = list(c.CHANNEL_OPTIONS) + list(channel_options)
-        channel = (
-            grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates), options=options)
-            if secure
-            else grpc.insecure_channel(target, options=options)
-        )
+
+        def channel_to(u: str) -> grpc.Channel:
+            target, secure = c.parse_url(u)
+            if secure:
+                return grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates), options=options)
+            return grpc.insecure_channel(target, options=options)
+
+        def make(u: str) -> _Conn:
+            return _Conn(channel_to(u), timeout, u, make)
+
         self.url = url
-        self._conn = _Conn(channel, timeout)
+        self._conn = _Conn(channel_to(url), timeout, url, make if follow_redirects else None)
         self._metadata = c.bearer(api_key or session_token)
 
     def __repr__(self) -> str:
         return f"AgentWorkspace(url={self.url!r})"
 
     def close(self) -> None:
-        """Closes the channel; calls still running are cancelled."""
-        self._conn.channel.close()
+        """Closes the channel (and those to other servers calls were sent to); calls still running are cancelled."""
+        self._conn.close()
 
     def __enter__(self) -> "AgentWorkspace":
         return self
