@@ -58,6 +58,19 @@ def method_names(conn: Any) -> Dict[int, Tuple[str, str]]:
     return names
 
 
+def redirected(conn: Any, error: Any, method: Any) -> Optional[Any]:
+    """The same method on the connection to the server a refusal names (made on first use and kept
+    in ``conn._others``), when ``conn`` follows refusals and ``error`` is one to follow; else None."""
+    target = served_elsewhere(error, conn._url) if conn._make is not None else None
+    where = conn._names.get(id(method))
+    if target is None or where is None or target == conn._url:
+        return None
+    other = conn._others.get(target)
+    if other is None:
+        other = conn._others[target] = conn._make(target)
+    return getattr(getattr(other, where[0]), where[1])
+
+
 def served_elsewhere(error: Any, from_url: str) -> Optional[str]:
     """The server a ``WorkspaceServedElsewhere`` refusal names, when it is one a client follows:
     an http(s) URL, never plain http from an https server; else None."""

@@ -61,15 +61,11 @@ class _Conn:
         except grpc.RpcError as err:
             error = from_rpc_error(err)
         # Refused because another server serves the workspace or session: sent there, once.
-        target = c.served_elsewhere(error, self._url) if self._make is not None else None
-        where = self._names.get(id(method))
-        if target is None or where is None or target == self._url:
+        there = c.redirected(self, error, method)
+        if there is None:
             raise error
-        other = self._others.get(target)
-        if other is None:
-            other = self._others[target] = self._make(target)  # type: ignore[misc]
         try:
-            return await getattr(getattr(other, where[0]), where[1])(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
+            return await there(request, timeout=self.timeout if timeout is None else timeout, metadata=metadata)
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
 
