@@ -19,6 +19,14 @@
  * client of the replica that does not serve the workspace (its first call refused with the serving
  * one's URL and sent there; the client then sends the workspace's calls there directly), against
  * the client of the serving one.
+ *
+ * Last, load through two replicas against one: `workers` agents at once, each its own session
+ * calling back to back through the server that serves it (the mixed tool calls above), and
+ * `workers / 2` at once each starting a session, waiting for it ACTIVE and ending it; on one
+ * PostgreSQL server, on two (the sessions spread over both, each agent calling its session's own),
+ * and on the SQLite server; the three take turns in slices. Information rows: calls and sessions
+ * per second of two replicas over one, and of one PostgreSQL server over SQLite, on two cores that
+ * every server and the database share.
  */
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
@@ -26,7 +34,7 @@ import { AgentWorkspace } from "../clients/ts/src/index.ts";
 import { SessionStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
 import { startPostgres } from "../test/helpers/postgres.ts";
 import { clientsOf } from "../test/helpers/store-crash.ts";
-import { type Measure, type SectionResult, interleave } from "./context.ts";
+import { type LoadCall, type Measure, type SectionResult, interleave, interleaveLoad, type LoadResult } from "./context.ts";
 import type { Row } from "./report.ts";
 import { startServerProcess } from "./server-process.ts";
 import { round, roundSummary, summarize, type Summary } from "./stats.ts";
@@ -37,6 +45,94 @@ export interface DatabaseOptions {
   iterations: number;
   /** Unmeasured calls per series first. */
   warmup: number;
+  /** The load through one and two replicas: slices per series, their length (ms), agents at once. */
+  rounds: number;
+  sliceMs: number;
+  workers: number;
+}
+
+/** The servers a load series goes through: one (SQLite, or PostgreSQL) or the two PostgreSQL replicas. */
+const LOADS = { "SQLite, one server": ["sqlite"], "PostgreSQL, one replica": ["a"], "PostgreSQL, two replicas": ["a", "b"] } as const;
+
+/**
+ * The mixed tool load of `workers` agents (a session each, spread round-robin over the servers of
+ * each series, each agent calling through its session's server), and the session start load.
+ */
+async function loadAcross(urls: { sqlite: string; a: string; b: string }, options: DatabaseOptions, log: (msg: string) => void): Promise<{ tools: Record<string, LoadResult>; sessions: Record<string, LoadResult> }> {
+  const type = `bench-load-${process.pid}`;
+  const admin = { sqlite: clientsOf(urls.sqlite), a: clientsOf(urls.a), b: clientsOf(urls.b) };
+  const opened: Array<{ c: ReturnType<typeof clientsOf>; end: () => Promise<unknown> }> = [];
+  const content = "y".repeat(4095) + "\n";
+  const active = async (c: ReturnType<typeof clientsOf>, id: string) => {
+    for await (const ev of c.workspaces.watchSession({ id })) {
+      if (ev.event.case !== "status") continue;
+      if (ev.event.value.status === SessionStatus.ACTIVE) return;
+      if (ev.event.value.status === SessionStatus.DEGRADED || ev.event.value.status === SessionStatus.ENDED) throw new Error(`session ${id}: ${ev.event.value.message}`);
+    }
+  };
+  try {
+    // The agent type is shared by the PostgreSQL replicas (one database); SQLite has its own.
+    for (const c of [admin.sqlite, admin.a]) await c.config.createAgentType({ agentType: { id: type, workspace: { enabled: true, provider: "local", tools: ["bash", "read", "write"] } } });
+    const toolSeries: Record<string, LoadCall> = {};
+    const sessionSeries: Record<string, LoadCall> = {};
+    for (const [name, servers] of Object.entries(LOADS)) {
+      const agents: Array<ReturnType<typeof clientsOf>> = [];
+      for (let w = 0; w < options.workers; w++) {
+        const server = servers[w % servers.length];
+        const started = await admin[server].workspaces.startSession({ agentType: type, task: {} });
+        const id = started.session?.id ?? "";
+        await active(admin[server], id);
+        const c = clientsOf(urls[server], started.sessionToken);
+        await c.tools.writeFile({ path: "f.txt", content });
+        agents.push(c);
+        opened.push({ c, end: () => admin[server].workspaces.endSession({ id }) });
+      }
+      toolSeries[name] = async (w, n) => {
+        const c = agents[w];
+        const op = n % 3;
+        if (op === 0) await c.tools.bash({ command: "echo x" });
+        else if (op === 1) await c.tools.readFile({ path: "f.txt" });
+        else await c.tools.writeFile({ path: "f.txt", content });
+      };
+      sessionSeries[name] = async (w) => {
+        const c = admin[servers[w % servers.length]];
+        const id = (await c.workspaces.startSession({ agentType: type, task: {} })).session?.id ?? "";
+        try {
+          await active(c, id);
+        } finally {
+          await c.workspaces.endSession({ id });
+        }
+      };
+    }
+    log(`(w) mixed tool load of ${options.workers} agents, ${options.rounds} slices of ${options.sliceMs} ms per series (${Object.keys(LOADS).join(", ")})`);
+    const tools = await interleaveLoad(toolSeries, { concurrency: options.workers, rounds: options.rounds, sliceMs: options.sliceMs });
+    log(`(w) session start load, ${options.workers / 2} at once`);
+    const sessions = await interleaveLoad(sessionSeries, { concurrency: options.workers / 2, rounds: options.rounds, sliceMs: options.sliceMs });
+    return { tools, sessions };
+  } finally {
+    for (const o of opened) {
+      await o.end().catch(() => undefined);
+      o.c.close();
+    }
+    await admin.sqlite.config.deleteAgentType({ id: type }).catch(() => undefined);
+    await admin.a.config.deleteAgentType({ id: type }).catch(() => undefined);
+    for (const c of Object.values(admin)) c.close();
+  }
+}
+
+/** An information row of section (w): `server`'s rate over `baseline`'s (higher is better). */
+function rateVersus(metric: string, server: LoadResult, baseline: LoadResult, note: string): Row {
+  const errors = server.errors + baseline.errors;
+  return {
+    section: "w database",
+    metric,
+    server: server.rate,
+    baseline: baseline.rate,
+    unit: "/s",
+    ratio: server.rate / baseline.rate,
+    goal: "",
+    note: `p99 ${summarize(server.latenciesMs).p99.toFixed(1)} against ${summarize(baseline.latenciesMs).p99.toFixed(1)} ms; ${note}${errors > 0 ? `; ${errors} errors: ${[...server.firstErrors, ...baseline.firstErrors].slice(0, 2).join(" | ")}` : ""}`,
+  };
 }
 
 const STORES = ["sqlite", "postgres"] as const;
@@ -234,9 +330,19 @@ export async function benchDatabase(options: DatabaseOptions, root: string, log:
       direct.close();
       redirected.close();
     }
+    const load = await loadAcross({ sqlite: servers[0].url, a: servers[1].url, b: replica.url }, options, log);
+    const [sqliteName, oneName, twoName] = Object.keys(LOADS);
+    const loadNote = (what: string) => `${what}; every server and the database on the same 2 cores`;
+    rows.push(
+      rateVersus(`mixed tool calls per second, ${options.workers} agents, two PostgreSQL replicas vs one`, load.tools[twoName], load.tools[oneName], loadNote("each agent calls the replica serving its session")),
+      rateVersus(`mixed tool calls per second, ${options.workers} agents, one server: PostgreSQL vs SQLite`, load.tools[oneName], load.tools[sqliteName], loadNote("the same calls")),
+      rateVersus(`session starts (→ ACTIVE + end) per second, ${options.workers / 2} at once, two PostgreSQL replicas vs one`, load.sessions[twoName], load.sessions[oneName], loadNote("started on the two in turn")),
+      rateVersus(`session starts per second, ${options.workers / 2} at once, one server: PostgreSQL vs SQLite`, load.sessions[oneName], load.sessions[sqliteName], loadNote("the same sessions")),
+    );
+    const rates = Object.fromEntries([...Object.entries(load.tools).map(([k, v]) => [`tool calls/s: ${k}`, round(v.rate)]), ...Object.entries(load.sessions).map(([k, v]) => [`sessions/s: ${k}`, round(v.rate)])]);
     return {
       rows,
-      data: { iterations: options.iterations, warmup: options.warmup, postgres: pg.version, stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, roundSummary(s)])), p50: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, round(s.p50)])) },
+      data: { iterations: options.iterations, warmup: options.warmup, postgres: pg.version, rates, stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, roundSummary(s)])), p50: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, round(s.p50)])) },
       skipped: [],
     };
   } finally {

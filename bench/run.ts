@@ -177,7 +177,7 @@ function sectionSettings(quick: boolean, providers: string[]) {
     t: { providers, iterations: quick ? 20 : 100, warmup: quick ? 3 : 10 },
     u: { creations: quick ? 5 : 20, coldBoots: quick ? 1 : 3, iterations: quick ? 20 : 100, drains: quick ? 1 : 3 },
     v: { providers, downloads: quick ? 2 : 5, requests: quick ? 20 : 100 },
-    w: { iterations: quick ? 30 : 200, warmup: quick ? 5 : 20 },
+    w: { iterations: quick ? 30 : 200, warmup: quick ? 5 : 20, rounds: quick ? 2 : 4, sliceMs: quick ? 1500 : 3000, workers: 8 },
   };
 }
 

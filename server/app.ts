@@ -188,7 +188,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
   const fileChanges = new FileChanges(audit.hub, { ...settings.audit.changeScan, maxChanges: MAX_LISTED_CHANGES }, (err) =>
     logger.error("a command's change scan failed; the workspace's next scan reports tree_changed", { error: describeCause(err) }),
   );
-  const egress = new Egress(settings.egress, logger, (refusal) => audit.egressRefused(refusal));
+  const egress = new Egress(settings.egress, logger, (refusal) => audit.egressRefused(refusal), store.egress);
   // Background processes: records of an earlier server's are loaded (its running ones were lost).
   // This server among others sharing the database: each workspace is served by one of them.
   const replica = store.replicas ? new Replica(await replicaId(settings.providers.dataDir), store.replicas, logger) : undefined;
@@ -448,9 +448,10 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
       await processes.close();
       await sessions.close();
       await workspaces.close();
+      // Egress counts written before leaving the replicas table: a server taking over goes on from them.
+      await egress.close();
       // Gone from the replicas table only once its handles are closed: then another may take over.
       await replica?.close();
-      egress.close();
       await audit.close();
       relay?.close();
       await store.close();

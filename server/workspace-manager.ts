@@ -61,7 +61,7 @@ export interface WorkspaceManagerOptions {
   agentTypes: AgentTypes;
   logger: Logger;
   /** Egress through the server's proxy, for workspaces of agent types with an allowlist. */
-  egress?: Pick<Egress, "hook" | "sessionTook" | "forget">;
+  egress?: Pick<Egress, "hook" | "sessionTook" | "forget" | "release">;
   /** Where host mounts may come from, and how much one may copy. */
   mounts: MountSettings;
   /** Told when a workspace starts being made, is ready, fails to be made or is deleted (live events). */
@@ -189,6 +189,7 @@ export class WorkspaceManager {
     if (!h) return;
     this.#handles.delete(id);
     await h.then((x) => x.close(), () => undefined);
+    this.#options.egress?.release(id);
   }
 
   /**

@@ -7,6 +7,8 @@
  * that shows no password.
  */
 import { spawnSync } from "node:child_process";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { mkdtemp, rename, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -44,9 +46,9 @@ with AgentWorkspace(b, follow_redirects=False) as aw:
         print(type(e).__name__, e.metadata["server_url"])
 `;
 
-/** Polls `read` every 50 ms for up to 5 s until `done` holds for its value (default: defined); returns the last value. */
-async function eventually<T>(read: () => Promise<T>, done: (v: T) => boolean = (v) => v !== undefined && v !== false): Promise<T> {
-  const deadline = Date.now() + 5000;
+/** Polls `read` every 50 ms for up to 5 s (`withinMs`) until `done` holds for its value (default: defined); returns the last value. */
+async function eventually<T>(read: () => Promise<T>, done: (v: T) => boolean = (v) => v !== undefined && v !== false, withinMs = 5000): Promise<T> {
+  const deadline = Date.now() + withinMs;
   for (;;) {
     const v = await read();
     if (done(v) || Date.now() > deadline) return v;
@@ -55,14 +57,14 @@ async function eventually<T>(read: () => Promise<T>, done: (v: T) => boolean = (
 }
 
 /** Two server processes on a new database `db` of the cluster, with their clients; removed again after `fn`. */
-async function twoServers(db: string, fn: (pg: Postgres, servers: ServerProcess[], clients: Array<ReturnType<typeof clientsOf>>) => Promise<void>): Promise<void> {
+async function twoServers(db: string, fn: (pg: Postgres, servers: ServerProcess[], clients: Array<ReturnType<typeof clientsOf>>) => Promise<void>, env: Record<string, string> = {}): Promise<void> {
   const pg = await cluster();
   const url = await pg.createDatabase(db);
   const dirs = [await mkdtemp(path.join(tmpdir(), "aw-pgsrv-")), await mkdtemp(path.join(tmpdir(), "aw-pgsrv-"))];
   const servers: ServerProcess[] = [];
   const clients: Array<ReturnType<typeof clientsOf>> = [];
   try {
-    for (const dataDir of dirs) servers.push(await startServerProcess({ dataDir, env: { AGENT_WORKSPACE_DATABASE_URL: url } }));
+    for (const dataDir of dirs) servers.push(await startServerProcess({ dataDir, env: { ...env, AGENT_WORKSPACE_DATABASE_URL: url } }));
     for (const s of servers) clients.push(clientsOf(s.url));
     await fn(pg, servers, clients);
   } finally {
@@ -405,6 +407,111 @@ if (postgresGate(test, "the server on PostgreSQL")) {
         onB.close();
       }
     });
+  });
+
+  test("a session whose server is killed mid-call is taken over by the other: its token works there with its files, one caught provisioning is provisioned again, and the new server ends them", async (t) => {
+    await twoServers("two_servers_session_takeover", async (pg, servers, [a, b]) => {
+      await a.config.createAgentType({ agentType: { id: "steady", workspace: { enabled: true, provider: "local", tools: ["bash"] } } });
+      await a.config.createAgentType({ agentType: { id: "slow", workspace: { enabled: true, provider: "local", tools: ["bash"], setupCommands: ["sleep 6"] } } });
+      const steady = await a.workspaces.startSession({ agentType: "steady" });
+      const sid = steady.session!.id;
+      const onA = clientsOf(servers[0].url, steady.sessionToken);
+      const onB = clientsOf(servers[1].url, steady.sessionToken);
+      const slowStart = await a.workspaces.startSession({ agentType: "slow" });
+      const slowId = slowStart.session!.id;
+      const slowOnB = clientsOf(servers[1].url, slowStart.sessionToken);
+      const workspacesOf = async (session: string) =>
+        (await pg.query("two_servers_session_takeover", "SELECT id, record::jsonb ->> 'server' AS server FROM workspaces WHERE record::jsonb -> 'session' ->> 'id' = $1", [session])).rows as Array<{ id: string; server: string }>;
+      try {
+        t.is(await eventually(async () => (await a.workspaces.getSession({ id: sid })).session?.status, (s) => s === SessionStatus.ACTIVE), SessionStatus.ACTIVE);
+        t.is((await onA.tools.bash({ command: "echo committed > kept.txt" })).exitCode, 0);
+        // The slow one is making its workspace (its setup sleeps) when the server dies, as is a call.
+        t.is(await eventually(async () => (await workspacesOf(slowId)).length, (n) => n === 1), 1);
+        const midCall = onA.tools.bash({ command: "sleep 5; echo late > late.txt" }).catch((e: unknown) => e);
+        await new Promise((r) => setTimeout(r, 300));
+        await kill9(servers[0]);
+        t.truthy(await midCall, "the call in flight failed with its server");
+        // Refused (retry) until the other server sees the first has stopped, then served there.
+        let out: string | undefined;
+        const refusals = new Set<string>();
+        const deadline = Date.now() + 30_000;
+        while (out === undefined && Date.now() < deadline) {
+          out = await onB.tools.bash({ command: "cat kept.txt" }).then(
+            (r) => r.stdout,
+            (e: unknown) => {
+              refusals.add(String((e as Error).message).replace(/sess-[0-9a-f]+/, "S"));
+              return undefined;
+            },
+          );
+          if (out === undefined) await new Promise((r) => setTimeout(r, 250));
+        }
+        t.is(out, "committed\n", "what the first server confirmed is there");
+        // Refused while the first server still counted as alive, then (until taken over) as stopped.
+        const expected = [`[unavailable] Session 'S' is served by another server, at ${servers[0].url}; send its calls there`, "[unavailable] Session 'S' is served by another server, which has stopped; a live server takes its sessions over within seconds, so retry"];
+        t.deepEqual([...refusals].filter((m) => !expected.includes(m)), []);
+        t.regex(servers[1].stderr(), new RegExp(`"msg":"session taken over from a server that stopped","session_id":"${sid}"`));
+        t.deepEqual(
+          (await workspacesOf(sid)).map((w) => w.server),
+          [String((await pg.query("two_servers_session_takeover", "SELECT record::jsonb ->> 'server' AS s FROM sessions WHERE id = $1", [sid])).rows[0].s)],
+          "the session and its workspace are the new server's",
+        );
+        t.is((await b.workspaces.getSession({ id: sid })).session?.status, SessionStatus.ACTIVE);
+        // The session caught provisioning is provisioned again on the new server, its half-made workspace removed.
+        const settled = (st: SessionStatus | undefined) => st === SessionStatus.ACTIVE || st === SessionStatus.DEGRADED;
+        t.is(await eventually(async () => (await b.workspaces.getSession({ id: slowId })).session?.status, settled, 20_000), SessionStatus.ACTIVE);
+        const slow = (await b.workspaces.getSession({ id: slowId })).session!;
+        t.true(slow.warnings.some((w) => /another server took it over and started provisioning again/.test(w.message)));
+        t.is((await workspacesOf(slowId)).length, 1, "only the new workspace is left");
+        t.is((await slowOnB.tools.bash({ command: "echo ready" })).stdout, "ready\n");
+        // The new server ends them, removing their workspaces.
+        for (const id of [sid, slowId]) t.is((await b.workspaces.endSession({ id })).session?.status, SessionStatus.ENDED);
+        t.is((await workspacesOf(sid)).length + (await workspacesOf(slowId)).length, 0);
+      } finally {
+        onA.close();
+        onB.close();
+        slowOnB.close();
+      }
+    });
+  });
+
+  test("the egress byte budget is shared: the server that takes a workspace over goes on from what the killed one counted", async (t) => {
+    // A download host on a loopback address of its own: 1 MiB at /small, 4 MiB at /big.
+    const host = createServer((req, res) => res.end(Buffer.alloc(req.url === "/big" ? 4 << 20 : 1 << 20, 120)));
+    await new Promise<void>((resolve) => host.listen(0, "127.0.0.2", resolve));
+    const port = (host.address() as AddressInfo).port;
+    const env = { AGENT_WORKSPACE_EGRESS_PRIVATE_ALLOW: "127.0.0.2/32", AGENT_WORKSPACE_EGRESS_HOSTS: "pkg.test=127.0.0.2", AGENT_WORKSPACE_EGRESS_MAX_BYTES: "6M" };
+    const fetch = (what: string) => `curl -sSf -o /dev/null http://pkg.test:${port}/${what}`;
+    try {
+      await twoServers(
+        "two_servers_egress",
+        async (pg, servers, [a, b]) => {
+          await a.config.createAgentType({ agentType: { id: "fetcher", workspace: { enabled: true, provider: "local", tools: ["bash"], network: { mode: "allowlist", allow: [`pkg.test:${port}`] } } } });
+          const ws = (await a.workspaces.createWorkspace({ agentType: "fetcher" })).workspace!.id;
+          t.is((await a.tools.bash({ workspaceId: ws, command: fetch("big") })).exitCode, 0);
+          const counted = async () => Number((await pg.query("two_servers_egress", "SELECT bytes FROM egress_usage WHERE workspace_id = $1", [ws])).rows[0]?.bytes ?? 0);
+          t.true((await eventually(counted, (n) => n >= 4 << 20)) >= 4 << 20, "the count reaches the database within a second or so");
+          await kill9(servers[0]);
+          let took = false;
+          const deadline = Date.now() + 30_000;
+          while (!took && Date.now() < deadline) {
+            took = await b.tools.bash({ workspaceId: ws, command: "true" }).then(
+              () => true,
+              () => false,
+            );
+            if (!took) await new Promise((r) => setTimeout(r, 250));
+          }
+          t.true(took);
+          // 4 MiB counted on the first server and 1 MiB here stay within 6 MiB; 4 MiB more do not.
+          t.is((await b.tools.bash({ workspaceId: ws, command: fetch("small") })).exitCode, 0);
+          t.not((await b.tools.bash({ workspaceId: ws, command: fetch("big") })).exitCode, 0, "the budget goes on from the first server's count");
+          await b.workspaces.deleteWorkspace({ id: ws });
+          t.is(await eventually(counted, (n) => n === 0), 0, "a deleted workspace's count is forgotten");
+        },
+        env,
+      );
+    } finally {
+      host.close();
+    }
   });
 
   test("the database going away while the server runs: calls that need it are UNAVAILABLE / DATABASE_UNAVAILABLE, the rest are served, and all is well once it is back", async (t) => {

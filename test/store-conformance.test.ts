@@ -216,6 +216,24 @@ if (backends.some((b) => b.name === "postgres")) {
     }
   });
 
+  test("postgres: a session is taken over by compare-and-set once, an ended one never, and only the server its stored record names replaces it", async (t) => {
+    const store = await openPostgresStore(await (await cluster()).createDatabase("store_session_claims"), logger);
+    try {
+      const row = (id: string, server: string, status = "active", note = "") => ({ id, agentType: "coder", status, tokenHash: `h-${id}`, createdAt: new Date("2026-03-01T00:00:00Z"), record: JSON.stringify({ id, server, note }) });
+      t.true(await store.sessions.put(row("s1", "srv-a")));
+      t.true(await store.sessions.put(row("s2", "srv-a", "ended")));
+      const claims = await Promise.all([store.replicas!.claimSession("s1", "srv-a", "srv-b"), store.replicas!.claimSession("s1", "srv-a", "srv-c")]);
+      t.is(claims.filter((c) => c !== undefined).length, 1, "one of two racing servers takes it");
+      const winner = (JSON.parse(claims.find((c) => c !== undefined)!) as { server: string }).server;
+      t.is(await store.replicas!.claimSession("s2", "srv-a", "srv-b"), undefined, "an ended session is not taken");
+      t.false(await store.sessions.put(row("s1", "srv-a", "ended", "stale")), "the server it was taken from writes nothing");
+      t.true(await store.sessions.put(row("s1", winner, "active", "by the taker")));
+      t.deepEqual(JSON.parse((await store.replicas!.session("s1"))!), { id: "s1", server: winner, note: "by the taker" });
+    } finally {
+      await store.close();
+    }
+  });
+
   test("postgres: an unreachable database is refused at start with its location, and no password", async (t) => {
     const err = await t.throwsAsync(openPostgresStore("postgresql://agent:s3cret-pw@127.0.0.1:1/nowhere", logger));
     t.regex(err!.message, /cannot open the database postgresql:\/\/agent@127\.0\.0\.1:1\/nowhere/);

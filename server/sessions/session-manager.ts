@@ -46,13 +46,14 @@ export interface SessionManagerOptions {
   /** Told of every session status change (live events). */
   onStatus?: (change: SessionStatusChange) => void;
   /**
-   * This server among others sharing the database: a session is served by the server that started
-   * it, and the others leave it alone (no reaping, no recovery, its token refused with that
-   * server's URL).
+   * This server among others sharing the database: a session is served by one server at a time,
+   * the one that started it until that server stops, and the others leave it alone (no reaping, no
+   * recovery, its token refused with that server's URL). A session of a server that has stopped is
+   * taken over by the first live server to see it (see #adopt).
    */
-  server?: Pick<Replica, "id" | "liveUrl">;
-  /** With `server`: the feed of the others' changes, and where to read a session they changed. */
-  shared?: { changes: ChangeFeed; store: Pick<ReplicaStore, "session"> };
+  server?: Pick<Replica, "id" | "liveUrl" | "status" | "onFence">;
+  /** With `server`: the feed of the others' changes, where to read a session they changed, and how to take one over. */
+  shared?: { changes: ChangeFeed; store: Pick<ReplicaStore, "session" | "claimSession"> };
 }
 
 /** A session's status change, for watchers. */
@@ -134,40 +135,62 @@ export class SessionManager implements SessionTokenLookup {
   #following: Promise<void> = Promise.resolve();
 
   /**
-   * Takes in another server's session as stored now (started, used, ended there). This server's
-   * own sessions are its to change: their copies here are the current ones.
+   * Takes in another server's session as stored now (started, used, ended or taken over there).
+   * This server's own sessions are its to change: their copies here are the current ones, unless
+   * (`own`) another server took one over while this one was cut off from the database.
    */
-  async #reload(id: string): Promise<void> {
+  async #reload(id: string, own = false): Promise<void> {
     const shared = this.#o.shared;
     if (!shared) return;
     const known = this.#sessions.get(id);
-    if (known && this.#mine(known.record)) return;
+    if (known && this.#mine(known.record) && !own) return;
     const text = await shared.store.session(id);
     if (text === undefined) return;
     const record = JSON.parse(text) as SessionRecord;
     if (this.#mine(record)) return;
+    if (known && this.#mine(known.record)) {
+      this.#o.logger.warn("a session was taken over by another server while this one was cut off from the database; it is that server's now", { session_id: id, server: record.server });
+      known.abort?.abort(new Error("the session was taken over by another server"));
+    }
+    this.#replace(known, record);
+  }
+
+  /** Puts `record` in place of the copy `known` had (if any), keeping its events. */
+  #replace(known: Live | undefined, record: SessionRecord): Live {
     if (known) {
       this.#byToken.delete(known.record.tokenHash);
-      if (known.record.workspaceId !== "") this.#detach(known.record.workspaceId, id);
+      if (known.record.workspaceId !== "") this.#detach(known.record.workspaceId, known.record.id);
     }
-    this.#remember({ record, events: known?.events ?? new SessionEvents(), inflight: 0, used: true, fingerprint: "", dirty: false });
+    const live: Live = { record, events: known?.events ?? new SessionEvents(), inflight: 0, used: true, fingerprint: "", dirty: false };
+    this.#remember(live);
+    return live;
+  }
+
+  /** Reloads every session, this server's own too (after its feed or its beats were interrupted). */
+  #reloadAll(): void {
+    this.#follow(async () => {
+      for (const id of [...this.#sessions.keys()]) await this.#reload(id, true);
+    });
+  }
+
+  #follow(fn: () => Promise<void>): void {
+    this.#following = this.#following.then(fn).catch((err: unknown) => this.#o.logger.warn("a session changed by another server could not be reloaded", { error: messageOf(err) }));
   }
 
   /** Loads sessions; call once before serving. */
   async init(): Promise<void> {
     const shared = this.#o.shared;
     if (shared) {
-      const follow = (fn: () => Promise<void>) => {
-        this.#following = this.#following.then(fn).catch((err: unknown) => this.#o.logger.warn("a session changed by another server could not be reloaded", { error: messageOf(err) }));
-      };
       shared.changes.subscribe(
         (change) => {
-          if (change.table === "sessions") follow(() => this.#reload(change.id));
+          if (change.table === "sessions") this.#follow(() => this.#reload(change.id));
         },
-        () => follow(async () => {
-          for (const id of [...this.#sessions.keys()]) await this.#reload(id);
-        }),
+        () => this.#reloadAll(),
       );
+      // Beating again after a fence: another server may have taken sessions over meanwhile.
+      this.#o.server?.onFence((fenced) => {
+        if (!fenced) this.#reloadAll();
+      });
     }
     const since = new Date(Date.now() - KEEP_ENDED_MS);
     const pruned = await this.#o.store.prune(since);
@@ -261,7 +284,7 @@ export class SessionManager implements SessionTokenLookup {
   /** The refusal of a call for a session another server serves. */
   #elsewhere(r: SessionRecord): DomainError {
     const url = (r.server && this.#o.server?.liveUrl(r.server)) || "";
-    const where = url !== "" ? `another server, at ${url}; send its calls there` : "another server, which has stopped; a session is not taken over by another server, so start a new one";
+    const where = url !== "" ? `another server, at ${url}; send its calls there` : "another server, which has stopped; a live server takes its sessions over within seconds, so retry";
     return new DomainError("WORKSPACE_SERVED_ELSEWHERE", `Session '${r.id}' is served by ${where}`, { metadata: { session_id: r.id, server_url: url } });
   }
 
@@ -564,7 +587,12 @@ export class SessionManager implements SessionTokenLookup {
     // moment no session can join it; one that shares it with others just leaves.
     const last = r.workspaceId !== "" && this.#detach(r.workspaceId, r.id);
     if (last) this.#releasing.add(r.workspaceId);
-    await this.#persist(r);
+    try {
+      await this.#persist(r);
+    } catch (err) {
+      if (last) this.#releasing.delete(r.workspaceId);
+      throw err;
+    }
     this.#emit(live, { type: "status", status: "ended", message: reason, workspaceId: r.workspaceId });
     live.abort?.abort(new Error("the session ended"));
     await live.provisioning;
@@ -701,7 +729,12 @@ export class SessionManager implements SessionTokenLookup {
   }
 
   async #persist(r: SessionRecord): Promise<void> {
-    await this.#o.store.put({ id: r.id, agentType: r.agentType, status: r.status, tokenHash: r.tokenHash, createdAt: new Date(r.createdAt), record: JSON.stringify(r) });
+    if (await this.#o.store.put({ id: r.id, agentType: r.agentType, status: r.status, tokenHash: r.tokenHash, createdAt: new Date(r.createdAt), record: JSON.stringify(r) })) return;
+    // Another server took it over (this one was cut off from the database a while): its copy
+    // there is the session now, and this change was not made.
+    await this.#reload(r.id, true);
+    const now = this.#sessions.get(r.id)?.record;
+    throw this.#elsewhere(now && now !== r ? now : r);
   }
 
   /** The reaper: ends idle sessions, writes the idle clock, lets pools refill. */
@@ -718,6 +751,81 @@ export class SessionManager implements SessionTokenLookup {
     }
     if (now - this.#lastFlush >= ACTIVITY_FLUSH_MS) void this.#flush();
     this.#o.pools.tick();
+    if (this.#o.shared && !this.#adopting) {
+      this.#adopting = true;
+      void this.#adopt()
+        .catch((err: unknown) => this.#o.logger.warn("sessions of a stopped server could not be taken over; trying again", { error: messageOf(err) }))
+        .finally(() => (this.#adopting = false));
+    }
+  }
+
+  #adopting = false;
+
+  /**
+   * Takes over the sessions of servers that have stopped (servers sharing a database): each not
+   * ended is claimed by compare-and-set on its stored record, so exactly one live server gets it,
+   * and is then served here like one started here: its token accepted, its idle clock kept (as
+   * last written), its provisioning started again if the stop caught it provisioning. Its
+   * workspace is taken over at its first call (WorkspaceManager).
+   */
+  async #adopt(): Promise<void> {
+    const server = this.#o.server;
+    const shared = this.#o.shared;
+    if (!server || !shared || this.#closed) return;
+    const stopped = new Map<string, boolean>();
+    for (const live of [...this.#sessions.values()]) {
+      const r = live.record;
+      if (r.status === "ended" || r.server === undefined || this.#mine(r) || server.liveUrl(r.server) !== undefined) continue;
+      // The last beats did not see it: asked again, so a stale view never takes a live server's session.
+      let gone = stopped.get(r.server);
+      if (gone === undefined) {
+        gone = !(await server.status(r.server)).live;
+        stopped.set(r.server, gone);
+      }
+      if (!gone || this.#closed) continue;
+      const from = r.server;
+      const text = await shared.store.claimSession(r.id, from, server.id);
+      if (text === undefined) {
+        await this.#reload(r.id);
+        continue;
+      }
+      const record = JSON.parse(text) as SessionRecord;
+      const current = this.#sessions.get(r.id);
+      const taken = this.#replace(current, record);
+      taken.used = true;
+      this.#o.logger.warn("session taken over from a server that stopped", { session_id: record.id, from_server: from, server: server.id, status: record.status });
+      if (record.status === "provisioning") await this.#reprovision(taken, from);
+      else if (record.status === "active" && record.workspaceId !== "") {
+        // Its workspace is taken over now, not at its first call: were the stopped server to come
+        // back, it would serve the workspace again while this one serves the session.
+        await this.#o.workspaces.handle(record.workspaceId).catch((err: unknown) =>
+          this.#o.logger.warn("the workspace of a session taken over could not be opened here", { session_id: record.id, workspace_id: record.workspaceId, error: messageOf(err) }),
+        );
+      }
+    }
+  }
+
+  /**
+   * Provisions again a session the stop of server `from` caught provisioning (once: a second stop
+   * degrades it), after removing the workspace that server had begun for it.
+   */
+  async #reprovision(live: Live, from: string): Promise<void> {
+    const r = live.record;
+    for (const w of this.#o.workspaces.listRecords("", {})) {
+      if (w.session?.id !== r.id || w.server !== from || w.id === r.workspaceId) continue;
+      this.#o.logger.warn("removing the workspace a stopped server was making for a session taken over", { workspace_id: w.id, session_id: r.id });
+      await this.#o.provisioner.discard(w.id).catch((err: unknown) => this.#o.logger.warn("could not remove the half-made workspace of a session taken over", { workspace_id: w.id, error: messageOf(err) }));
+    }
+    if (r.resumes >= 1) {
+      await this.#degrade(live, "The servers provisioning this session stopped twice; it was not tried again");
+      return;
+    }
+    r.resumes++;
+    const warning = { stage: "sandbox", message: "The server provisioning this session stopped; another server took it over and started provisioning again", command: "", exitCode: 0, timedOut: false } as const;
+    r.warnings.push(warning);
+    await this.#persist(r);
+    this.#emit(live, { type: "warning", warning });
+    this.#launch(live);
   }
 
   async #flush(): Promise<void> {

@@ -209,4 +209,23 @@ export const MIGRATIONS: readonly Migration[] = [
         FOR EACH ROW EXECUTE FUNCTION agent_workspace_notify();
     `,
   },
+  {
+    version: 8,
+    name: "bytes each workspace moved through the egress proxy",
+    sql: `
+      -- Counted against the workspace's budget; added to every second by the serving server.
+      CREATE TABLE egress_usage (
+        workspace_id  TEXT PRIMARY KEY,
+        bytes         INTEGER NOT NULL
+      ) STRICT;
+    `,
+    postgres: `
+      -- Counted against the workspace's budget; added to every second by the serving server, so
+      -- a server taking a workspace over goes on from what the other one counted.
+      CREATE TABLE egress_usage (
+        workspace_id  TEXT PRIMARY KEY,
+        bytes         BIGINT NOT NULL
+      );
+    `,
+  },
 ];

@@ -477,6 +477,13 @@ export async function openPostgresStore(url: string, logger: Logger, migrations:
         const rec = JSON.parse(r.rows[0].record) as LegacyRecord;
         return { ...rec, createdAt: new Date(rec.createdAt) };
       },
+      async claimSession(id, from, to) {
+        const r = await pool.query<{ record: string }>(
+          "UPDATE sessions SET record = jsonb_set(record::jsonb, '{server}', to_jsonb($3::text))::text WHERE id = $1 AND status <> 'ended' AND coalesce(record::jsonb ->> 'server', '') = $2 RETURNING record",
+          [id, from, to],
+        );
+        return r.rows[0]?.record;
+      },
       async claim(workspaceId, from, to) {
         const r = await pool.query(
           "UPDATE workspaces SET record = jsonb_set(record::jsonb, '{server}', to_jsonb($3::text))::text WHERE id = $1 AND coalesce(record::jsonb ->> 'server', '') = $2",
@@ -524,10 +531,15 @@ export async function openPostgresStore(url: string, logger: Logger, migrations:
         return r.rows.map((row) => ({ id: row.id, agentType: row.agent_type, status: row.status, tokenHash: row.token_hash, createdAt: new Date(row.created_at), record: row.record }));
       },
       async put(row) {
-        await pool.query(
-          "INSERT INTO sessions (id, agent_type, status, token_hash, created_at, record) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE SET agent_type = EXCLUDED.agent_type, status = EXCLUDED.status, token_hash = EXCLUDED.token_hash, created_at = EXCLUDED.created_at, record = EXCLUDED.record",
+        // Only the server the stored record names replaces it: a server that lost a session to
+        // another (it stopped beating a while) cannot write its stale copy over the taker's.
+        const r = await pool.query(
+          `INSERT INTO sessions (id, agent_type, status, token_hash, created_at, record) VALUES ($1, $2, $3, $4, $5, $6)
+           ON CONFLICT (id) DO UPDATE SET agent_type = EXCLUDED.agent_type, status = EXCLUDED.status, token_hash = EXCLUDED.token_hash, created_at = EXCLUDED.created_at, record = EXCLUDED.record
+           WHERE coalesce(sessions.record::jsonb ->> 'server', '') = coalesce(EXCLUDED.record::jsonb ->> 'server', '')`,
           [row.id, row.agentType, row.status, row.tokenHash, row.createdAt.toISOString(), row.record],
         );
+        return (r.rowCount ?? 0) === 1;
       },
       async prune(before) {
         const r = await pool.query("DELETE FROM sessions WHERE status = 'ended' AND (record::jsonb ->> 'endedAt') < $1", [before.toISOString()]);
@@ -551,6 +563,21 @@ export async function openPostgresStore(url: string, logger: Logger, migrations:
       },
       async deleteWorkspace(workspaceId) {
         await pool.query("DELETE FROM processes WHERE workspace_id = $1", [workspaceId]);
+      },
+    },
+    egress: {
+      async add(workspaceId, bytes) {
+        const r = await pool.query<{ bytes: string }>(
+          "INSERT INTO egress_usage (workspace_id, bytes) VALUES ($1, $2) ON CONFLICT (workspace_id) DO UPDATE SET bytes = egress_usage.bytes + EXCLUDED.bytes RETURNING bytes",
+          [workspaceId, bytes],
+        );
+        return Number(r.rows[0].bytes);
+      },
+      async reset(workspaceId) {
+        await pool.query("UPDATE egress_usage SET bytes = 0 WHERE workspace_id = $1", [workspaceId]);
+      },
+      async delete(workspaceId) {
+        await pool.query("DELETE FROM egress_usage WHERE workspace_id = $1", [workspaceId]);
       },
     },
     audit,

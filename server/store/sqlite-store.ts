@@ -258,6 +258,13 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
   // Prepared on first use: a store opened with fewer migrations (a test's database as an older
   // server left it) has no processes table, and must open all the same.
   let pq: { all: StatementSync; put: StatementSync; delete: StatementSync; deleteWorkspace: StatementSync } | undefined;
+  let eq: { add: StatementSync; reset: StatementSync; delete: StatementSync } | undefined;
+  const egressQueries = () =>
+    (eq ??= {
+      add: db.prepare("INSERT INTO egress_usage (workspace_id, bytes) VALUES (?, ?) ON CONFLICT (workspace_id) DO UPDATE SET bytes = bytes + excluded.bytes RETURNING bytes"),
+      reset: db.prepare("UPDATE egress_usage SET bytes = 0 WHERE workspace_id = ?"),
+      delete: db.prepare("DELETE FROM egress_usage WHERE workspace_id = ?"),
+    });
   const processQueries = () =>
     (pq ??= {
       all: db.prepare("SELECT id, workspace_id, record FROM processes ORDER BY rowid"),
@@ -321,6 +328,7 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
       },
       async put(row) {
         q.putSession.run(row.id, row.agentType, row.status, row.tokenHash, row.createdAt.toISOString(), row.record);
+        return true;
       },
       async prune(before) {
         return Number(q.pruneSessions.run(before.toISOString()).changes);
@@ -338,6 +346,17 @@ export function openSqliteStore(dataDir: string, logger: Logger, migrations: rea
       },
       async deleteWorkspace(workspaceId) {
         processQueries().deleteWorkspace.run(workspaceId);
+      },
+    },
+    egress: {
+      async add(workspaceId, bytes) {
+        return Number((egressQueries().add.get(workspaceId, bytes) as { bytes: number | bigint }).bytes);
+      },
+      async reset(workspaceId) {
+        egressQueries().reset.run(workspaceId);
+      },
+      async delete(workspaceId) {
+        egressQueries().delete.run(workspaceId);
       },
     },
     audit,

@@ -69,8 +69,12 @@ export interface StoredSession {
 export interface SessionStore {
   /** Every session not ended, and those ended after `endedSince`. */
   load(endedSince: Date): Promise<StoredSession[]>;
-  /** Inserts or replaces a session. Resolves once it is durable. */
-  put(row: StoredSession): Promise<void>;
+  /**
+   * Inserts or replaces a session; resolves once it is durable. With several servers on one
+   * database (PostgreSQL) a stored session is replaced only by the server its stored record names
+   * (its `server`): resolves false, changing nothing, when another server has taken it over.
+   */
+  put(row: StoredSession): Promise<boolean>;
   /** Removes sessions that ended before `before`; returns how many. */
   prune(before: Date): Promise<number>;
 }
@@ -121,6 +125,19 @@ export interface StoredProcess {
   id: string;
   workspaceId: string;
   record: string;
+}
+
+/**
+ * Bytes each workspace moved through the egress proxy (its budget's count): added to, never
+ * overwritten, so servers counting one workspace at once (one losing it to another) lose nothing.
+ */
+export interface EgressUsageStore {
+  /** Adds `bytes` (0 to read) to the workspace's count; resolves with the count then. */
+  add(workspaceId: string, bytes: number): Promise<number>;
+  /** Sets the workspace's count to 0 (its budget starts again). */
+  reset(workspaceId: string): Promise<void>;
+  /** Forgets the workspace's count (it is deleted). */
+  delete(workspaceId: string): Promise<void>;
 }
 
 /** Where background processes' records live (their output is never stored). */
@@ -182,6 +199,12 @@ export interface ReplicaStore {
    * `server` to `to` and its pool membership `claimed`. Returns the record as stored, or undefined.
    */
   claimPooled(ids: string[], to: string): Promise<WorkspaceRecord | undefined>;
+  /**
+   * Takes session `id` over from server `from` for server `to`: sets its `server` to `to` if the
+   * session has not ended and is still `from`'s. Returns its record (JSON) as stored then, or
+   * undefined if it was not taken.
+   */
+  claimSession(id: string, from: string, to: string): Promise<string | undefined>;
 }
 
 /** The whole durable state. */
@@ -190,6 +213,7 @@ export interface Store {
   agentTypes: AgentTypeStore;
   sessions: SessionStore;
   processes: ProcessStore;
+  egress: EgressUsageStore;
   /** The audit trail: written off the event loop, in batches. */
   audit: AuditStore;
   /** Changes made by other servers sharing the database; absent for a store only one server uses (SQLite). */

@@ -414,7 +414,7 @@ export class DatabaseUnavailableError extends AgentWorkspaceError {
   declare readonly reason: "DATABASE_UNAVAILABLE";
 }
 
-/** `WORKSPACE_SERVED_ELSEWHERE`: The workspace (or the session) is served by another server sharing this server's database; no two servers drive one sandbox at once. metadata: workspace_id or session_id, server_url (where to send the call instead; empty when that server has stopped). Code UNAVAILABLE: retry there (a workspace also here once that server has stopped: a server that stops beating has its workspaces taken over within seconds; a session is not taken over). */
+/** `WORKSPACE_SERVED_ELSEWHERE`: The workspace (or the session) is served by another server sharing this server's database; no two servers drive one sandbox at once. metadata: workspace_id or session_id, server_url (where to send the call instead; empty when that server has stopped). Code UNAVAILABLE: retry there (a workspace also here once that server has stopped: a server that stops beating has its workspaces and sessions taken over within seconds). */
 export class WorkspaceServedElsewhereError extends AgentWorkspaceError {
   declare readonly reason: "WORKSPACE_SERVED_ELSEWHERE";
 }

@@ -696,7 +696,7 @@ export enum ErrorReason {
    * no two servers drive one sandbox at once. metadata: workspace_id or session_id, server_url
    * (where to send the call instead; empty when that server has stopped). Code UNAVAILABLE: retry
    * there (a workspace also here once that server has stopped: a server that stops beating has its
-   * workspaces taken over within seconds; a session is not taken over).
+   * workspaces and sessions taken over within seconds).
    *
    * @generated from enum value: ERROR_REASON_WORKSPACE_SERVED_ELSEWHERE = 69;
    */

@@ -594,7 +594,7 @@ class WorkspaceServedElsewhere(AgentWorkspaceError):
     no two servers drive one sandbox at once. metadata: workspace_id or session_id, server_url
     (where to send the call instead; empty when that server has stopped). Code UNAVAILABLE: retry
     there (a workspace also here once that server has stopped: a server that stops beating has its
-    workspaces taken over within seconds; a session is not taken over)."""
+    workspaces and sessions taken over within seconds)."""
 
     reason_name = "WORKSPACE_SERVED_ELSEWHERE"
     reason_number = 69
