@@ -14,6 +14,7 @@ import { createDockerProvider } from "./docker.ts";
 import { createPlacedProvider, Engine, Engines } from "./docker-engines.ts";
 import { EnginePayload } from "./engine-payload.ts";
 import { buildExecutor, type ExecutorBuild } from "./executor-build.ts";
+import { createE2bProvider, type E2bSettings } from "./e2b.ts";
 import { createMicrovmProvider, microvmSupport } from "./microvm.ts";
 import { createLocalProvider } from "./local.ts";
 import { createMemoryProvider } from "./memory.ts";
@@ -81,6 +82,8 @@ export interface ProviderSettings {
     /** Where executor disks and templates live when not `<data-dir>/microvm` (servers may share it). */
     cache: string | undefined;
   };
+  /** E2B sandboxes (on when E2B_API_KEY is set). */
+  e2b: E2bSettings | undefined;
 }
 
 /** The built providers and what the server does with them at start. */
@@ -92,6 +95,8 @@ export interface ProviderSet {
 
 type ContainerProvider = ReturnType<typeof createPlacedProvider>;
 type VmProvider = ReturnType<typeof createMicrovmProvider>;
+/** A provider whose orphans are found by workspace id (VMs, E2B sandboxes). */
+type OrphanFinder = Pick<VmProvider, "name" | "findOrphans" | "removeOrphan">;
 
 /**
  * The microvm provider when it is on, or on "auto" when QEMU and the VM image are there.
@@ -120,11 +125,12 @@ async function microvmProvider(settings: ProviderSettings, log: ProviderLog, exe
   return vm;
 }
 
-async function reconcileVmOrphans(vms: VmProvider[], known: Set<string>, cleanup: boolean, log: ProviderLog): Promise<void> {
+async function reconcileVmOrphans(vms: OrphanFinder[], known: Set<string>, cleanup: boolean, log: ProviderLog): Promise<void> {
   for (const p of vms) {
     try {
       for (const id of await p.findOrphans(known)) {
-        log.warn(cleanup ? "removing orphaned workspace VM" : "orphaned workspace VM (set AGENT_WORKSPACE_CLEANUP_ORPHANS=1 to remove)", { provider: p.name, workspace_id: id });
+        const what = p.name === "microvm" ? "VM" : "sandbox";
+        log.warn(cleanup ? `removing orphaned workspace ${what}` : `orphaned workspace ${what} (set AGENT_WORKSPACE_CLEANUP_ORPHANS=1 to remove)`, { provider: p.name, workspace_id: id });
         if (cleanup) await p.removeOrphan(id);
       }
     } catch (err) {
@@ -155,7 +161,7 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
   const executor = await buildExecutor(settings.dataDir);
   const providers: Provider[] = [createLocalProvider({ baseDir: path.join(settings.dataDir, "workspaces"), log, executor, launcher: settings.localLauncher }), createMemoryProvider()];
   const containers: ContainerProvider[] = [];
-  const vms: VmProvider[] = [];
+  const vms: OrphanFinder[] = [];
   const set: ProviderSet = {
     providers,
     reconcileOrphans: async (known) => {
@@ -163,10 +169,19 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
       await reconcileVmOrphans(vms, known, settings.docker.cleanupOrphans, log);
     },
   };
-  const vm = await microvmProvider(settings, log, executor, onRecord);
+  const vm: VmProvider | undefined = await microvmProvider(settings, log, executor, onRecord);
   if (vm) {
     vms.push(vm);
     providers.push(vm);
+  }
+  if (settings.e2b) {
+    const e2b = createE2bProvider({ ...settings.e2b, executor, instance: await instanceId(settings.dataDir), stageDir: settings.dataDir, user: settings.docker.user, log });
+    // Orphans are sandboxes, reported and removed like VMs.
+    vms.push(e2b);
+    providers.push(e2b);
+    log.info("e2b provider enabled", { template: settings.e2b.template, ...(settings.e2b.apiUrl !== "" ? { api_url: settings.e2b.apiUrl } : {}) });
+  } else if (onRecord.has("e2b")) {
+    log.error("e2b workspaces are on record but E2B_API_KEY is not set; their calls fail until it is");
   }
   const { docker: cfg } = settings;
   if (cfg.mode === "off") return set;

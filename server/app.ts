@@ -136,7 +136,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     settings: settings.audit,
     store: store.audit,
     logger,
-    redactor: new Redactor([...settings.apiKeys, ...[...settings.git.credentials.values()].map((c) => c.token), ...databasePassword(settings.databaseUrl)]),
+    redactor: new Redactor([...settings.apiKeys, ...[...settings.git.credentials.values()].map((c) => c.token), ...databasePassword(settings.databaseUrl), ...(settings.providers.e2b ? [settings.providers.e2b.apiKey] : [])]),
     describe(workspaceId) {
       const record = known.workspaces?.find(workspaceId);
       if (!record) return undefined;

@@ -12,6 +12,7 @@ import { isIP } from "node:net";
 import path from "node:path";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import type { DockerConnection, EngineSettings, ProviderSettings } from "../providers/index.ts";
+import type { E2bSettings } from "../providers/e2b.ts";
 import { DomainError } from "../core/errors.ts";
 import { LOG_LEVELS, type LogLevel } from "./logger.ts";
 import type { GitCredential } from "./sessions/clone.ts";
@@ -232,8 +233,41 @@ function readSecretFile(file: string, name: string): string {
   }
 }
 
+/**
+ * The e2b provider's settings: on when E2B_API_KEY is set. The URLs are for a self-hosted E2B or a
+ * local stand-in (the SDK's own defaults otherwise); the key is a secret, never shown.
+ */
+function e2bSettings(env: Record<string, string | undefined>): E2bSettings | undefined {
+  const apiKey = (env.E2B_API_KEY ?? "").trim();
+  const url = (name: string): string => {
+    const value = read(env, name) ?? "";
+    if (value === "") return "";
+    let u: URL;
+    try {
+      u = new URL(value);
+    } catch {
+      throw new SettingsError(`${name} must be an http(s) URL`);
+    }
+    if (u.protocol !== "https:" && u.protocol !== "http:") throw new SettingsError(`${name} must be an http(s) URL`);
+    if (u.username !== "" || u.password !== "") throw new SettingsError(`${name} must not carry credentials (the API key is E2B_API_KEY)`);
+    return value.replace(/\/+$/, "");
+  };
+  const settings: E2bSettings = {
+    apiKey,
+    domain: read(env, "AGENT_WORKSPACE_E2B_DOMAIN") ?? "",
+    apiUrl: url("AGENT_WORKSPACE_E2B_API_URL"),
+    sandboxUrl: url("AGENT_WORKSPACE_E2B_SANDBOX_URL"),
+    template: read(env, "AGENT_WORKSPACE_E2B_TEMPLATE") ?? "base",
+    timeoutMs: integer(read(env, "AGENT_WORKSPACE_E2B_TIMEOUT_MS"), "AGENT_WORKSPACE_E2B_TIMEOUT_MS", 3_600_000, 10_000, 24 * 3_600_000),
+  };
+  if (!/^[a-z0-9][a-z0-9._:/-]{0,127}$/i.test(settings.template)) throw new SettingsError("AGENT_WORKSPACE_E2B_TEMPLATE must be an E2B template id or name");
+  if (apiKey === "") return undefined;
+  if (/\s/.test(apiKey) || apiKey.length < 8) throw new SettingsError("E2B_API_KEY is not an E2B API key (the value is not shown)");
+  return settings;
+}
+
 /** Providers a request or the default may name. */
-export const PROVIDER_NAMES = ["local", "docker", "gvisor", "microvm", "memory"] as const;
+export const PROVIDER_NAMES = ["local", "docker", "gvisor", "microvm", "e2b", "memory"] as const;
 
 /** Command-line flags and the variables they override. */
 const FLAGS = {
@@ -854,6 +888,7 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
         snapshots: read(env, "AGENT_WORKSPACE_MICROVM_SNAPSHOTS") === undefined ? true : bool(read(env, "AGENT_WORKSPACE_MICROVM_SNAPSHOTS"), "AGENT_WORKSPACE_MICROVM_SNAPSHOTS"),
         cache: read(env, "AGENT_WORKSPACE_MICROVM_CACHE") === undefined ? undefined : path.resolve(read(env, "AGENT_WORKSPACE_MICROVM_CACHE") as string),
       },
+      e2b: e2bSettings(env),
     },
   };
 }

@@ -68,6 +68,9 @@ function cases(certFile: string, appKey: string): Case[] {
   add("a Docker host with a password that is not a URL", "DOCKER_HOST", (s) => ({ env: { DOCKER_HOST: `tcp://engine:${s}@docker.example:99999` } }));
   add("the TLS key itself where its file's path belongs", "AGENT_WORKSPACE_TLS_KEY", (s) => ({ env: { AGENT_WORKSPACE_TLS_CERT: certFile, AGENT_WORKSPACE_TLS_KEY: pem(s) } }));
   add("the TLS key given to --tls-key", "--tls-key", (s) => ({ args: ["--tls-cert", certFile, "--tls-key", pem(s)] }));
+  add("an E2B API key with a space in it", "E2B_API_KEY", (s) => ({ env: { E2B_API_KEY: `${s} x` } }));
+  add("an E2B API URL with a password", "AGENT_WORKSPACE_E2B_API_URL", (s) => ({ env: { E2B_API_KEY: "e2b_0123456789abcdef", AGENT_WORKSPACE_E2B_API_URL: `https://key:${s}@e2b.example` } }));
+  add("an E2B sandbox URL with a password that is not a URL", "AGENT_WORKSPACE_E2B_SANDBOX_URL", (s) => ({ env: { E2B_API_KEY: "e2b_0123456789abcdef", AGENT_WORKSPACE_E2B_SANDBOX_URL: `https://key:${s}@e2b.example:99999` } }));
   return out;
 }
 

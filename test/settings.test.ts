@@ -89,6 +89,23 @@ test("egress settings: defaults, and the operator's allowed addresses and names 
   t.is(s.maxBytes, 512 * 1024 ** 2);
 });
 
+test("the e2b provider is on with E2B_API_KEY, with the SDK's defaults unless the operator names a template, a timeout, a domain or URLs", (t) => {
+  t.is(parseSettings({}, []).providers.e2b, undefined);
+  t.deepEqual(parseSettings({ E2B_API_KEY: "e2b_0123456789abcdef" }, []).providers.e2b, { apiKey: "e2b_0123456789abcdef", domain: "", apiUrl: "", sandboxUrl: "", template: "base", timeoutMs: 3_600_000 });
+  const e2b = parseSettings(
+    {
+      E2B_API_KEY: "e2b_0123456789abcdef",
+      AGENT_WORKSPACE_E2B_TEMPLATE: "agent-workspace",
+      AGENT_WORKSPACE_E2B_TIMEOUT_MS: "600000",
+      AGENT_WORKSPACE_E2B_DOMAIN: "e2b.internal",
+      AGENT_WORKSPACE_E2B_API_URL: "http://127.0.0.1:3000/",
+      AGENT_WORKSPACE_E2B_SANDBOX_URL: "http://127.0.0.1:3001",
+    },
+    [],
+  ).providers.e2b;
+  t.deepEqual(e2b, { apiKey: "e2b_0123456789abcdef", domain: "e2b.internal", apiUrl: "http://127.0.0.1:3000", sandboxUrl: "http://127.0.0.1:3001", template: "agent-workspace", timeoutMs: 600_000 });
+});
+
 test("the Docker engine comes from DOCKER_SOCKET, then DOCKER_HOST", (t) => {
   const cases: Array<[Record<string, string>, unknown]> = [
     [{ DOCKER_HOST: "unix:///run/other.sock" }, { socketPath: "/run/other.sock" }],
@@ -133,7 +150,7 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_DOCKER: "yes" }, [], /^AGENT_WORKSPACE_DOCKER must be one of auto, on, off; got 'yes'$/],
     [{ AGENT_WORKSPACE_COMPRESSION: "zstd" }, [], /^AGENT_WORKSPACE_COMPRESSION must be one of none, gzip; got 'zstd'$/],
     [{ AGENT_WORKSPACE_DEFAULT_PROVIDER: "firecracker" }, [], /^AGENT_WORKSPACE_DEFAULT_PROVIDER must be one of local, docker, gvisor/],
-    [{}, ["--default-provider", "k8s"], /^--default-provider must be one of local, docker, gvisor, microvm, memory; got 'k8s'$/],
+    [{}, ["--default-provider", "k8s"], /^--default-provider must be one of local, docker, gvisor, microvm, e2b, memory; got 'k8s'$/],
     [{ AGENT_WORKSPACE_LOG_LEVEL: "loud" }, [], /^AGENT_WORKSPACE_LOG_LEVEL must be one of debug, info, warn, error; got 'loud'$/],
     [{ PORT: "-1" }, [], /^PORT must be a whole number from 0 to 65535; got '-1'$/],
     [{ PORT: "8080.5" }, [], /^PORT must be/],
@@ -191,6 +208,13 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ ...otlp, OTEL_EXPORTER_OTLP_CERTIFICATE: "/nonexistent/ca.pem" }, [], /^OTEL_EXPORTER_OTLP_CERTIFICATE: cannot read \/nonexistent\/ca\.pem \(ENOENT\)$/],
     [{ ...otlp, OTEL_EXPORTER_OTLP_CLIENT_KEY: "/nonexistent/key.pem" }, [], /^OTEL_EXPORTER_OTLP_CLIENT_KEY must name a readable file \(ENOENT\)/],
     [{ ...otlp, OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY: "/dev/null" }, [], /^OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY must be given together$/],
+  );
+  cases.push(
+    [{ E2B_API_KEY: "short" }, [], /^E2B_API_KEY is not an E2B API key \(the value is not shown\)$/],
+    [{ E2B_API_KEY: "e2b_0123456789abcdef", AGENT_WORKSPACE_E2B_API_URL: "ftp://e2b.example" }, [], /^AGENT_WORKSPACE_E2B_API_URL must be an http\(s\) URL$/],
+    [{ E2B_API_KEY: "e2b_0123456789abcdef", AGENT_WORKSPACE_E2B_SANDBOX_URL: "https://u:p@e2b.example" }, [], /^AGENT_WORKSPACE_E2B_SANDBOX_URL must not carry credentials/],
+    [{ E2B_API_KEY: "e2b_0123456789abcdef", AGENT_WORKSPACE_E2B_TIMEOUT_MS: "5" }, [], /^AGENT_WORKSPACE_E2B_TIMEOUT_MS must be a whole number from 10000 /],
+    [{ E2B_API_KEY: "e2b_0123456789abcdef", AGENT_WORKSPACE_E2B_TEMPLATE: "a b" }, [], /^AGENT_WORKSPACE_E2B_TEMPLATE must be an E2B template id or name$/],
   );
   for (const [env, argv, message] of cases) {
     const err = t.throws(() => parseSettings(env, argv), { instanceOf: SettingsError }, `${JSON.stringify(env)} ${argv.join(" ")}`);

@@ -21,7 +21,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { readdir } from "node:fs/promises";
 import { Socket } from "node:net";
-import type { Readable } from "node:stream";
+import type { Readable, Writable } from "node:stream";
 import { parseArgs } from "node:util";
 import { checkExecRequest, checkOpRequest } from "./check.ts";
 import { Fault } from "./fault.ts";
@@ -33,6 +33,7 @@ import { type LaunchSpec, type RunningProcess, runProcess } from "./process-runn
 import { Sealer } from "./seal.ts";
 import { loadManifest, loadPolicyLayer, type ProgramRules, ProgramSet } from "./programs.ts";
 import { CONTROL_OP, type ExecRequest, F, FrameReader, FROM_SERVER, LIFETIME_FRAMES, MAX_CHUNK, type OpRequest, PARKED_MARKER, SIGNALS, STDIN_BUFFER, type TerminalSize, TUNNEL_FRAMES, TUNNEL_ID_BASE, WINDOW, writeFrame } from "./protocol.ts";
+import { encodeLines } from "./text-channel.ts";
 import { Tunnels } from "./tunnels.ts";
 import type { ExecEvent } from "./types.ts";
 import { executorVersion } from "./version.ts";
@@ -65,9 +66,13 @@ const { values: args } = parseArgs({
      * (providers/microvm-guest.ts), and may be saved in a template snapshot while it waits.
      */
     parked: { type: "boolean" },
+    /** Write the frame stream as base64 lines (text-channel.ts): for a channel that carries only text (E2B). */
+    "stdout-base64": { type: "boolean" },
   },
   strict: true,
 });
+/** Where frames go: stdout itself, or its base64 lines. */
+const out: Writable = args["stdout-base64"] === true ? encodeLines(process.stdout) : process.stdout;
 const SANDBOX = args.sandbox === true;
 const VERSION = Buffer.from(executorVersion());
 
@@ -253,10 +258,10 @@ let stdoutBlocked: Promise<void> | undefined;
 
 function send(type: number, id: number, payload?: Uint8Array): Promise<void> | undefined {
   if (forgotten.has(id)) return stdoutBlocked;
-  const ok = writeFrame(process.stdout, type, id, payload);
+  const ok = writeFrame(out, type, id, payload);
   if (!ok && !stdoutBlocked) {
     stdoutBlocked = new Promise<void>((resolve) =>
-      process.stdout.once("drain", () => {
+      out.once("drain", () => {
         stdoutBlocked = undefined;
         resolve();
       }),
@@ -825,7 +830,7 @@ function onBye(last: boolean): void {
   tunnels.close();
   if (markerDir !== undefined) rmSync(markerDir, { recursive: true, force: true });
   // Whatever is still queued for stdout goes first (a pipe's writes are synchronous on Linux).
-  process.stdout.write(new Uint8Array(0), () => process.exit(0));
+  out.write(new Uint8Array(0), () => process.exit(0));
 }
 /** The server sent something this executor cannot make sense of: say so and stop. */
 function violation(message: string): never {

@@ -66,7 +66,7 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
   id: string;
 
   /**
-   * The provider backing the workspace: "local", "docker", "gvisor", "microvm" or "memory".
+   * The provider backing the workspace: "local", "docker", "gvisor", "microvm", "e2b" or "memory".
    *
    * @generated from field: string provider = 2;
    */
@@ -166,7 +166,8 @@ export declare type Workspace = Message<"agentworkspace.v1.Workspace"> & {
    * emulation, where KVM is missing or its guests do not boot), probed once per host; "start" is
    * "restored" (the VM was made from its shape's template snapshot) or "booted" (a cold boot).
    * docker, gvisor: "engine" is the name of the Docker engine holding the container
-   * (AGENT_WORKSPACE_DOCKER_ENGINES; "default" for the one engine of DOCKER_HOST).
+   * (AGENT_WORKSPACE_DOCKER_ENGINES; "default" for the one engine of DOCKER_HOST). e2b:
+   * "sandboxId" is the E2B sandbox's id, "template" the template it started from.
    *
    * @generated from field: map<string, string> provider_details = 15;
    */
@@ -334,7 +335,7 @@ export declare const MountPreviewSchema: GenMessage<MountPreview>;
  */
 export declare type CreateWorkspaceRequest = Message<"agentworkspace.v1.CreateWorkspaceRequest"> & {
   /**
-   * The provider to use: "local", "docker", "gvisor" or "memory" (files only, no processes). Empty selects the server's default provider.
+   * The provider to use: "local", "docker", "gvisor", "microvm", "e2b" or "memory" (files only, no processes). Empty selects the server's default provider.
    *
    * @generated from field: string provider = 1;
    */

@@ -105,7 +105,7 @@ export declare type AuditEvent = Message<"agentworkspace.v1.AuditEvent"> & {
   principalId: string;
 
   /**
-   * The workspace's provider ("local", "docker", "gvisor", "memory").
+   * The workspace's provider ("local", "docker", "gvisor", "microvm", "e2b", "memory").
    *
    * @generated from field: string provider = 13;
    */

@@ -146,7 +146,7 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
   setupCommands: string[];
 
   /**
-   * The provider of the workspaces ("local", "docker", "gvisor", "memory"); empty selects the server's default.
+   * The provider of the workspaces ("local", "docker", "gvisor", "microvm", "e2b", "memory"); empty selects the server's default.
    *
    * @generated from field: string provider = 8;
    */
