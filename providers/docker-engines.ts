@@ -15,9 +15,16 @@ import { DomainError, hasReason } from "../core/errors.ts";
 import { createDockerProvider, engineError, LABELS } from "./docker.ts";
 import type { CreateOptions, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
-/** How often engines are pinged, and how long a ping may take before the engine counts as down. */
+/** How often engines are pinged, and how long a ping may take. */
 const CHECK_EVERY_MS = 2000;
 const PING_TIMEOUT_MS = 2000;
+/**
+ * Pings in a row that may go unanswered in time before an engine that was up counts as down. A
+ * refused or broken connection marks it down at once; a slow answer is what a busy engine gives
+ * (a local dockerd creating and removing many containers on two cores took more than 2 s), so
+ * it takes this many in a row, about 6 s, to call it gone.
+ */
+const SLOW_PINGS_DOWN = 3;
 
 type ContainerProvider = ReturnType<typeof createDockerProvider>;
 
@@ -65,6 +72,8 @@ export class Engine {
   }
 
   #checking: Promise<boolean> | undefined;
+  /** Pings in a row that timed out while the engine counted as up. */
+  #slow = 0;
 
   /** Pings the engine and, when it (again) answers, reads what it reports; concurrent callers share one check. */
   check(): Promise<boolean> {
@@ -84,6 +93,7 @@ export class Engine {
   async #check(): Promise<boolean> {
     try {
       await withTimeout(this.docker.ping(), PING_TIMEOUT_MS);
+      this.#slow = 0;
       if (!this.#up) {
         const info = (await withTimeout(this.docker.info(), PING_TIMEOUT_MS)) as { NCPU?: number; MemTotal?: number; Runtimes?: Record<string, unknown> };
         this.#cpus = info.NCPU ?? 0;
@@ -96,6 +106,11 @@ export class Engine {
       }
       return true;
     } catch (err) {
+      if (this.#up && (err as { code?: string }).code === "ETIMEDOUT" && ++this.#slow < SLOW_PINGS_DOWN) {
+        this.#log.warn("docker engine slow to answer its ping; still counted as up", { engine: this.name, at: this.where, slow_pings: this.#slow });
+        return true;
+      }
+      this.#slow = 0;
       this.markDown(err);
       return false;
     }

@@ -10,9 +10,9 @@
  * executor's frames as base64 lines (`--stdout-base64`, executor/text-channel.ts).
  *
  * What the sandbox runs is copied in once per sandbox unless its template has it already: the
- * server's Node binary, the executor and ripgrep, as one gzipped archive written with the SDK's
- * file upload and unpacked as root into /opt/agent-workspace/<version> (READY last). A template
- * built with them (README, "E2B") skips the copy.
+ * server's Node binary, the executor and ripgrep (remote-sandbox.ts SandboxPayload), written with
+ * the SDK's file upload and unpacked as root. A template built with them (README, "E2B") skips
+ * the copy.
  *
  * Mapping:
  * - limits: CPU and memory are the template's (E2B sizes a sandbox by its template); requested
@@ -30,30 +30,18 @@
  *
  * The API key goes to the SDK only: never into a sandbox, a record, a log line or an error.
  */
-import { randomBytes } from "node:crypto";
-import { mkdir, readFile, realpath, rename, rm, symlink, writeFile } from "node:fs/promises";
-import path from "node:path";
 import { PassThrough, Writable } from "node:stream";
-import { rgPath } from "@vscode/ripgrep";
 import { AuthenticationError, NotFoundError, RateLimitError, Sandbox, TimeoutError } from "e2b";
-import { create as tarCreate } from "tar";
-import { DomainError, hasReason } from "../core/errors.ts";
+import { DomainError } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
-import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
 import { LineDecoder } from "./executor/text-channel.ts";
-import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
-import { ExecutorFs } from "./executor-fs.ts";
-import { proxyUrlFor } from "./proxy-credential.ts";
-import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
-import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
+import type { ExecutorBuild } from "./executor-build.ts";
+import { type RemoteSandbox, remoteHandle, SandboxPayload } from "./remote-sandbox.ts";
+import type { CreateOptions, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
-/** Where the executor, Node and ripgrep live in a sandbox. */
-export const E2B_PAYLOAD_DIR = "/opt/agent-workspace";
 /** Metadata every sandbox of this provider carries. */
 const META_INSTANCE = "agent-workspace.instance";
 const META_WORKSPACE = "agent-workspace.workspace";
-/** How long the executor has to answer its first PING. */
-const ANSWER_MS = 30_000;
 
 /** How the provider reaches E2B and what its sandboxes are made from (AGENT_WORKSPACE_E2B_*). */
 export interface E2bSettings {
@@ -81,63 +69,6 @@ export interface E2bOptions extends E2bSettings {
   log: ProviderLog;
 }
 
-/**
- * What a sandbox runs the executor from: a gzipped tar of `<version>/{node,executor/,bin/rg}`,
- * unpacked into E2B_PAYLOAD_DIR, after which `<version>/READY` (holding the version) is written. Made once per server and version, and kept in the
- * data directory (`e2b-payload/<version>.tgz`), where an operator finds it to build a template.
- */
-export class E2bPayload {
-  readonly version: string;
-  /** Where the payload lives in a sandbox. */
-  readonly root: string;
-  readonly #executor: ExecutorBuild;
-  readonly #dir: string;
-  #staged: Promise<Buffer> | undefined;
-
-  constructor(executor: ExecutorBuild, stageDir: string) {
-    this.#executor = executor;
-    this.#dir = path.join(stageDir, "e2b-payload");
-    this.version = `${executor.version}-node${process.versions.node}`.replace(/[^a-zA-Z0-9._-]/g, "_");
-    this.root = `${E2B_PAYLOAD_DIR}/${this.version}`;
-  }
-
-  /** The archive's bytes (made on first use). */
-  archive(): Promise<Buffer> {
-    this.#staged ??= this.#make().catch((err: unknown) => {
-      this.#staged = undefined;
-      throw err;
-    });
-    return this.#staged;
-  }
-
-  async #make(): Promise<Buffer> {
-    const v = this.version;
-    const file = path.join(this.#dir, `${v}.tgz`);
-    try {
-      return await readFile(file);
-    } catch {
-      // Made below.
-    }
-    const links = path.join(this.#dir, `links-${randomBytes(6).toString("hex")}`);
-    await mkdir(path.join(links, v, "bin"), { recursive: true });
-    try {
-      await symlink(await realpath(process.execPath), path.join(links, v, "node"));
-      await symlink(this.#executor.dir, path.join(links, v, "executor"));
-      await symlink(await realpath(rgPath), path.join(links, v, "bin", "rg"));
-      const chunks: Buffer[] = [];
-      // Links followed: the archive carries the files. No READY: it is written once all is unpacked.
-      for await (const chunk of tarCreate({ cwd: links, follow: true, portable: true, gzip: true }, [`${v}/bin`, `${v}/executor`, `${v}/node`]) as AsyncIterable<Buffer>) chunks.push(chunk);
-      const bytes = Buffer.concat(chunks);
-      const tmp = `${file}.${randomBytes(6).toString("hex")}.tmp`;
-      await writeFile(tmp, bytes);
-      await rename(tmp, file);
-      return bytes;
-    } finally {
-      await rm(links, { recursive: true, force: true });
-    }
-  }
-}
-
 /** The connection options every SDK call takes (the key included; never logged). */
 type Conn = { apiKey: string; domain?: string; apiUrl?: string; sandboxUrl?: string };
 
@@ -153,39 +84,66 @@ export function e2bError(err: unknown, what: string, log: ProviderLog, fields: R
   return new DomainError("PROVIDER_UNAVAILABLE", `E2B could not ${what}; the server's log says why`, { cause: err, metadata: { provider: "e2b" } });
 }
 
+/** A sandbox as RemoteSandbox: E2B's process API for commands and the executor's channel, its file upload. */
+function remoteOf(sbx: Sandbox, log: ProviderLog, workspaceId: string): RemoteSandbox {
+  return {
+    async runAsRoot(script) {
+      return (await sbx.commands.run(script, { user: "root", timeoutMs: 120_000 })).stdout;
+    },
+    async upload(file, bytes) {
+      await sbx.files.write(file, new Blob([new Uint8Array(bytes)]), { user: "root" });
+    },
+    async start(argv) {
+      const input = new PassThrough();
+      const decoder = new LineDecoder();
+      let pid = 0;
+      const send = (bytes: Buffer, done: (err?: Error | null) => void) => {
+        sbx.commands.sendStdin(pid, new Uint8Array(bytes)).then(() => done(), done);
+      };
+      const output = new Writable({
+        write: (chunk: Buffer, _enc, done) => send(chunk, done),
+        writev: (chunks, done) => send(Buffer.concat(chunks.map((c) => c.chunk as Buffer)), done),
+      });
+      // Nothing goes before the process is there to take it.
+      output.cork();
+      const handle = await sbx.commands.run(`exec ${argv.join(" ")}`, {
+        background: true,
+        stdin: true,
+        user: "root",
+        cwd: "/",
+        envs: { HOME: WORKSPACE_ROOT, NODE_OPTIONS: "" },
+        timeoutMs: 0,
+        onStdout: (text) => {
+          try {
+            for (const bytes of decoder.push(text)) input.write(bytes);
+          } catch (err) {
+            input.destroy(err as Error);
+          }
+        },
+        onStderr: (line) => log.warn("sandbox executor", { workspace_id: workspaceId, line: line.slice(0, 500) }),
+      });
+      pid = handle.pid;
+      output.uncork();
+      handle.wait().then(
+        () => input.end(),
+        (err: unknown) => input.destroy(new Error(`the executor's process ended: ${String((err as Error)?.message ?? err).slice(0, 200)}`)),
+      );
+      return { input, output };
+    },
+  };
+}
+
 export function createE2bProvider(options: E2bOptions): Provider & { findOrphans(known: Set<string>): Promise<string[]>; removeOrphan(workspaceId: string): Promise<void> } {
-  const { log, executor } = options;
+  const { log } = options;
   const conn: Conn = {
     apiKey: options.apiKey,
     ...(options.domain !== "" ? { domain: options.domain } : {}),
     ...(options.apiUrl !== "" ? { apiUrl: options.apiUrl } : {}),
     ...(options.sandboxUrl !== "" ? { sandboxUrl: options.sandboxUrl } : {}),
   };
-  const payload = new E2bPayload(executor, options.stageDir);
-  const { version, root } = payload;
+  const payload = new SandboxPayload(options.executor, options.stageDir);
   /** Sandboxes whose timeout was extended, and when. */
   const extended = new Map<string, number>();
-
-  /** Runs a short command as root; its stdout, or a thrown error with its stderr. */
-  const asRoot = async (sbx: Sandbox, cmd: string): Promise<string> => {
-    const r = await sbx.commands.run(cmd, { user: "root", timeoutMs: 120_000 });
-    return r.stdout;
-  };
-
-  /** Copies the payload in unless the sandbox (its template) has this version already. */
-  const ensurePayload = async (sbx: Sandbox, workspaceId: string): Promise<void> => {
-    const ready = await asRoot(sbx, `cat ${root}/READY 2>/dev/null || true`);
-    if (ready.trim() === version) return;
-    const began = Date.now();
-    const bytes = await payload.archive();
-    const upload = `/tmp/aw-payload-${randomBytes(6).toString("hex")}.tgz`;
-    await sbx.files.write(upload, new Blob([new Uint8Array(bytes)]), { user: "root" });
-    await asRoot(
-      sbx,
-      `set -e; mkdir -p ${E2B_PAYLOAD_DIR}; tar -xzf ${upload} -C ${E2B_PAYLOAD_DIR} --no-same-owner; rm -f ${upload}; chmod -R a+rX,go-w ${root}; echo ${version} > ${root}/READY; ln -sfn ${version} ${E2B_PAYLOAD_DIR}/current`,
-    );
-    log.info("copied the executor into an E2B sandbox", { workspace_id: workspaceId, bytes: bytes.length, duration_ms: Date.now() - began });
-  };
 
   /** Extends the sandbox's life to `timeoutMs` from now, at most every quarter of it. */
   const keepAlive = (sandboxId: string): void => {
@@ -198,69 +156,6 @@ export function createE2bProvider(options: E2bOptions): Provider & { findOrphans
     });
   };
 
-  /**
-   * Starts the executor in the sandbox and connects to it: whatever an earlier connection left
-   * (its executor, the sandbox user's processes) is ended first.
-   */
-  const attach = async (sbx: Sandbox, record: WorkspaceRecord): Promise<SandboxConnection> => {
-    const main = `${root}/executor/${executor.main}`;
-    // The pattern's brackets keep it from matching this very command line.
-    await asRoot(sbx, `pkill -KILL -f -- '--stdout-[b]ase64' || true; pkill -KILL -u ${options.user.uid} || true`);
-    const input = new PassThrough();
-    const decoder = new LineDecoder();
-    let pid = 0;
-    const output = new Writable({
-      write(chunk: Buffer, _enc, done) {
-        sbx.commands.sendStdin(pid, new Uint8Array(chunk)).then(() => done(), done);
-      },
-      writev(chunks, done) {
-        sbx.commands.sendStdin(pid, new Uint8Array(Buffer.concat(chunks.map((c) => c.chunk as Buffer)))).then(() => done(), done);
-      },
-    });
-    output.cork();
-    const cmd = [
-      "exec",
-      `${root}/node`,
-      ...EXECUTOR_NODE_FLAGS,
-      main,
-      "--sandbox",
-      "--stdout-base64",
-      "--uid",
-      String(options.user.uid),
-      "--gid",
-      String(options.user.gid),
-      "--idle-exit-ms",
-      "0",
-    ].join(" ");
-    const handle = await sbx.commands.run(cmd, {
-      background: true,
-      stdin: true,
-      user: "root",
-      cwd: "/",
-      envs: { HOME: WORKSPACE_ROOT, NODE_OPTIONS: "" },
-      timeoutMs: 0,
-      onStdout: (text) => {
-        try {
-          for (const bytes of decoder.push(text)) input.write(bytes);
-        } catch (err) {
-          input.destroy(err as Error);
-        }
-      },
-      onStderr: (line) => log.warn("sandbox executor", { workspace_id: record.id, line: line.slice(0, 500) }),
-    });
-    pid = handle.pid;
-    output.uncork();
-    handle.wait().then(
-      () => input.end(),
-      (err: unknown) => input.destroy(new Error(`the executor's process ended: ${String((err as Error)?.message ?? err).slice(0, 200)}`)),
-    );
-    const c = new SandboxConnection(input, output);
-    c.onExecutorExit = (status) => log.warn("e2b: the sandbox's executor exited outside a call's end; the next call starts it again", { workspace_id: record.id, status });
-    const running = await c.ping(ANSWER_MS);
-    if (running !== executor.version) throw new Error(`the sandbox runs executor ${running}, not ${executor.version}`);
-    return c;
-  };
-
   return {
     name: "e2b",
 
@@ -270,7 +165,6 @@ export function createE2bProvider(options: E2bOptions): Provider & { findOrphans
           metadata: { provider: "e2b" },
         });
       }
-      if (opts.image !== "" && opts.image !== options.template) log.info("e2b: the workspace's image names an E2B template", { workspace_id: opts.id, template: opts.image });
       const template = opts.image !== "" ? opts.image : options.template;
       if (opts.limits.cpus > 0 || opts.limits.memoryBytes > 0 || opts.limits.diskBytes > 0) {
         log.warn("e2b: CPU, memory and disk are the template's; the workspace's limits are recorded, not enforced", { workspace_id: opts.id, template });
@@ -287,8 +181,11 @@ export function createE2bProvider(options: E2bOptions): Provider & { findOrphans
         throw e2bError(err, "make a sandbox", log, { workspace_id: opts.id, template });
       }
       try {
-        await ensurePayload(sbx, opts.id);
-        await asRoot(sbx, `mkdir -p ${WORKSPACE_ROOT} && chown ${options.user.uid}:${options.user.gid} ${WORKSPACE_ROOT} && chmod 0755 ${WORKSPACE_ROOT}`);
+        const remote = remoteOf(sbx, log, opts.id);
+        const began = Date.now();
+        const copy = await payload.ensure(remote);
+        if (copy.copied) log.info("copied the executor into an E2B sandbox", { workspace_id: opts.id, bytes: copy.bytes, duration_ms: Date.now() - began });
+        await payload.prepareWorkspace(remote, options.user);
       } catch (err) {
         await Sandbox.kill(sbx.sandboxId, conn).catch(() => undefined);
         throw e2bError(err, "prepare the sandbox", log, { workspace_id: opts.id, sandbox_id: sbx.sandboxId });
@@ -306,66 +203,25 @@ export function createE2bProvider(options: E2bOptions): Provider & { findOrphans
       };
     },
 
-    async open(record: WorkspaceRecord, openOptions?: OpenOptions): Promise<WorkspaceHandle> {
+    open(record: WorkspaceRecord, openOptions?: OpenOptions): Promise<WorkspaceHandle> {
       const sandboxId = record.state.sandboxId;
-      let connecting: Promise<SandboxConnection> | undefined;
-      let conn_: SandboxConnection | undefined;
-      const connect = async (): Promise<SandboxConnection> => {
-        if (conn_?.alive) return conn_;
-        connecting ??= (async () => {
+      return remoteHandle(record, openOptions, {
+        what: "E2B sandbox",
+        ripgrepPath: `${payload.root}/bin/rg`,
+        log,
+        touch: () => keepAlive(sandboxId),
+        async connect() {
+          let sbx: Sandbox;
           try {
             // Resumes a paused sandbox, and extends its life.
-            const sbx = await Sandbox.connect(sandboxId, { ...conn, timeoutMs: options.timeoutMs });
-            extended.set(sandboxId, Date.now());
-            const c = await attach(sbx, record);
-            if (openOptions?.egress) await c.listen(EGRESS_PROXY_PORT, (stream) => openOptions.egress?.accept(stream), undefined);
-            conn_ = c;
-            return c;
+            sbx = await Sandbox.connect(sandboxId, { ...conn, timeoutMs: options.timeoutMs });
           } catch (err) {
-            if (err instanceof DomainError) throw err;
-            if (err instanceof NotFoundError) throw e2bError(err, "reach the workspace's sandbox", log, { workspace_id: record.id, sandbox_id: sandboxId });
-            log.error("e2b: the sandbox's executor does not answer", { workspace_id: record.id, sandbox_id: sandboxId, error: String((err as Error)?.message ?? err).slice(0, 300) });
-            throw new DomainError("WORKSPACE_NOT_READY", "The workspace's E2B sandbox does not answer on its channel; retry, or delete the workspace if it persists", { cause: err });
-          } finally {
-            connecting = undefined;
+            throw e2bError(err, "reach the workspace's sandbox", log, { workspace_id: record.id, sandbox_id: sandboxId });
           }
-        })();
-        return connecting;
-      };
-      await connect();
-      const proxyUrl = openOptions?.egress ? proxyUrlFor(EGRESS_PROXY_PORT, undefined) : undefined;
-      const fs = new ExecutorFs(async () => {
-        keepAlive(sandboxId);
-        return connect();
-      }, WORKSPACE_ROOT, openOptions?.fileRules);
-      return {
-        id: record.id,
-        fs,
-        ripgrepPath: `${root}/bin/rg`,
-        seal: () => fs.seal(),
-        dial: async (port, signal) => (await connect()).dial(port, signal),
-        exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
-          return (async function* () {
-            keepAlive(sandboxId);
-            const c = await connect();
-            const started = Date.now();
-            let exited = false;
-            try {
-              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec.signal, spec.control)) {
-                if (ev.type === "exited") exited = true;
-                yield ev;
-              }
-            } catch (err) {
-              if (exited || !hasReason(err, "WORKSPACE_NOT_READY")) throw err;
-              const oom = oomKillOf(err, started);
-              if (oom) {
-                yield oom;
-                return;
-              }
-              log.error("e2b: the sandbox's executor died during a command", { workspace_id: record.id, cause: String((err as Error).cause ?? err).slice(0, 300) });
-              throw err;
-            }
-          })();
+          extended.set(sandboxId, Date.now());
+          return payload.attach(remoteOf(sbx, log, record.id), options.user, ["--stdout-base64"], (status) =>
+            log.warn("e2b: the sandbox's executor exited outside a call's end; the next call starts it again", { workspace_id: record.id, status }),
+          );
         },
         async health() {
           try {
@@ -379,10 +235,7 @@ export function createE2bProvider(options: E2bOptions): Provider & { findOrphans
             return { status: "failed", message: e2bError(err, "ask for the sandbox's state", log, { workspace_id: record.id }).message };
           }
         },
-        async close() {
-          conn_?.close();
-        },
-      };
+      });
     },
 
     async destroy(record: WorkspaceRecord): Promise<void> {

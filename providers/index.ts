@@ -15,6 +15,7 @@ import { createPlacedProvider, Engine, Engines } from "./docker-engines.ts";
 import { EnginePayload } from "./engine-payload.ts";
 import { buildExecutor, type ExecutorBuild } from "./executor-build.ts";
 import { createE2bProvider, type E2bSettings } from "./e2b.ts";
+import { createKubernetesProvider, type KubernetesSettings } from "./kubernetes.ts";
 import { createMicrovmProvider, microvmSupport } from "./microvm.ts";
 import { createLocalProvider } from "./local.ts";
 import { createMemoryProvider } from "./memory.ts";
@@ -84,6 +85,8 @@ export interface ProviderSettings {
   };
   /** E2B sandboxes (on when E2B_API_KEY is set). */
   e2b: E2bSettings | undefined;
+  /** Pods (on when AGENT_WORKSPACE_KUBERNETES_CLUSTERS is set). */
+  kubernetes: KubernetesSettings | undefined;
 }
 
 /** The built providers and what the server does with them at start. */
@@ -182,6 +185,14 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
     log.info("e2b provider enabled", { template: settings.e2b.template, ...(settings.e2b.apiUrl !== "" ? { api_url: settings.e2b.apiUrl } : {}) });
   } else if (onRecord.has("e2b")) {
     log.error("e2b workspaces are on record but E2B_API_KEY is not set; their calls fail until it is");
+  }
+  if (settings.kubernetes) {
+    const k8s = createKubernetesProvider({ ...settings.kubernetes, executor, instance: await instanceId(settings.dataDir), stageDir: settings.dataDir, user: settings.docker.user, log });
+    vms.push(k8s);
+    providers.push(k8s);
+    log.info("kubernetes provider enabled", { clusters: settings.kubernetes.clusters.map((c) => `${c.name}=${c.namespace}`).join(", ") });
+  } else if (onRecord.has("kubernetes")) {
+    log.error("kubernetes workspaces are on record but AGENT_WORKSPACE_KUBERNETES_CLUSTERS is not set; their calls fail until it is");
   }
   const { docker: cfg } = settings;
   if (cfg.mode === "off") return set;

@@ -299,6 +299,8 @@ export interface CreateOptions {
    * to an engine carrying every one of these labels. The others ignore it.
    */
   placement?: { engineLabels: Record<string, string> };
+  /** The Kubernetes RuntimeClass of the workspace's pod (kubernetes provider); the others ignore it. */
+  runtimeClass?: string;
 }
 
 /** Where providers report lifecycle events and what their executors say on stderr (the server's logger fits). */

@@ -13,6 +13,7 @@ import path from "node:path";
 import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
 import type { DockerConnection, EngineSettings, ProviderSettings } from "../providers/index.ts";
 import type { E2bSettings } from "../providers/e2b.ts";
+import type { KubernetesCluster, KubernetesSettings } from "../providers/kubernetes.ts";
 import { DomainError } from "../core/errors.ts";
 import { LOG_LEVELS, type LogLevel } from "./logger.ts";
 import type { GitCredential } from "./sessions/clone.ts";
@@ -267,7 +268,7 @@ function e2bSettings(env: Record<string, string | undefined>): E2bSettings | und
 }
 
 /** Providers a request or the default may name. */
-export const PROVIDER_NAMES = ["local", "docker", "gvisor", "microvm", "e2b", "memory"] as const;
+export const PROVIDER_NAMES = ["local", "docker", "gvisor", "microvm", "e2b", "kubernetes", "memory"] as const;
 
 /** Command-line flags and the variables they override. */
 const FLAGS = {
@@ -668,16 +669,10 @@ function dockerConnection(env: NodeJS.ProcessEnv, what = "DOCKER_HOST"): DockerC
 const ENGINE_WORD = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 /**
- * The Docker engines (AGENT_WORKSPACE_DOCKER_ENGINES): a JSON array, or the path of a YAML or
- * JSON file holding one, of `{name, host, tls, labels}`. `host` is `unix:///path` (an engine on
- * this host) or `tcp://host:port`, which needs `tls`, a directory with ca.pem, cert.pem and
- * key.pem: a remote engine is reached over mutual TLS only. Unset: one engine named "default",
- * where DOCKER_SOCKET / DOCKER_HOST say.
+ * A setting that is a list: `value` is a JSON array, or the path of a YAML or JSON file holding
+ * one; at least one `item` (named in the message).
  */
-function dockerEngines(env: NodeJS.ProcessEnv): EngineSettings[] {
-  const value = read(env, "AGENT_WORKSPACE_DOCKER_ENGINES");
-  if (value === undefined) return [{ name: "default", connection: dockerConnection(env), labels: {} }];
-  const what = "AGENT_WORKSPACE_DOCKER_ENGINES";
+function listSetting(what: string, value: string, item: string): unknown[] {
   let text = value;
   if (!value.trimStart().startsWith("[")) {
     try {
@@ -692,7 +687,22 @@ function dockerEngines(env: NodeJS.ProcessEnv): EngineSettings[] {
   } catch {
     throw new SettingsError(`${what} is neither a JSON array nor YAML holding a list`);
   }
-  if (!Array.isArray(list) || list.length === 0) throw new SettingsError(`${what} must list at least one engine ({name, host, tls, labels})`);
+  if (!Array.isArray(list) || list.length === 0) throw new SettingsError(`${what} must list at least one ${item}`);
+  return list;
+}
+
+/**
+ * The Docker engines (AGENT_WORKSPACE_DOCKER_ENGINES): a JSON array, or the path of a YAML or
+ * JSON file holding one, of `{name, host, tls, labels}`. `host` is `unix:///path` (an engine on
+ * this host) or `tcp://host:port`, which needs `tls`, a directory with ca.pem, cert.pem and
+ * key.pem: a remote engine is reached over mutual TLS only. Unset: one engine named "default",
+ * where DOCKER_SOCKET / DOCKER_HOST say.
+ */
+function dockerEngines(env: NodeJS.ProcessEnv): EngineSettings[] {
+  const value = read(env, "AGENT_WORKSPACE_DOCKER_ENGINES");
+  if (value === undefined) return [{ name: "default", connection: dockerConnection(env), labels: {} }];
+  const what = "AGENT_WORKSPACE_DOCKER_ENGINES";
+  const list = listSetting(what, value, "engine ({name, host, tls, labels})");
   const seen = new Set<string>();
   return list.map((entry: unknown, i): EngineSettings => {
     const at = `${what}[${i}]`;
@@ -719,6 +729,50 @@ function dockerEngines(env: NodeJS.ProcessEnv): EngineSettings[] {
     }
     return { name, connection, labels };
   });
+}
+
+/**
+ * The kubernetes provider's clusters (AGENT_WORKSPACE_KUBERNETES_CLUSTERS: a JSON list, or the path of
+ * a YAML or JSON file holding one, of {name, kubeconfig, context, namespace, labels}); the provider
+ * is off without them.
+ */
+function kubernetesSettings(env: NodeJS.ProcessEnv): KubernetesSettings | undefined {
+  const what = "AGENT_WORKSPACE_KUBERNETES_CLUSTERS";
+  const value = read(env, what);
+  if (value === undefined) return undefined;
+  const list = listSetting(what, value, "cluster ({name, kubeconfig, context, namespace, labels})");
+  const seen = new Set<string>();
+  const clusters = list.map((entry: unknown, i): KubernetesCluster => {
+    const at = `${what}[${i}]`;
+    if (typeof entry !== "object" || entry === null || Array.isArray(entry)) throw new SettingsError(`${at} must be an object {name, kubeconfig, context, namespace, labels}`);
+    const e = entry as Record<string, unknown>;
+    for (const key of Object.keys(e)) if (!["name", "kubeconfig", "context", "namespace", "labels"].includes(key)) throw new SettingsError(`${at}: unknown key '${key.slice(0, 40)}' (name, kubeconfig, context, namespace, labels)`);
+    const name = e.name;
+    if (typeof name !== "string" || !ENGINE_WORD.test(name)) throw new SettingsError(`${at}.name must be 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit`);
+    if (seen.has(name)) throw new SettingsError(`${at}.name '${name}' is given twice`);
+    seen.add(name);
+    const namespace = e.namespace ?? "default";
+    if (typeof namespace !== "string" || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(namespace)) throw new SettingsError(`${at}.namespace must be a Kubernetes namespace name`);
+    for (const key of ["kubeconfig", "context"] as const) if (e[key] !== undefined && typeof e[key] !== "string") throw new SettingsError(`${at}.${key} must be a string`);
+    const labels: Record<string, string> = {};
+    if (e.labels !== undefined) {
+      if (typeof e.labels !== "object" || e.labels === null || Array.isArray(e.labels)) throw new SettingsError(`${at}.labels must be a mapping of names to values`);
+      for (const [k, v] of Object.entries(e.labels)) {
+        if (!ENGINE_WORD.test(k) || typeof v !== "string" || !ENGINE_WORD.test(v)) throw new SettingsError(`${at}.labels: names and values must be 1-63 of a-z, 0-9, '.', '_', '-'`);
+        labels[k] = v;
+      }
+    }
+    return { name, kubeconfig: typeof e.kubeconfig === "string" ? path.resolve(e.kubeconfig) : "", context: (e.context as string | undefined) ?? "", namespace, labels };
+  });
+  const runtimeClass = read(env, "AGENT_WORKSPACE_KUBERNETES_RUNTIME_CLASS") ?? "";
+  if (runtimeClass !== "" && !/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(runtimeClass)) throw new SettingsError("AGENT_WORKSPACE_KUBERNETES_RUNTIME_CLASS must be a RuntimeClass name");
+  return {
+    clusters,
+    image: read(env, "AGENT_WORKSPACE_KUBERNETES_IMAGE") ?? read(env, "AGENT_WORKSPACE_IMAGE") ?? "agent-workspace-base:bookworm",
+    runtimeClass,
+    startTimeoutMs: integer(read(env, "AGENT_WORKSPACE_KUBERNETES_START_TIMEOUT_MS"), "AGENT_WORKSPACE_KUBERNETES_START_TIMEOUT_MS", 180_000, 1000, 3_600_000),
+    requestTimeoutMs: integer(read(env, "AGENT_WORKSPACE_KUBERNETES_REQUEST_TIMEOUT_MS"), "AGENT_WORKSPACE_KUBERNETES_REQUEST_TIMEOUT_MS", 15_000, 100, 600_000),
+  };
 }
 
 /**
@@ -889,6 +943,7 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env, argv: string
         cache: read(env, "AGENT_WORKSPACE_MICROVM_CACHE") === undefined ? undefined : path.resolve(read(env, "AGENT_WORKSPACE_MICROVM_CACHE") as string),
       },
       e2b: e2bSettings(env),
+      kubernetes: kubernetesSettings(env),
     },
   };
 }

@@ -252,6 +252,7 @@ export class WorkspaceManager {
     image: string;
     network: CreateOptions["network"];
     placement?: CreateOptions["placement"];
+    runtimeClass?: string;
     binding?: AgentTypeBinding;
   } {
     const name = req.agentType ?? "";
@@ -280,6 +281,7 @@ export class WorkspaceManager {
       image: pick(req.image, cfg.baseImage),
       network: cfg.network?.mode === "open" || cfg.network?.mode === "egress" ? "egress" : "none",
       ...(Object.keys(cfg.engineLabels).length > 0 ? { placement: { engineLabels: { ...cfg.engineLabels } } } : {}),
+      ...(cfg.runtimeClass !== "" ? { runtimeClass: cfg.runtimeClass } : {}),
       binding: {
         id: name,
         tools: [...cfg.tools],
@@ -339,7 +341,7 @@ export class WorkspaceManager {
     let record: WorkspaceRecord | undefined;
     try {
       const enforcement = plan.binding ? { programs: programRules(plan.binding.commandPolicy), fileRules: plan.binding.sensitiveFiles } : undefined;
-      const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network, ...(plan.placement ? { placement: plan.placement } : {}), ...(enforcement ? { enforcement } : {}) });
+      const made = await this.#provision(plan.providers, { id, labels: req.labels, limits, image: plan.image, network: plan.network, ...(plan.placement ? { placement: plan.placement } : {}), ...(plan.runtimeClass ? { runtimeClass: plan.runtimeClass } : {}), ...(enforcement ? { enforcement } : {}) });
       record = {
         ...made,
         ...(plan.binding ? { agentType: plan.binding } : {}),

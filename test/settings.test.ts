@@ -106,6 +106,27 @@ test("the e2b provider is on with E2B_API_KEY, with the SDK's defaults unless th
   t.deepEqual(e2b, { apiKey: "e2b_0123456789abcdef", domain: "e2b.internal", apiUrl: "http://127.0.0.1:3000", sandboxUrl: "http://127.0.0.1:3001", template: "agent-workspace", timeoutMs: 600_000 });
 });
 
+test("the kubernetes provider is on with AGENT_WORKSPACE_KUBERNETES_CLUSTERS: each cluster's kubeconfig, context, namespace and labels, and the pods' defaults", (t) => {
+  t.is(parseSettings({}, []).providers.kubernetes, undefined);
+  const k = parseSettings(
+    {
+      AGENT_WORKSPACE_KUBERNETES_CLUSTERS: '[{"name": "main", "kubeconfig": "/etc/aw/kubeconfig", "context": "prod", "namespace": "agents", "labels": {"pool": "main"}}, {"name": "spare"}]',
+      AGENT_WORKSPACE_KUBERNETES_RUNTIME_CLASS: "gvisor",
+    },
+    [],
+  ).providers.kubernetes;
+  t.deepEqual(k, {
+    clusters: [
+      { name: "main", kubeconfig: "/etc/aw/kubeconfig", context: "prod", namespace: "agents", labels: { pool: "main" } },
+      { name: "spare", kubeconfig: "", context: "", namespace: "default", labels: {} },
+    ],
+    image: "agent-workspace-base:bookworm",
+    runtimeClass: "gvisor",
+    startTimeoutMs: 180_000,
+    requestTimeoutMs: 15_000,
+  });
+});
+
 test("the Docker engine comes from DOCKER_SOCKET, then DOCKER_HOST", (t) => {
   const cases: Array<[Record<string, string>, unknown]> = [
     [{ DOCKER_HOST: "unix:///run/other.sock" }, { socketPath: "/run/other.sock" }],
@@ -150,7 +171,7 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ AGENT_WORKSPACE_DOCKER: "yes" }, [], /^AGENT_WORKSPACE_DOCKER must be one of auto, on, off; got 'yes'$/],
     [{ AGENT_WORKSPACE_COMPRESSION: "zstd" }, [], /^AGENT_WORKSPACE_COMPRESSION must be one of none, gzip; got 'zstd'$/],
     [{ AGENT_WORKSPACE_DEFAULT_PROVIDER: "firecracker" }, [], /^AGENT_WORKSPACE_DEFAULT_PROVIDER must be one of local, docker, gvisor/],
-    [{}, ["--default-provider", "k8s"], /^--default-provider must be one of local, docker, gvisor, microvm, e2b, memory; got 'k8s'$/],
+    [{}, ["--default-provider", "k8s"], /^--default-provider must be one of local, docker, gvisor, microvm, e2b, kubernetes, memory; got 'k8s'$/],
     [{ AGENT_WORKSPACE_LOG_LEVEL: "loud" }, [], /^AGENT_WORKSPACE_LOG_LEVEL must be one of debug, info, warn, error; got 'loud'$/],
     [{ PORT: "-1" }, [], /^PORT must be a whole number from 0 to 65535; got '-1'$/],
     [{ PORT: "8080.5" }, [], /^PORT must be/],
@@ -210,6 +231,11 @@ test("a bad value is a SettingsError naming the variable or flag and what it acc
     [{ ...otlp, OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY: "/dev/null" }, [], /^OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY must be given together$/],
   );
   cases.push(
+    [{ AGENT_WORKSPACE_KUBERNETES_CLUSTERS: "[]" }, [], /^AGENT_WORKSPACE_KUBERNETES_CLUSTERS must list at least one cluster/],
+    [{ AGENT_WORKSPACE_KUBERNETES_CLUSTERS: '[{"name": "a", "server": "https://k8s"}]' }, [], /^AGENT_WORKSPACE_KUBERNETES_CLUSTERS\[0\]: unknown key 'server'/],
+    [{ AGENT_WORKSPACE_KUBERNETES_CLUSTERS: '[{"name": "a", "namespace": "Agents"}]' }, [], /^AGENT_WORKSPACE_KUBERNETES_CLUSTERS\[0\]\.namespace must be a Kubernetes namespace name$/],
+    [{ AGENT_WORKSPACE_KUBERNETES_CLUSTERS: '[{"name": "a"}, {"name": "a"}]' }, [], /^AGENT_WORKSPACE_KUBERNETES_CLUSTERS\[1\]\.name 'a' is given twice$/],
+    [{ AGENT_WORKSPACE_KUBERNETES_CLUSTERS: '[{"name": "a"}]', AGENT_WORKSPACE_KUBERNETES_RUNTIME_CLASS: "Run_SC" }, [], /^AGENT_WORKSPACE_KUBERNETES_RUNTIME_CLASS must be a RuntimeClass name$/],
     [{ E2B_API_KEY: "short" }, [], /^E2B_API_KEY is not an E2B API key \(the value is not shown\)$/],
     [{ E2B_API_KEY: "e2b_0123456789abcdef", AGENT_WORKSPACE_E2B_API_URL: "ftp://e2b.example" }, [], /^AGENT_WORKSPACE_E2B_API_URL must be an http\(s\) URL$/],
     [{ E2B_API_KEY: "e2b_0123456789abcdef", AGENT_WORKSPACE_E2B_SANDBOX_URL: "https://u:p@e2b.example" }, [], /^AGENT_WORKSPACE_E2B_SANDBOX_URL must not carry credentials/],

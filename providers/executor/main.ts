@@ -324,8 +324,15 @@ function fail(id: number, err: unknown): void {
 
 /** Kills every process of the sandbox user when the command `id` ended and no other command runs (in a sandbox only). */
 function sweepSandbox(id: number): void {
-  if (!SANDBOX || process.ppid !== 1) return;
+  if (!SANDBOX) return;
   for (const [other, c] of calls) if (other !== id && c.isCommand && !c.abort.signal.aborted) return;
+  // Not the sandbox's main process (started over a platform's exec or process API, beside
+  // processes of its own: E2B's envd, a pod's pause): kill(-1) would reach those (this process's
+  // real uid is root), so the sandbox user's processes are ended one by one instead.
+  if (process.ppid !== 1) {
+    sweepUser();
+    return;
+  }
   // kill(-1) reaches every process this one may signal but itself and init: the commands' user.
   // One pass suffices in Linux (a process with SIGKILL pending cannot finish a fork); a few more
   // cover a fork bomb caught between passes.
@@ -336,6 +343,29 @@ function sweepSandbox(id: number): void {
       return; // ESRCH: nothing left.
     }
     if (!othersLeft()) return;
+  }
+}
+
+/** Ends every process of the sandbox user (none without one), in a few passes for a fork bomb's late children. */
+function sweepUser(): void {
+  const uid = identity.user?.uid;
+  if (uid === undefined) return;
+  for (let round = 0; round < 5; round++) {
+    let found = false;
+    try {
+      for (const e of readdirSync("/proc")) {
+        if (!/^\d+$/.test(e) || Number(e) === process.pid || statSync(`/proc/${e}`, { throwIfNoEntry: false })?.uid !== uid) continue;
+        found = true;
+        try {
+          process.kill(Number(e), "SIGKILL");
+        } catch {
+          // Gone meanwhile.
+        }
+      }
+    } catch {
+      return;
+    }
+    if (!found) return;
   }
 }
 

@@ -206,6 +206,10 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     throw invalid(f("fallback_provider"), "fallback_provider must differ from provider");
   }
 
+  const runtimeClass = cfg.runtimeClass ?? "";
+  if (runtimeClass !== "" && (runtimeClass.length > 253 || !/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/.test(runtimeClass))) {
+    throw invalid(f("runtime_class"), `runtime_class ${shown(runtimeClass)} must be a DNS subdomain name: lower-case letters, digits, '-' and '.', at most 253 characters`);
+  }
   const engineLabels = Object.entries(cfg.engineLabels ?? {});
   if (engineLabels.length > 16) throw invalid(f("engine_labels"), "engine_labels may hold at most 16 labels");
   for (const [k, v] of engineLabels) {
@@ -279,6 +283,7 @@ export function normalizeWorkspaceConfig(input: WorkspaceConfig | undefined, ctx
     pauseAfterIdleMs: cfg.pauseAfterIdleMs,
     deleteAfterIdleMs: cfg.deleteAfterIdleMs,
     engineLabels: Object.fromEntries(engineLabels),
+    runtimeClass,
     commandPolicy: policy,
     sensitiveFiles: files,
     git: { protectedBranches },

@@ -60,7 +60,7 @@ function toProto(v: WorkspaceView, sessionIds: string[] = []): MessageInitShape<
     mounts: (r.mounts ?? []).map((m) => ({ ...m, bytesCopied: BigInt(m.bytesCopied) })),
     sessionIds,
     providerDetails: Object.fromEntries(
-      (r.provider === "microvm" ? ["accel", "start"] : r.provider === "docker" || r.provider === "gvisor" ? ["engine"] : r.provider === "e2b" ? ["sandboxId", "template"] : []).filter((k) => r.state[k] !== undefined).map((k) => [k, r.state[k] as string]),
+      (r.provider === "microvm" ? ["accel", "start"] : r.provider === "docker" || r.provider === "gvisor" ? ["engine"] : r.provider === "e2b" ? ["sandboxId", "template"] : r.provider === "kubernetes" ? ["cluster", "namespace", "pod", "runtimeClass"] : []).filter((k) => r.state[k] !== undefined).map((k) => [k, r.state[k] as string]),
     ),
   };
 }

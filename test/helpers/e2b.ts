@@ -11,7 +11,7 @@ import path from "node:path";
 import { Readable } from "node:stream";
 import Docker from "dockerode";
 import { create as tarCreate } from "tar";
-import { E2B_PAYLOAD_DIR, E2bPayload } from "../../providers/e2b.ts";
+import { PAYLOAD_DIR as E2B_PAYLOAD_DIR, SandboxPayload } from "../../providers/remote-sandbox.ts";
 import { buildExecutor } from "../../providers/executor-build.ts";
 import { type E2bStandIn, startE2bStandIn } from "./e2b-standin.ts";
 
@@ -20,10 +20,13 @@ export const E2B_BASE_IMAGE = "agent-workspace-base:bookworm";
 /** The template with the executor in it. */
 export const E2B_TEMPLATE = "agent-workspace";
 
-/** Makes (once per payload version) the image of the template with the executor unpacked in it. */
-async function templateImage(docker: Docker): Promise<string> {
+/**
+ * Makes (once per payload version) the sandbox image with the executor unpacked in it: the E2B
+ * template's image here, and the image of pods that need no copy (kubernetes tests).
+ */
+export async function payloadImage(docker: Docker): Promise<string> {
   const stage = await mkdtemp(path.join(tmpdir(), "aw-e2b-template-"));
-  const payload = new E2bPayload(await buildExecutor(stage), stage);
+  const payload = new SandboxPayload(await buildExecutor(stage), stage);
   const tag = `agent-workspace-e2b-template:${payload.version.toLowerCase()}`;
   const exists = await docker
     .getImage(tag)
@@ -55,7 +58,7 @@ async function templateImage(docker: Docker): Promise<string> {
 /** A stand-in with the "base" and "agent-workspace" templates. */
 export async function startStandIn(): Promise<E2bStandIn> {
   const docker = new Docker();
-  return startE2bStandIn({ image: E2B_BASE_IMAGE, docker, templates: { [E2B_TEMPLATE]: await templateImage(docker) } });
+  return startE2bStandIn({ image: E2B_BASE_IMAGE, docker, templates: { [E2B_TEMPLATE]: await payloadImage(docker) } });
 }
 
 /** The server's environment for the e2b provider on `standIn`, template `template`. */

@@ -275,13 +275,24 @@ export declare type WorkspaceConfig = Message<"agentworkspace.v1.WorkspaceConfig
 
   /**
    * Placement constraints of the container providers (docker, gvisor) over several Docker engines
-   * (AGENT_WORKSPACE_DOCKER_ENGINES): a new workspace goes only to an engine whose configured labels
-   * include every one of these. Names and values are 1-63 of a-z, 0-9, '.', '_', '-'; at most 16.
-   * A workspace no engine can take fails UNAVAILABLE (PROVIDER_UNAVAILABLE).
+   * (AGENT_WORKSPACE_DOCKER_ENGINES), and of the kubernetes provider over several clusters
+   * (AGENT_WORKSPACE_KUBERNETES_CLUSTERS): a new workspace goes only to an engine or cluster whose
+   * configured labels include every one of these. Names and values are 1-63 of a-z, 0-9, '.', '_',
+   * '-'; at most 16. A workspace no engine can take fails UNAVAILABLE (PROVIDER_UNAVAILABLE).
    *
    * @generated from field: map<string, string> engine_labels = 25;
    */
   engineLabels: { [key: string]: string };
+
+  /**
+   * The Kubernetes RuntimeClass of this agent type's pods (kubernetes provider), e.g. "gvisor" where
+   * the cluster runs gVisor's runsc; empty: the server's AGENT_WORKSPACE_KUBERNETES_RUNTIME_CLASS,
+   * else the cluster's default runtime. A DNS subdomain name of at most 253 characters. Other
+   * providers ignore it.
+   *
+   * @generated from field: string runtime_class = 26;
+   */
+  runtimeClass: string;
 };
 
 /**

@@ -15,7 +15,7 @@ from . import workspace_pb2 as agentworkspace_dot_v1_dot_workspace__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61gentworkspace/v1/config.proto\x12\x11\x61gentworkspace.v1\x1a!agentworkspace/v1/workspace.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\nRepoSource\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x03 \x01(\t\",\n\rNetworkConfig\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\r\n\x05\x61llow\x18\x02 \x03(\t\"\x84\x08\n\x0fWorkspaceConfig\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x32\n\x0brepo_source\x18\x02 \x01(\x0b\x32\x1d.agentworkspace.v1.RepoSource\x12\r\n\x05tools\x18\x03 \x03(\t\x12:\n\x0fresource_limits\x18\x04 \x01(\x0b\x32!.agentworkspace.v1.ResourceLimits\x12\x1e\n\x11\x63heckout_on_start\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\nbase_image\x18\x06 \x01(\t\x12\x16\n\x0esetup_commands\x18\x07 \x03(\t\x12\x10\n\x08provider\x18\x08 \x01(\t\x12\x19\n\x11\x66\x61llback_provider\x18\t \x01(\t\x12\x31\n\x07network\x18\n \x01(\x0b\x32 .agentworkspace.v1.NetworkConfig\x12\x16\n\x0ewarm_pool_size\x18\x0b \x01(\x05\x12\"\n\x1a\x64\x65\x66\x61ult_command_timeout_ms\x18\x0c \x01(\x03\x12\x1e\n\x16max_command_timeout_ms\x18\r \x01(\x03\x12 \n\x18setup_command_timeout_ms\x18\x0e \x01(\x03\x12\x1f\n\x17session_idle_timeout_ms\x18\x11 \x01(\x03\x12\x38\n\x0e\x63ommand_policy\x18\x0f \x01(\x0b\x32 .agentworkspace.v1.CommandPolicy\x12:\n\x0fsensitive_files\x18\x10 \x01(\x0b\x32!.agentworkspace.v1.SensitiveFiles\x12)\n\x03git\x18\x12 \x01(\x0b\x32\x1c.agentworkspace.v1.GitPolicy\x12,\n\x06mounts\x18\x13 \x03(\x0b\x32\x1c.agentworkspace.v1.HostMount\x12<\n\x10\x64igest_overrides\x18\x14 \x03(\x0b\x32\".agentworkspace.v1.WorkspaceDigest\x12\x15\n\rmax_processes\x18\x15 \x01(\x05\x12\x1f\n\x17process_idle_timeout_ms\x18\x16 \x01(\x03\x12\x1b\n\x13pause_after_idle_ms\x18\x17 \x01(\x03\x12\x1c\n\x14\x64\x65lete_after_idle_ms\x18\x18 \x01(\x03\x12K\n\rengine_labels\x18\x19 \x03(\x0b\x32\x34.agentworkspace.v1.WorkspaceConfig.EngineLabelsEntry\x1a\x33\n\x11\x45ngineLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x14\n\x12_checkout_on_start\"\'\n\tGitPolicy\x12\x1a\n\x12protected_branches\x18\x01 \x03(\t\"D\n\rCommandPolicy\x12\x16\n\x0e\x64\x65\x66\x61ult_action\x18\x01 \x01(\t\x12\r\n\x05\x61llow\x18\x02 \x03(\t\x12\x0c\n\x04\x64\x65ny\x18\x03 \x03(\t\"7\n\x0eSensitiveFiles\x12\x0c\n\x04\x64\x65ny\x18\x01 \x03(\t\x12\x17\n\x0fwrite_protected\x18\x02 \x03(\t\"\xeb\x01\n\tAgentType\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x35\n\tworkspace\x18\x04 \x01(\x0b\x32\".agentworkspace.v1.WorkspaceConfig\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"J\n\x16\x43reateAgentTypeRequest\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"K\n\x17\x43reateAgentTypeResponse\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"!\n\x13GetAgentTypeRequest\x12\n\n\x02id\x18\x01 \x01(\t\"H\n\x14GetAgentTypeResponse\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"\x17\n\x15ListAgentTypesRequest\"K\n\x16ListAgentTypesResponse\x12\x31\n\x0b\x61gent_types\x18\x01 \x03(\x0b\x32\x1c.agentworkspace.v1.AgentType\"J\n\x16UpdateAgentTypeRequest\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"K\n\x17UpdateAgentTypeResponse\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"$\n\x16\x44\x65leteAgentTypeRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x19\n\x17\x44\x65leteAgentTypeResponse\"2\n\x19GetWorkspaceConfigRequest\x12\x15\n\ragent_type_id\x18\x01 \x01(\t\"Z\n\x1aGetWorkspaceConfigResponse\x12<\n\x10workspace_config\x18\x01 \x01(\x0b\x32\".agentworkspace.v1.WorkspaceConfig\"s\n\x1cUpdateWorkspaceConfigRequest\x12\x15\n\ragent_type_id\x18\x01 \x01(\t\x12<\n\x10workspace_config\x18\x02 \x01(\x0b\x32\".agentworkspace.v1.WorkspaceConfig\"]\n\x1dUpdateWorkspaceConfigResponse\x12<\n\x10workspace_config\x18\x01 \x01(\x0b\x32\".agentworkspace.v1.WorkspaceConfig2\x84\x06\n\rConfigService\x12h\n\x0f\x43reateAgentType\x12).agentworkspace.v1.CreateAgentTypeRequest\x1a*.agentworkspace.v1.CreateAgentTypeResponse\x12_\n\x0cGetAgentType\x12&.agentworkspace.v1.GetAgentTypeRequest\x1a\'.agentworkspace.v1.GetAgentTypeResponse\x12\x65\n\x0eListAgentTypes\x12(.agentworkspace.v1.ListAgentTypesRequest\x1a).agentworkspace.v1.ListAgentTypesResponse\x12h\n\x0fUpdateAgentType\x12).agentworkspace.v1.UpdateAgentTypeRequest\x1a*.agentworkspace.v1.UpdateAgentTypeResponse\x12h\n\x0f\x44\x65leteAgentType\x12).agentworkspace.v1.DeleteAgentTypeRequest\x1a*.agentworkspace.v1.DeleteAgentTypeResponse\x12q\n\x12GetWorkspaceConfig\x12,.agentworkspace.v1.GetWorkspaceConfigRequest\x1a-.agentworkspace.v1.GetWorkspaceConfigResponse\x12z\n\x15UpdateWorkspaceConfig\x12/.agentworkspace.v1.UpdateWorkspaceConfigRequest\x1a\x30.agentworkspace.v1.UpdateWorkspaceConfigResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x61gentworkspace/v1/config.proto\x12\x11\x61gentworkspace.v1\x1a!agentworkspace/v1/workspace.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"7\n\nRepoSource\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x03 \x01(\t\",\n\rNetworkConfig\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\r\n\x05\x61llow\x18\x02 \x03(\t\"\x9b\x08\n\x0fWorkspaceConfig\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x32\n\x0brepo_source\x18\x02 \x01(\x0b\x32\x1d.agentworkspace.v1.RepoSource\x12\r\n\x05tools\x18\x03 \x03(\t\x12:\n\x0fresource_limits\x18\x04 \x01(\x0b\x32!.agentworkspace.v1.ResourceLimits\x12\x1e\n\x11\x63heckout_on_start\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\nbase_image\x18\x06 \x01(\t\x12\x16\n\x0esetup_commands\x18\x07 \x03(\t\x12\x10\n\x08provider\x18\x08 \x01(\t\x12\x19\n\x11\x66\x61llback_provider\x18\t \x01(\t\x12\x31\n\x07network\x18\n \x01(\x0b\x32 .agentworkspace.v1.NetworkConfig\x12\x16\n\x0ewarm_pool_size\x18\x0b \x01(\x05\x12\"\n\x1a\x64\x65\x66\x61ult_command_timeout_ms\x18\x0c \x01(\x03\x12\x1e\n\x16max_command_timeout_ms\x18\r \x01(\x03\x12 \n\x18setup_command_timeout_ms\x18\x0e \x01(\x03\x12\x1f\n\x17session_idle_timeout_ms\x18\x11 \x01(\x03\x12\x38\n\x0e\x63ommand_policy\x18\x0f \x01(\x0b\x32 .agentworkspace.v1.CommandPolicy\x12:\n\x0fsensitive_files\x18\x10 \x01(\x0b\x32!.agentworkspace.v1.SensitiveFiles\x12)\n\x03git\x18\x12 \x01(\x0b\x32\x1c.agentworkspace.v1.GitPolicy\x12,\n\x06mounts\x18\x13 \x03(\x0b\x32\x1c.agentworkspace.v1.HostMount\x12<\n\x10\x64igest_overrides\x18\x14 \x03(\x0b\x32\".agentworkspace.v1.WorkspaceDigest\x12\x15\n\rmax_processes\x18\x15 \x01(\x05\x12\x1f\n\x17process_idle_timeout_ms\x18\x16 \x01(\x03\x12\x1b\n\x13pause_after_idle_ms\x18\x17 \x01(\x03\x12\x1c\n\x14\x64\x65lete_after_idle_ms\x18\x18 \x01(\x03\x12K\n\rengine_labels\x18\x19 \x03(\x0b\x32\x34.agentworkspace.v1.WorkspaceConfig.EngineLabelsEntry\x12\x15\n\rruntime_class\x18\x1a \x01(\t\x1a\x33\n\x11\x45ngineLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x14\n\x12_checkout_on_start\"\'\n\tGitPolicy\x12\x1a\n\x12protected_branches\x18\x01 \x03(\t\"D\n\rCommandPolicy\x12\x16\n\x0e\x64\x65\x66\x61ult_action\x18\x01 \x01(\t\x12\r\n\x05\x61llow\x18\x02 \x03(\t\x12\x0c\n\x04\x64\x65ny\x18\x03 \x03(\t\"7\n\x0eSensitiveFiles\x12\x0c\n\x04\x64\x65ny\x18\x01 \x03(\t\x12\x17\n\x0fwrite_protected\x18\x02 \x03(\t\"\xeb\x01\n\tAgentType\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x35\n\tworkspace\x18\x04 \x01(\x0b\x32\".agentworkspace.v1.WorkspaceConfig\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"J\n\x16\x43reateAgentTypeRequest\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"K\n\x17\x43reateAgentTypeResponse\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"!\n\x13GetAgentTypeRequest\x12\n\n\x02id\x18\x01 \x01(\t\"H\n\x14GetAgentTypeResponse\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"\x17\n\x15ListAgentTypesRequest\"K\n\x16ListAgentTypesResponse\x12\x31\n\x0b\x61gent_types\x18\x01 \x03(\x0b\x32\x1c.agentworkspace.v1.AgentType\"J\n\x16UpdateAgentTypeRequest\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"K\n\x17UpdateAgentTypeResponse\x12\x30\n\nagent_type\x18\x01 \x01(\x0b\x32\x1c.agentworkspace.v1.AgentType\"$\n\x16\x44\x65leteAgentTypeRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x19\n\x17\x44\x65leteAgentTypeResponse\"2\n\x19GetWorkspaceConfigRequest\x12\x15\n\ragent_type_id\x18\x01 \x01(\t\"Z\n\x1aGetWorkspaceConfigResponse\x12<\n\x10workspace_config\x18\x01 \x01(\x0b\x32\".agentworkspace.v1.WorkspaceConfig\"s\n\x1cUpdateWorkspaceConfigRequest\x12\x15\n\ragent_type_id\x18\x01 \x01(\t\x12<\n\x10workspace_config\x18\x02 \x01(\x0b\x32\".agentworkspace.v1.WorkspaceConfig\"]\n\x1dUpdateWorkspaceConfigResponse\x12<\n\x10workspace_config\x18\x01 \x01(\x0b\x32\".agentworkspace.v1.WorkspaceConfig2\x84\x06\n\rConfigService\x12h\n\x0f\x43reateAgentType\x12).agentworkspace.v1.CreateAgentTypeRequest\x1a*.agentworkspace.v1.CreateAgentTypeResponse\x12_\n\x0cGetAgentType\x12&.agentworkspace.v1.GetAgentTypeRequest\x1a\'.agentworkspace.v1.GetAgentTypeResponse\x12\x65\n\x0eListAgentTypes\x12(.agentworkspace.v1.ListAgentTypesRequest\x1a).agentworkspace.v1.ListAgentTypesResponse\x12h\n\x0fUpdateAgentType\x12).agentworkspace.v1.UpdateAgentTypeRequest\x1a*.agentworkspace.v1.UpdateAgentTypeResponse\x12h\n\x0f\x44\x65leteAgentType\x12).agentworkspace.v1.DeleteAgentTypeRequest\x1a*.agentworkspace.v1.DeleteAgentTypeResponse\x12q\n\x12GetWorkspaceConfig\x12,.agentworkspace.v1.GetWorkspaceConfigRequest\x1a-.agentworkspace.v1.GetWorkspaceConfigResponse\x12z\n\x15UpdateWorkspaceConfig\x12/.agentworkspace.v1.UpdateWorkspaceConfigRequest\x1a\x30.agentworkspace.v1.UpdateWorkspaceConfigResponseb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agent_workspace._gen.agentworkspace.v1.config_pb2', globals())
@@ -29,45 +29,45 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _NETWORKCONFIG._serialized_start=178
   _NETWORKCONFIG._serialized_end=222
   _WORKSPACECONFIG._serialized_start=225
-  _WORKSPACECONFIG._serialized_end=1253
-  _WORKSPACECONFIG_ENGINELABELSENTRY._serialized_start=1180
-  _WORKSPACECONFIG_ENGINELABELSENTRY._serialized_end=1231
-  _GITPOLICY._serialized_start=1255
-  _GITPOLICY._serialized_end=1294
-  _COMMANDPOLICY._serialized_start=1296
-  _COMMANDPOLICY._serialized_end=1364
-  _SENSITIVEFILES._serialized_start=1366
-  _SENSITIVEFILES._serialized_end=1421
-  _AGENTTYPE._serialized_start=1424
-  _AGENTTYPE._serialized_end=1659
-  _CREATEAGENTTYPEREQUEST._serialized_start=1661
-  _CREATEAGENTTYPEREQUEST._serialized_end=1735
-  _CREATEAGENTTYPERESPONSE._serialized_start=1737
-  _CREATEAGENTTYPERESPONSE._serialized_end=1812
-  _GETAGENTTYPEREQUEST._serialized_start=1814
-  _GETAGENTTYPEREQUEST._serialized_end=1847
-  _GETAGENTTYPERESPONSE._serialized_start=1849
-  _GETAGENTTYPERESPONSE._serialized_end=1921
-  _LISTAGENTTYPESREQUEST._serialized_start=1923
-  _LISTAGENTTYPESREQUEST._serialized_end=1946
-  _LISTAGENTTYPESRESPONSE._serialized_start=1948
-  _LISTAGENTTYPESRESPONSE._serialized_end=2023
-  _UPDATEAGENTTYPEREQUEST._serialized_start=2025
-  _UPDATEAGENTTYPEREQUEST._serialized_end=2099
-  _UPDATEAGENTTYPERESPONSE._serialized_start=2101
-  _UPDATEAGENTTYPERESPONSE._serialized_end=2176
-  _DELETEAGENTTYPEREQUEST._serialized_start=2178
-  _DELETEAGENTTYPEREQUEST._serialized_end=2214
-  _DELETEAGENTTYPERESPONSE._serialized_start=2216
-  _DELETEAGENTTYPERESPONSE._serialized_end=2241
-  _GETWORKSPACECONFIGREQUEST._serialized_start=2243
-  _GETWORKSPACECONFIGREQUEST._serialized_end=2293
-  _GETWORKSPACECONFIGRESPONSE._serialized_start=2295
-  _GETWORKSPACECONFIGRESPONSE._serialized_end=2385
-  _UPDATEWORKSPACECONFIGREQUEST._serialized_start=2387
-  _UPDATEWORKSPACECONFIGREQUEST._serialized_end=2502
-  _UPDATEWORKSPACECONFIGRESPONSE._serialized_start=2504
-  _UPDATEWORKSPACECONFIGRESPONSE._serialized_end=2597
-  _CONFIGSERVICE._serialized_start=2600
-  _CONFIGSERVICE._serialized_end=3372
+  _WORKSPACECONFIG._serialized_end=1276
+  _WORKSPACECONFIG_ENGINELABELSENTRY._serialized_start=1203
+  _WORKSPACECONFIG_ENGINELABELSENTRY._serialized_end=1254
+  _GITPOLICY._serialized_start=1278
+  _GITPOLICY._serialized_end=1317
+  _COMMANDPOLICY._serialized_start=1319
+  _COMMANDPOLICY._serialized_end=1387
+  _SENSITIVEFILES._serialized_start=1389
+  _SENSITIVEFILES._serialized_end=1444
+  _AGENTTYPE._serialized_start=1447
+  _AGENTTYPE._serialized_end=1682
+  _CREATEAGENTTYPEREQUEST._serialized_start=1684
+  _CREATEAGENTTYPEREQUEST._serialized_end=1758
+  _CREATEAGENTTYPERESPONSE._serialized_start=1760
+  _CREATEAGENTTYPERESPONSE._serialized_end=1835
+  _GETAGENTTYPEREQUEST._serialized_start=1837
+  _GETAGENTTYPEREQUEST._serialized_end=1870
+  _GETAGENTTYPERESPONSE._serialized_start=1872
+  _GETAGENTTYPERESPONSE._serialized_end=1944
+  _LISTAGENTTYPESREQUEST._serialized_start=1946
+  _LISTAGENTTYPESREQUEST._serialized_end=1969
+  _LISTAGENTTYPESRESPONSE._serialized_start=1971
+  _LISTAGENTTYPESRESPONSE._serialized_end=2046
+  _UPDATEAGENTTYPEREQUEST._serialized_start=2048
+  _UPDATEAGENTTYPEREQUEST._serialized_end=2122
+  _UPDATEAGENTTYPERESPONSE._serialized_start=2124
+  _UPDATEAGENTTYPERESPONSE._serialized_end=2199
+  _DELETEAGENTTYPEREQUEST._serialized_start=2201
+  _DELETEAGENTTYPEREQUEST._serialized_end=2237
+  _DELETEAGENTTYPERESPONSE._serialized_start=2239
+  _DELETEAGENTTYPERESPONSE._serialized_end=2264
+  _GETWORKSPACECONFIGREQUEST._serialized_start=2266
+  _GETWORKSPACECONFIGREQUEST._serialized_end=2316
+  _GETWORKSPACECONFIGRESPONSE._serialized_start=2318
+  _GETWORKSPACECONFIGRESPONSE._serialized_end=2408
+  _UPDATEWORKSPACECONFIGREQUEST._serialized_start=2410
+  _UPDATEWORKSPACECONFIGREQUEST._serialized_end=2525
+  _UPDATEWORKSPACECONFIGRESPONSE._serialized_start=2527
+  _UPDATEWORKSPACECONFIGRESPONSE._serialized_end=2620
+  _CONFIGSERVICE._serialized_start=2623
+  _CONFIGSERVICE._serialized_end=3395
 # @@protoc_insertion_point(module_scope)

@@ -150,7 +150,7 @@ class UpdateWorkspaceConfigResponse(_message.Message):
     def __init__(self, workspace_config: _Optional[_Union[WorkspaceConfig, _Mapping]] = ...) -> None: ...
 
 class WorkspaceConfig(_message.Message):
-    __slots__ = ["base_image", "checkout_on_start", "command_policy", "default_command_timeout_ms", "delete_after_idle_ms", "digest_overrides", "enabled", "engine_labels", "fallback_provider", "git", "max_command_timeout_ms", "max_processes", "mounts", "network", "pause_after_idle_ms", "process_idle_timeout_ms", "provider", "repo_source", "resource_limits", "sensitive_files", "session_idle_timeout_ms", "setup_command_timeout_ms", "setup_commands", "tools", "warm_pool_size"]
+    __slots__ = ["base_image", "checkout_on_start", "command_policy", "default_command_timeout_ms", "delete_after_idle_ms", "digest_overrides", "enabled", "engine_labels", "fallback_provider", "git", "max_command_timeout_ms", "max_processes", "mounts", "network", "pause_after_idle_ms", "process_idle_timeout_ms", "provider", "repo_source", "resource_limits", "runtime_class", "sensitive_files", "session_idle_timeout_ms", "setup_command_timeout_ms", "setup_commands", "tools", "warm_pool_size"]
     class EngineLabelsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class WorkspaceConfig(_message.Message):
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     REPO_SOURCE_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_CLASS_FIELD_NUMBER: _ClassVar[int]
     SENSITIVE_FILES_FIELD_NUMBER: _ClassVar[int]
     SESSION_IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     SETUP_COMMANDS_FIELD_NUMBER: _ClassVar[int]
@@ -202,10 +203,11 @@ class WorkspaceConfig(_message.Message):
     provider: str
     repo_source: RepoSource
     resource_limits: _workspace_pb2.ResourceLimits
+    runtime_class: str
     sensitive_files: SensitiveFiles
     session_idle_timeout_ms: int
     setup_command_timeout_ms: int
     setup_commands: _containers.RepeatedScalarFieldContainer[str]
     tools: _containers.RepeatedScalarFieldContainer[str]
     warm_pool_size: int
-    def __init__(self, enabled: bool = ..., repo_source: _Optional[_Union[RepoSource, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., resource_limits: _Optional[_Union[_workspace_pb2.ResourceLimits, _Mapping]] = ..., checkout_on_start: bool = ..., base_image: _Optional[str] = ..., setup_commands: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., fallback_provider: _Optional[str] = ..., network: _Optional[_Union[NetworkConfig, _Mapping]] = ..., warm_pool_size: _Optional[int] = ..., default_command_timeout_ms: _Optional[int] = ..., max_command_timeout_ms: _Optional[int] = ..., setup_command_timeout_ms: _Optional[int] = ..., session_idle_timeout_ms: _Optional[int] = ..., command_policy: _Optional[_Union[CommandPolicy, _Mapping]] = ..., sensitive_files: _Optional[_Union[SensitiveFiles, _Mapping]] = ..., git: _Optional[_Union[GitPolicy, _Mapping]] = ..., mounts: _Optional[_Iterable[_Union[_workspace_pb2.HostMount, _Mapping]]] = ..., digest_overrides: _Optional[_Iterable[_Union[_workspace_pb2.WorkspaceDigest, _Mapping]]] = ..., max_processes: _Optional[int] = ..., process_idle_timeout_ms: _Optional[int] = ..., pause_after_idle_ms: _Optional[int] = ..., delete_after_idle_ms: _Optional[int] = ..., engine_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, enabled: bool = ..., repo_source: _Optional[_Union[RepoSource, _Mapping]] = ..., tools: _Optional[_Iterable[str]] = ..., resource_limits: _Optional[_Union[_workspace_pb2.ResourceLimits, _Mapping]] = ..., checkout_on_start: bool = ..., base_image: _Optional[str] = ..., setup_commands: _Optional[_Iterable[str]] = ..., provider: _Optional[str] = ..., fallback_provider: _Optional[str] = ..., network: _Optional[_Union[NetworkConfig, _Mapping]] = ..., warm_pool_size: _Optional[int] = ..., default_command_timeout_ms: _Optional[int] = ..., max_command_timeout_ms: _Optional[int] = ..., setup_command_timeout_ms: _Optional[int] = ..., session_idle_timeout_ms: _Optional[int] = ..., command_policy: _Optional[_Union[CommandPolicy, _Mapping]] = ..., sensitive_files: _Optional[_Union[SensitiveFiles, _Mapping]] = ..., git: _Optional[_Union[GitPolicy, _Mapping]] = ..., mounts: _Optional[_Iterable[_Union[_workspace_pb2.HostMount, _Mapping]]] = ..., digest_overrides: _Optional[_Iterable[_Union[_workspace_pb2.WorkspaceDigest, _Mapping]]] = ..., max_processes: _Optional[int] = ..., process_idle_timeout_ms: _Optional[int] = ..., pause_after_idle_ms: _Optional[int] = ..., delete_after_idle_ms: _Optional[int] = ..., engine_labels: _Optional[_Mapping[str, str]] = ..., runtime_class: _Optional[str] = ...) -> None: ...
