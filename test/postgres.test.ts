@@ -427,6 +427,9 @@ if (postgresGate(test, "the server on PostgreSQL")) {
         t.is((await onA.tools.bash({ command: "echo committed > kept.txt" })).exitCode, 0);
         // The slow one is making its workspace (its setup sleeps) when the server dies, as is a call.
         t.is(await eventually(async () => (await workspacesOf(slowId)).length, (n) => n === 1), 1);
+        // The other server follows both sessions before the first one dies (seen failing in CI: the
+        // slow session unknown to it afterwards).
+        for (const id of [sid, slowId]) t.is(await eventually(async () => (await b.workspaces.getSession({ id }).catch(() => undefined))?.session?.id, (v) => v === id, 10_000), id);
         const midCall = onA.tools.bash({ command: "sleep 5; echo late > late.txt" }).catch((e: unknown) => e);
         await new Promise((r) => setTimeout(r, 300));
         await kill9(servers[0]);
