@@ -220,9 +220,24 @@ export function createKubernetesProvider(options: KubernetesOptions): Provider &
     return c.policy;
   };
 
-  /** Runs `argv` in the pod over exec; stdout, stderr and the exit status. */
+  /**
+   * Runs `argv` in the pod over exec; stdout, stderr and the exit status. Within the pod start's
+   * deadline (an upload of the payload included): an exec the cluster never answers fails, and
+   * its socket is closed, instead of holding the caller forever.
+   */
   const run = (c: Client, pod: string, argv: string[], stdin?: Buffer): Promise<{ stdout: string; stderr: string; code: number }> =>
     new Promise((resolve, reject) => {
+      let socket: { close(): void } | undefined;
+      const timer = setTimeout(() => {
+        socket?.close();
+        reject(new Error(`an exec in the pod got no answer in ${options.startTimeoutMs} ms`));
+      }, options.startTimeoutMs);
+      const settle = <T>(fn: (v: T) => void) => (v: T) => {
+        clearTimeout(timer);
+        fn(v);
+      };
+      resolve = settle(resolve);
+      reject = settle(reject);
       const out: Buffer[] = [];
       const err: Buffer[] = [];
       const sink = (into: Buffer[]) =>
@@ -239,6 +254,7 @@ export function createKubernetesProvider(options: KubernetesOptions): Provider &
       // Stdin in slices of 1 MiB: one WebSocket message each, under any server's message limit.
       const slices = stdin ? Array.from({ length: Math.ceil(stdin.length / 2 ** 20) }, (_, i) => stdin.subarray(i * 2 ** 20, (i + 1) * 2 ** 20)) : [];
       c.exec.exec(c.cluster.namespace, pod, CONTAINER, argv, sink(out), sink(err), stdin ? Readable.from(slices) : null, false, onStatus).then((ws) => {
+        socket = ws;
         ws.on("close", () => resolve({ stdout: Buffer.concat(out).toString("utf8"), stderr: Buffer.concat(err).toString("utf8"), code: -1 }));
       }, reject);
     });

@@ -668,6 +668,18 @@ function dockerConnection(env: NodeJS.ProcessEnv, what = "DOCKER_HOST"): DockerC
 /** What an engine's name and labels may be: short, plain, safe in a log line and a label value. */
 const ENGINE_WORD = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
+/** An engine's or a cluster's `labels` (what agent types' engine_labels match), checked. */
+function placementLabels(at: string, value: unknown): Record<string, string> {
+  const labels: Record<string, string> = {};
+  if (value === undefined) return labels;
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new SettingsError(`${at}.labels must be a mapping of names to values`);
+  for (const [k, v] of Object.entries(value)) {
+    if (!ENGINE_WORD.test(k) || typeof v !== "string" || !ENGINE_WORD.test(v)) throw new SettingsError(`${at}.labels: names and values must be 1-63 of a-z, 0-9, '.', '_', '-'`);
+    labels[k] = v;
+  }
+  return labels;
+}
+
 /**
  * A setting that is a list: `value` is a JSON array, or the path of a YAML or JSON file holding
  * one; at least one `item` (named in the message).
@@ -713,14 +725,7 @@ function dockerEngines(env: NodeJS.ProcessEnv): EngineSettings[] {
     if (typeof name !== "string" || !ENGINE_WORD.test(name)) throw new SettingsError(`${at}.name must be 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit`);
     if (seen.has(name)) throw new SettingsError(`${at}.name '${name}' is given twice`);
     seen.add(name);
-    const labels: Record<string, string> = {};
-    if (e.labels !== undefined) {
-      if (typeof e.labels !== "object" || e.labels === null || Array.isArray(e.labels)) throw new SettingsError(`${at}.labels must be a mapping of names to values`);
-      for (const [k, v] of Object.entries(e.labels)) {
-        if (!ENGINE_WORD.test(k) || typeof v !== "string" || !ENGINE_WORD.test(v)) throw new SettingsError(`${at}.labels: names and values must be 1-63 of a-z, 0-9, '.', '_', '-'`);
-        labels[k] = v;
-      }
-    }
+    const labels = placementLabels(at, e.labels);
     if (typeof e.host !== "string") throw new SettingsError(`${at}.host must be unix:///path or tcp://host:port`);
     if (e.tls !== undefined && typeof e.tls !== "string") throw new SettingsError(`${at}.tls must be a directory with ca.pem, cert.pem and key.pem`);
     const connection = dockerConnection({ DOCKER_HOST: e.host, ...(e.tls !== undefined ? { DOCKER_TLS_VERIFY: "1", DOCKER_CERT_PATH: e.tls } : {}) }, `${at}.host`);
@@ -754,14 +759,7 @@ function kubernetesSettings(env: NodeJS.ProcessEnv): KubernetesSettings | undefi
     const namespace = e.namespace ?? "default";
     if (typeof namespace !== "string" || !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(namespace)) throw new SettingsError(`${at}.namespace must be a Kubernetes namespace name`);
     for (const key of ["kubeconfig", "context"] as const) if (e[key] !== undefined && typeof e[key] !== "string") throw new SettingsError(`${at}.${key} must be a string`);
-    const labels: Record<string, string> = {};
-    if (e.labels !== undefined) {
-      if (typeof e.labels !== "object" || e.labels === null || Array.isArray(e.labels)) throw new SettingsError(`${at}.labels must be a mapping of names to values`);
-      for (const [k, v] of Object.entries(e.labels)) {
-        if (!ENGINE_WORD.test(k) || typeof v !== "string" || !ENGINE_WORD.test(v)) throw new SettingsError(`${at}.labels: names and values must be 1-63 of a-z, 0-9, '.', '_', '-'`);
-        labels[k] = v;
-      }
-    }
+    const labels = placementLabels(at, e.labels);
     return { name, kubeconfig: typeof e.kubeconfig === "string" ? path.resolve(e.kubeconfig) : "", context: (e.context as string | undefined) ?? "", namespace, labels };
   });
   const runtimeClass = read(env, "AGENT_WORKSPACE_KUBERNETES_RUNTIME_CLASS") ?? "";
