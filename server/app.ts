@@ -33,7 +33,7 @@ import { authenticate, createAuthenticationInterceptor } from "./interceptors/au
 import { createErrorInterceptor, describeCause } from "./interceptors/error-interceptor.ts";
 import { checkCaller, createPermissionInterceptor } from "./interceptors/permission-interceptor.ts";
 import { createLogger, type Logger } from "./logger.ts";
-import { createNodeHandler, type NodeHandler } from "./node-adapter.ts";
+import { createNodeHandler, type NodeHandler, type StreamHandler } from "./node-adapter.ts";
 import { type Allowed, checkPolicy, POLICY } from "./policy.ts";
 import { registerReflection } from "./reflection.ts";
 import { CONFIG_REST_ROUTES } from "./services/config-rest.ts";
@@ -69,7 +69,8 @@ import { WarmPools } from "./sessions/warm-pool.ts";
 
 /** A built application, not yet listening. */
 export interface App {
-  handler: NodeHandler;
+  /** Every request; `handler.stream` takes unary calls over HTTP/2 at their stream (give it to `listen`). */
+  handler: NodeHandler & { stream: StreamHandler };
   /** HTTP/1.1 upgrades: WebSockets through the port proxy (ports/port-proxy.ts). */
   upgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
   routes: (router: ConnectRouter) => void;
@@ -377,7 +378,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     exposures: ports,
     logger,
   });
-  let handler: NodeHandler;
+  let handler: NodeHandler & { stream: StreamHandler };
   try {
     handler = buildHandler();
   } catch (err) {
@@ -386,7 +387,7 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     throw err;
   }
   sessions.begin();
-  function buildHandler(): NodeHandler {
+  function buildHandler(): NodeHandler & { stream: StreamHandler } {
     const rpc = createNodeHandler({
     routes,
     rest: CONFIG_REST_ROUTES,
@@ -419,7 +420,9 @@ export async function createApp(settings: Settings, overrides: AppOverrides = {}
     });
     // The web UI's static files (server/ui/): it reads through the API above like any client.
     const ui = createUiHandler();
-    return (req, res) => (isMcpPath(req.url) ? mcp(req, res) : isUiPath(req.url) ? ui(req, res) : isPortsPath(req.url) ? portProxy.request(req, res) : rpc(req, res));
+    const serve: NodeHandler = (req, res) => (isMcpPath(req.url) ? mcp(req, res) : isUiPath(req.url) ? ui(req, res) : isPortsPath(req.url) ? portProxy.request(req, res) : rpc(req, res));
+    // Unary calls over HTTP/2 are taken at their stream: none of the paths above is an RPC's.
+    return Object.assign(serve, { stream: rpc.stream });
   }
   return {
     handler,

@@ -10,6 +10,7 @@ import http2 from "node:http2";
 import net from "node:net";
 import type { AddressInfo } from "node:net";
 import type { Duplex } from "node:stream";
+import type { StreamHandler } from "./node-adapter.ts";
 import { answerAfterBody } from "./refused-bodies.ts";
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -42,8 +43,11 @@ export interface ListenOptions {
 const H2_SETTINGS: http2.Settings = { initialWindowSize: 1 << 20, maxFrameSize: 256 * 1024 };
 const H2_CONNECTION_WINDOW = 8 << 20;
 
-/** Starts serving `handler`. */
-export async function listen(handler: Handler, options: ListenOptions): Promise<ListeningServer> {
+/**
+ * Starts serving `handler`. Its `stream`, when it has one, sees each HTTP/2 stream first, as its
+ * session hands it over, and may serve it there (node-adapter.ts); the rest go to `handler`.
+ */
+export async function listen(handler: Handler & { stream?: StreamHandler }, options: ListenOptions): Promise<ListeningServer> {
   const sessions = new Set<http2.ServerHttp2Session>();
   const track = (s: http2.Http2Server | http2.Http2SecureServer) =>
     s.on("session", (session) => {
@@ -62,11 +66,13 @@ export async function listen(handler: Handler, options: ListenOptions): Promise<
   if (options.tlsCert && options.tlsKey) {
     const secure = http2.createSecureServer({ cert: await readFile(options.tlsCert), key: await readFile(options.tlsKey), allowHTTP1: true, settings: H2_SETTINGS }, answering);
     track(secure);
+    if (handler.stream) streamsFirst(secure, handler.stream);
     if (options.upgrade) secure.on("upgrade", options.upgrade);
     outer = secure;
   } else {
     const h2 = http2.createServer({ settings: H2_SETTINGS }, answering);
     track(h2);
+    if (handler.stream) streamsFirst(h2, handler.stream);
     h1 = http.createServer(answering);
     h1.keepAliveTimeout = 30_000;
     if (options.upgrade) h1.on("upgrade", options.upgrade);
@@ -118,4 +124,18 @@ export async function listen(handler: Handler, options: ListenOptions): Promise<
       clearTimeout(force);
     },
   };
+}
+
+/**
+ * Puts `first` in front of the request handler of an HTTP/2 server: Node's compatibility layer is
+ * the server's listener of "stream" (it makes the request and response objects and emits
+ * "request"), so it is taken off and called only for the streams `first` leaves.
+ */
+function streamsFirst(server: http2.Http2Server | http2.Http2SecureServer, first: StreamHandler): void {
+  const compat = server.listeners("stream") as ((...args: unknown[]) => void)[];
+  server.removeAllListeners("stream");
+  server.on("stream", (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, ...rest: unknown[]) => {
+    if (first(stream, headers)) return;
+    for (const listener of compat) listener.call(server, stream, headers, ...rest);
+  });
 }

@@ -7,8 +7,8 @@
  * error body; for gRPC to the `grpc-status-details-bin` trailer. (gRPC-Web and Connect streaming
  * carry their status inside the body stream and are left as the framework writes them.)
  */
-import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
+import type { Http2ServerRequest, Http2ServerResponse, ServerHttp2Stream } from "node:http2";
 import { create, toBinary, toJson } from "@bufbuild/protobuf";
 import type { DescService } from "@bufbuild/protobuf";
 import {
@@ -25,6 +25,7 @@ import { findTrailerError, setTrailerStatus } from "@connectrpc/connect/protocol
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import { ErrorDetailSchema } from "../gen/agentworkspace/v1/errors_pb.js";
 import type { DirectOptions } from "./direct/common.ts";
+import { nodeExchange, rawExchange } from "./direct/exchange.ts";
 import { serveServerStreaming, streamingProtocol } from "./direct/streaming.ts";
 import { acceptsUnaryConnect, serveUnaryConnect } from "./direct/unary-connect.ts";
 import { acceptsUnaryGrpc, serveUnaryGrpc } from "./direct/unary-grpc.ts";
@@ -113,8 +114,17 @@ function withProtocolErrorDetails(handler: UniversalHandler): UniversalHandler {
   return Object.assign(wrapped, handler);
 }
 
-/** Builds the router and returns the Node request handler serving it. */
-export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
+/**
+ * Serves an HTTP/2 stream straight from its session's `stream` event, before Node makes its
+ * compatibility request and response for it; false leaves it to the request handler.
+ */
+export type StreamHandler = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => boolean;
+
+/**
+ * Builds the router and returns the Node request handler serving it, with `stream`: the unary
+ * calls over HTTP/2 (gRPC and Connect) taken at the stream (direct/exchange.ts).
+ */
+export function createNodeHandler(options: NodeHandlerOptions): NodeHandler & { stream: StreamHandler } {
   const router = createConnectRouter(options);
   // Every service's implementation, by request path, for the direct unary gRPC path.
   const specs = new Map<string, MethodImplSpec>();
@@ -149,17 +159,32 @@ export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
   };
   // The direct paths never compress: with compression on, every call stays on connect-node.
   const directPaths = (options.acceptCompression ?? []).length === 0;
-  return (req, res) => {
+  const stream: StreamHandler = (h2stream, headers) => {
+    if (!directPaths) return false;
+    const spec = specs.get(String(headers[":path"] ?? "").split("?", 1)[0]);
+    if (spec?.kind !== "unary") return false;
+    const method = String(headers[":method"]);
+    if (acceptsUnaryGrpc(method, headers, spec)) {
+      void serveUnaryGrpc(rawExchange(h2stream, headers), spec, direct);
+      return true;
+    }
+    if (acceptsUnaryConnect(method, headers, spec)) {
+      void serveUnaryConnect(rawExchange(h2stream, headers), spec, direct);
+      return true;
+    }
+    return false;
+  };
+  const handler: NodeHandler = (req, res) => {
     const path = (req.url ?? "").split("?", 1)[0];
     if (path.startsWith("/api/") && rest(req, res, path)) return;
     const spec = specs.get(path);
     if (directPaths) {
-      if (acceptsUnaryGrpc(req as Http2ServerRequest, spec)) {
-        void serveUnaryGrpc(req as Http2ServerRequest, res as Http2ServerResponse, spec, direct);
+      if (req.httpVersionMajor === 2 && acceptsUnaryGrpc(req.method, req.headers, spec)) {
+        void serveUnaryGrpc(nodeExchange(req, res), spec, direct);
         return;
       }
-      if (acceptsUnaryConnect(req, spec)) {
-        void serveUnaryConnect(req, res, spec, direct);
+      if (acceptsUnaryConnect(req.method, req.headers, spec)) {
+        void serveUnaryConnect(nodeExchange(req, res), spec, direct);
         return;
       }
       const streaming = streamingProtocol(req, spec);
@@ -194,4 +219,5 @@ export function createNodeHandler(options: NodeHandlerOptions): NodeHandler {
         options.logger.error("request handler failed", { procedure: `${handler.service.typeName}/${handler.method.name}`, error: String(reason) });
       });
   };
+  return Object.assign(handler, { stream });
 }

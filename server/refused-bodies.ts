@@ -18,7 +18,7 @@
  * than a reset), the HTTP/2 stream reset after it; an HTTP/2 client may then miss the answer.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { constants as h2, type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
+import { constants as h2, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Stream } from "node:http2";
 import { ConnectError } from "@connectrpc/connect";
 import { DomainError } from "../core/errors.ts";
 import { toConnectError } from "./interceptors/error-interceptor.ts";
@@ -51,10 +51,13 @@ type NodeRequest = IncomingMessage | Http2ServerRequest;
 type NodeResponse = ServerResponse | Http2ServerResponse;
 type Handler = (req: NodeRequest, res: NodeResponse) => void;
 
+/** A request body: a request object, or a raw HTTP/2 stream (whose headers are not on it). */
+type Body = NodeRequest | ServerHttp2Stream;
+
 /** The discard of each request under way: resolves true once its body ended, false when it was cut or its client left. */
-const discards = new WeakMap<NodeRequest, Promise<boolean>>();
+const discards = new WeakMap<Body, Promise<boolean>>();
 /** Requests whose body was cut: their HTTP/1.1 connection is closed after the answer. */
-const cut = new WeakSet<NodeRequest>();
+const cut = new WeakSet<Body>();
 
 const isHttp2 = (req: NodeRequest): req is Http2ServerRequest => "stream" in req;
 
@@ -63,13 +66,13 @@ const isHttp2 = (req: NodeRequest): req is Http2ServerRequest => "stream" in req
  * Content-Length already says it is longer is not read at all). Idempotent; whoever stops reading
  * a body early calls it, and every response's end does (`answerAfterBody`).
  */
-export function discardRest(req: NodeRequest, max = REFUSED_BODY_DRAIN_BYTES): Promise<boolean> {
+export function discardRest(req: Body, max = REFUSED_BODY_DRAIN_BYTES): Promise<boolean> {
   let discard = discards.get(req);
   if (discard) return discard;
   discard = new Promise<boolean>((resolve) => {
     if (req.readableEnded) return resolve(true);
     if (req.destroyed) return resolve(false);
-    const declared = Number(req.headers["content-length"]);
+    const declared = "headers" in req ? Number(req.headers["content-length"]) : Number.NaN;
     let left = max;
     const settle = (whole: boolean) => {
       req.off("data", count);
@@ -104,7 +107,7 @@ export function discardRest(req: NodeRequest, max = REFUSED_BODY_DRAIN_BYTES): P
  * not the NO_ERROR RFC 9113 suggests: Node's HTTP/2 client, and connect-node's gRPC-Web transport
  * over it, wait forever after a NO_ERROR reset while their upload is unfinished; CANCEL ends them.
  */
-function resetWhenAnswered(stream: Http2ServerRequest["stream"]): void {
+export function resetWhenAnswered(stream: ServerHttp2Stream): void {
   const reset = () => {
     clearTimeout(timer);
     if (!stream.destroyed) stream.close(h2.NGHTTP2_CANCEL);

@@ -9,11 +9,11 @@ import { createHash } from "node:crypto";
 import http from "node:http";
 import http2 from "node:http2";
 import { promisify } from "node:util";
-import { fromBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
-import { type BashExited, ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
+import { type BashExited, BashRequestSchema, ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
 import { commandGate } from "./helpers/engines.ts";
 import { type ConnectErrorBody, post, reasonOf } from "./helpers/http.ts";
 import { type ClientSet, expectError, LOCAL_ONLY, newWorkspace, serverTest } from "./helpers/server.ts";
@@ -384,4 +384,49 @@ test("Connect unary, JSON and protobuf over HTTP/1.1 and HTTP/2: the answer with
   } finally {
     h2.abort();
   }
+});
+
+test("unary calls taken at the HTTP/2 stream: a reset with an error code, a half-sent body and an unread answer kill the command and the server keeps serving", async (t) => {
+  const { url, clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  const bashRequest = (command: string) => {
+    const payload = Buffer.from(toBinary(BashRequestSchema, create(BashRequestSchema, { workspaceId: id, command })));
+    const out = Buffer.alloc(5 + payload.length);
+    out.writeUInt32BE(payload.length, 1);
+    payload.copy(out, 5);
+    return out;
+  };
+  const session = http2.connect(url);
+  session.on("error", () => undefined);
+  try {
+    const open = (contentType: string) => {
+      const req = session.request({ ":method": "POST", ":path": "/agentworkspace.v1.ToolService/Bash", "content-type": contentType, te: "trailers" });
+      req.on("error", () => undefined);
+      return req;
+    };
+    // Reset mid-call with INTERNAL_ERROR (not CANCEL): the server's stream errors; the command dies.
+    for (const [pid, code] of [["internal.pid", http2.constants.NGHTTP2_INTERNAL_ERROR], ["cancel.pid", http2.constants.NGHTTP2_CANCEL]] as const) {
+      const req = open("application/grpc");
+      req.end(bashRequest(`echo $$ > ${pid}; exec sleep 30`));
+      await waitWritten(clients.grpc, id, pid);
+      req.close(code);
+      t.is(await waitGone(clients.grpc, id, pid, 5000), "gone", pid);
+    }
+    // Half a message, then a reset: nothing runs, nothing is left waiting.
+    const half = open("application/grpc");
+    half.write(bashRequest("touch half-ran").subarray(0, 8));
+    await new Promise((r) => setTimeout(r, 100));
+    half.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+    // A Connect unary call over HTTP/2 whose client never reads the answer, then resets.
+    const unread = open("application/proto");
+    unread.pause();
+    unread.end(bashRequest("head -c 2000000 /dev/zero").subarray(5));
+    await new Promise((r) => setTimeout(r, 300));
+    unread.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+  } finally {
+    session.destroy();
+  }
+  const r = await clients.grpc.tools.bash({ workspaceId: id, command: "ls half-ran 2>/dev/null; echo ok" });
+  t.is(r.stdout, "ok\n");
+  t.is((await clients.connect.tools.bash({ workspaceId: id, command: "echo still" })).stdout, "still\n");
 });

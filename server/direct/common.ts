@@ -7,7 +7,9 @@ import type { Http2ServerRequest } from "node:http2";
 import type { Readable } from "node:stream";
 import { Code, ConnectError, createContextValues, createHandlerContext, type HandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
 import type { JsonReadOptions, JsonWriteOptions } from "@bufbuild/protobuf";
-import { discardRest, messageTooLarge } from "../refused-bodies.ts";
+import { messageTooLarge } from "../refused-bodies.ts";
+import type { Exchange } from "./exchange.ts";
+import { CallHeaders } from "./headers.ts";
 
 /** How the direct paths are configured (the same limits connect-node gets). */
 export interface DirectOptions {
@@ -85,7 +87,7 @@ function callsEndingWith(shutdown: AbortSignal): Set<AbortController> {
  * `directContext`, whose end aborts what is still producing.
  */
 export function unaryContext(
-  req: IncomingMessage | Http2ServerRequest,
+  req: { url?: string; headers: IncomingHttpHeaders },
   closing: { once(event: "close", listener: () => void): unknown },
   spec: MethodImplSpec,
   call: { protocolName: string; timeoutMs: number | undefined; contentType: string },
@@ -115,8 +117,8 @@ export function unaryContext(
     signal: controller.signal,
     timeoutMs: () => (deadline === undefined ? undefined : deadline - Date.now()),
     requestHeader: requestHeaders(req.headers),
-    responseHeader: new Headers({ "content-type": call.contentType }),
-    responseTrailer: new Headers(),
+    responseHeader: new CallHeaders({ "content-type": call.contentType }),
+    responseTrailer: new CallHeaders(),
     values: createContextValues(),
   };
   return {
@@ -132,7 +134,7 @@ export function unaryContext(
 
 /** Request headers without HTTP/2 pseudo-headers, as connect hands them to handlers. */
 export function requestHeaders(headers: IncomingHttpHeaders): Headers {
-  const out = new Headers();
+  const out = new CallHeaders();
   for (const [key, value] of Object.entries(headers)) {
     if (key.startsWith(":") || value === undefined) continue;
     out.set(key, Array.isArray(value) ? value.join(", ") : value);
@@ -150,16 +152,16 @@ export function headerBlock(...sources: Headers[]): Record<string, string> {
 /**
  * Reads the whole request body of one enveloped message (or, `enveloped` false, of a bare one: a
  * Connect unary request), or fails with RESOURCE_EXHAUSTED (`messageTooLarge`) when it is longer
- * than the envelope of a `maxMessage`-byte message (by its
- * Content-Length, or once that much has come). The refusal comes once the rest of the body was
- * discarded (refused-bodies.ts), so a client still sending reads it. `body` is what is read:
- * the request itself, or on HTTP/2 its stream.
+ * than the envelope of a `maxMessage`-byte message (by its Content-Length, or once that much has
+ * come). The refusal comes once the rest of the body was discarded (refused-bodies.ts), so a
+ * client still sending reads it.
  */
-export function readBody(req: IncomingMessage | Http2ServerRequest, body: Readable, maxMessage: number, enveloped = true): Promise<Buffer> {
+export function readBody(request: Pick<Exchange, "headers" | "body" | "discard">, maxMessage: number, enveloped = true): Promise<Buffer> {
   const max = enveloped ? maxMessage + 5 : maxMessage;
-  const refuse = (reject: (err: unknown) => void) => void discardRest(req).then(() => reject(messageTooLarge(maxMessage)));
+  const body = request.body;
+  const refuse = (reject: (err: unknown) => void) => void request.discard().then(() => reject(messageTooLarge(maxMessage)));
   return new Promise((resolve, reject) => {
-    if (Number(req.headers["content-length"]) > max) return refuse(reject);
+    if (Number(request.headers["content-length"]) > max) return refuse(reject);
     const chunks: Buffer[] = [];
     let size = 0;
     const onEnd = () => resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));

@@ -21,6 +21,7 @@ import { createAsyncIterable, transformInvokeImplementation } from "@connectrpc/
 import { endStreamFlag, endStreamToJson, parseContentType, parseTimeout as parseConnectTimeout } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout as parseGrpcTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { drainedOrClosed } from "../../core/streams.ts";
+import { discardRest } from "../refused-bodies.ts";
 import { CALL_ENDED, type DirectOptions, directContext, headerBlock, readBody, unwrapOne } from "./common.ts";
 import { type Encoded, envelopeBinary, envelopeJson } from "./wire.ts";
 
@@ -119,7 +120,7 @@ export async function serveServerStreaming(req: Request, res: Response, spec: St
   let error: ConnectError | undefined;
   try {
     if (timeout.error) throw timeout.error;
-    const input = parseInput(spec, protocol, await readBody(req, req, options.readMaxBytes), options);
+    const input = parseInput(spec, protocol, await readBody({ headers: req.headers, body: req, discard: () => discardRest(req) }, options.readMaxBytes), options);
     iterator = transformInvokeImplementation(spec, context, options.interceptors)(createAsyncIterable([input]))[Symbol.asyncIterator]();
     for (;;) {
       let next: IteratorResult<unknown>;

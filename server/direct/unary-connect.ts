@@ -13,39 +13,37 @@
  * GET requests (idempotent calls in the query string), compressed bodies and every other request
  * stay on connect-node. `acceptsUnaryConnect` says which requests this path takes.
  */
-import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import type { IncomingHttpHeaders } from "node:http";
 import { fromBinary, fromJsonString } from "@bufbuild/protobuf";
 import { Code, ConnectError, type MethodImplSpec } from "@connectrpc/connect";
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { codeToHttpStatus, contentTypeUnaryJson, contentTypeUnaryProto, errorToJsonBytes, parseContentType, parseTimeout } from "@connectrpc/connect/protocol-connect";
 import { type DirectOptions, headerBlock, readBody, unaryContext } from "./common.ts";
+import type { Exchange } from "./exchange.ts";
 import { envelopeBinary, envelopeJson } from "./wire.ts";
 
-type Request = IncomingMessage | Http2ServerRequest;
-type Response = ServerResponse | Http2ServerResponse;
 type UnarySpec = MethodImplSpec & { kind: "unary" };
 
-/** True when the request is one this path serves (see the module comment). */
-export function acceptsUnaryConnect(req: Request, spec: MethodImplSpec | undefined): spec is UnarySpec {
-  if (spec?.kind !== "unary" || req.method !== "POST") return false;
-  const encoding = req.headers["content-encoding"];
+/** True when a request (its method and headers) is one this path serves (see the module comment). */
+export function acceptsUnaryConnect(method: string | undefined, headers: IncomingHttpHeaders, spec: MethodImplSpec | undefined): spec is UnarySpec {
+  if (spec?.kind !== "unary" || method !== "POST") return false;
+  const encoding = headers["content-encoding"];
   if (encoding !== undefined && encoding !== "identity") return false;
-  const type = parseContentType(req.headers["content-type"] ?? null);
+  const type = parseContentType(headers["content-type"] ?? null);
   return type !== undefined && !type.stream;
 }
 
 /** Serves one unary Connect call. Never throws; every outcome is an HTTP response. */
-export async function serveUnaryConnect(req: Request, res: Response, spec: UnarySpec, options: DirectOptions): Promise<void> {
-  const binary = parseContentType(req.headers["content-type"] ?? null)?.binary === true;
-  const timeoutHeader = req.headers["connect-timeout-ms"];
+export async function serveUnaryConnect(ex: Exchange, spec: UnarySpec, options: DirectOptions): Promise<void> {
+  const binary = parseContentType(ex.headers["content-type"] ?? null)?.binary === true;
+  const timeoutHeader = ex.headers["connect-timeout-ms"];
   const timeout = parseTimeout(typeof timeoutHeader === "string" ? timeoutHeader : null, options.maxTimeoutMs);
-  const { context, settle, finish } = unaryContext(req, res, spec, { protocolName: "connect", timeoutMs: timeout.timeoutMs, contentType: binary ? contentTypeUnaryProto : contentTypeUnaryJson }, options);
+  const { context, settle, finish } = unaryContext(ex, ex.closing, spec, { protocolName: "connect", timeoutMs: timeout.timeoutMs, contentType: binary ? contentTypeUnaryProto : contentTypeUnaryJson }, options);
   let status = 200;
   let chunks: Uint8Array[];
   try {
     if (timeout.error) throw timeout.error;
-    const bytes = await readBody(req, req, options.readMaxBytes, false);
+    const bytes = await readBody(ex, options.readMaxBytes, false);
     let input;
     if (binary) {
       try {
@@ -73,14 +71,10 @@ export async function serveUnaryConnect(req: Request, res: Response, spec: Unary
   } finally {
     finish();
   }
-  const out = "stream" in res ? res.stream : res;
-  if (out.destroyed || res.headersSent) return;
+  if (ex.done) return;
   settle();
   const header = headerBlock(context.responseHeader);
   context.responseTrailer.forEach((value, key) => (header[`trailer-${key}`] = value));
   header["content-length"] = String(chunks.reduce((n, c) => n + c.byteLength, 0));
-  const node = res as ServerResponse;
-  node.writeHead(status, header);
-  if (chunks.length > 1) node.write(chunks[0]);
-  node.end(chunks[chunks.length - 1]);
+  ex.answer(status, header, chunks);
 }

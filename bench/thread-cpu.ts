@@ -1,0 +1,58 @@
+/**
+ * `node bench/thread-cpu.ts [--calls=N] [--tool=bash|read|health]`: where a server's CPU per call
+ * goes by thread. It makes N sequential calls in a local workspace and reads each of the server
+ * process's threads' user and system time (/proc/<pid>/task/<tid>/stat) before and after, so the
+ * main thread's share can be told from V8's helper threads, libuv's pool and the audit writer.
+ */
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { createClients, startServerProcess } from "./server-process.ts";
+
+const { values } = parseArgs({ options: { calls: { type: "string", default: "3000" }, tool: { type: "string", default: "bash" }, transport: { type: "string", default: "grpc" } } });
+const calls = Number(values.calls);
+const TICK_US = 1_000_000 / 100;
+
+async function threads(pid: number): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  for (const tid of await readdir(`/proc/${pid}/task`)) {
+    try {
+      const stat = await readFile(`/proc/${pid}/task/${tid}/stat`, "utf8");
+      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const key = `${name} (${tid})`;
+      out.set(key, (Number(fields[11]) + Number(fields[12])) * TICK_US);
+    } catch {
+      // The thread ended.
+    }
+  }
+  return out;
+}
+
+const data = await mkdtemp(path.join(os.tmpdir(), "aw-threads-"));
+const server = await startServerProcess({ dataDir: data, env: { AGENT_WORKSPACE_DOCKER: "off" }, nodeArgs: process.env.SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [] });
+const clients = createClients(server.url);
+const c = values.transport === "connect" ? clients.connect : clients.grpc;
+const ws = await clients.grpc.workspaces.createWorkspace({ provider: "local" });
+const workspaceId = ws.workspace!.id;
+await c.tools.writeFile({ workspaceId, path: "f.txt", content: "x".repeat(4096) });
+const call = () => (values.tool === "read" ? c.tools.readFile({ workspaceId, path: "f.txt" }) : values.tool === "health" ? c.health.check({}) : c.tools.bash({ workspaceId, command: "true" }));
+for (let i = 0; i < 300; i++) await call();
+const before = await threads(server.pid);
+for (let i = 0; i < calls; i++) await call();
+const after = await threads(server.pid);
+let total = 0;
+const rows: [string, number][] = [];
+for (const [k, v] of after) {
+  const d = (v - (before.get(k) ?? 0)) / calls;
+  total += d;
+  if (d > 0) rows.push([k, d]);
+}
+rows.sort((a, b) => b[1] - a[1]);
+console.log(`${calls} ${values.tool} calls over ${values.transport}: server CPU ${total.toFixed(0)} µs per call, by thread:`);
+for (const [k, d] of rows) console.log(`  ${d.toFixed(1).padStart(7)} µs  ${k}`);
+await clients.grpc.workspaces.deleteWorkspace({ id: workspaceId });
+clients.close();
+await server.stop();
+await rm(data, { recursive: true, force: true });
