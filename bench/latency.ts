@@ -236,7 +236,7 @@ function partRows(provider: string, stats: Record<string, Summary>, baselineName
 
 /** bare-grpc.ts in a child process, with a health client on its own connection and its CPU. */
 async function bareGrpcServer(): Promise<{ measure: Measure; cpuUs(): Promise<number>; close(): void }> {
-  const child: ChildProcess = spawn(process.execPath, ["--max-semi-space-size=1", path.join(path.dirname(fileURLToPath(import.meta.url)), "bare-grpc.ts")], { stdio: ["pipe", "pipe", "inherit"] });
+  const child: ChildProcess = spawn(process.execPath, ["--max-semi-space-size=16", path.join(path.dirname(fileURLToPath(import.meta.url)), "bare-grpc.ts")], { stdio: ["pipe", "pipe", "inherit"] });
   const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
   const next = async () => {
     const line = await lines.next();

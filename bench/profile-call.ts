@@ -1,5 +1,5 @@
 /**
- * `node bench/profile-call.ts [--calls=N] [--transport=grpc|connect] [--tool=bash|read|list|health] [--whole]`:
+ * `node bench/profile-call.ts [--calls=N] [--transport=grpc|connect] [--tool=bash|read|list|names|health] [--whole]`:
  * profiles one kind of call end to end. It makes N sequential calls in a local workspace with the
  * server's main thread profiled over those calls alone (not the server's start or the warm-up), and
  * prints the profile's self time by function, by package or file, and by owner: our code, the
@@ -32,6 +32,8 @@ const call = () =>
     ? c.tools.readFile({ workspaceId, path: "d/f1.txt" })
     : values.tool === "list"
       ? c.tools.listFiles({ workspaceId, path: "d" })
+      : values.tool === "names"
+        ? c.tools.listFiles({ workspaceId, path: "d", namesOnly: true })
       : values.tool === "health"
         ? c.health.check({})
         : c.tools.bash({ workspaceId, command: "true" });

@@ -58,7 +58,7 @@ export interface ServerProcess {
 export async function startServerProcess(options: ServerProcessOptions): Promise<ServerProcess> {
   // --expose-gc lets the memory measurements ask for a collection; it changes nothing otherwise.
   // The server's own V8 flags (bin/agent-workspace.js), so the bench measures the server as it runs.
-  const child = spawn(process.execPath, ["--expose-gc", "--liftoff-only", "--max-semi-space-size=1", ...(options.nodeArgs ?? []), CHILD, "--data-dir", options.dataDir], {
+  const child = spawn(process.execPath, ["--expose-gc", "--liftoff-only", "--max-semi-space-size=16", ...(options.nodeArgs ?? []), CHILD, "--data-dir", options.dataDir], {
     env: { ...process.env, ...options.env },
     stdio: ["pipe", "pipe", "pipe"],
   });

@@ -1,4 +1,4 @@
-#!/usr/bin/env -S node --liftoff-only --max-semi-space-size=1
+#!/usr/bin/env -S node --liftoff-only --max-semi-space-size=16
 // agent-workspace command line: `agent-workspace serve [options]` starts the server (`serve --help`
 // lists the options); `ws`, `session`, `exec`, `read`, `write`, `edit`, `grep`, `config` and `audit`
 // talk to a running one (cli/; `agent-workspace help` lists them). Needs Node 24 or later, which `npm install` brings as a dependency; npm
@@ -10,11 +10,11 @@ if (major < 24) {
 }
 // --liftoff-only (in the shebang and npm start): the command policy's bash parser is WebAssembly,
 // and V8's optimising tier briefly takes ~500 MiB compiling it, for no gain (Liftoff parses as fast).
-// --max-semi-space-size=1 (likewise): V8's young generation capped at 1 MiB per semi-space. A streamed
-// command's output arrives in 64 KiB buffers that live outside the heap until a scavenge frees them;
-// with the default (up to 16 MiB, grown under load) a fast 200 MB stream held up to 18–31 MiB of them
-// at its peak, with 1 MiB at most 9.5 MiB over four runs, and the stream ran 30–60% faster (bench (c)).
-// Small calls cost the same within the noise of a run (server CPU per no-op Bash, 2,000 calls).
+// --max-semi-space-size=16 (likewise): V8's young generation may grow to 16 MiB per semi-space. Every
+// call allocates (some 70 KiB for a no-op Bash), and with 1 MiB the collector ran every ~10 calls and
+// promoted what a call still held then: a no-op Bash cost the server 1.26 ms of CPU against 1.02 ms
+// with 16 (bench/ab-cpu.ts, alternating rounds). A streamed command's 64 KiB output buffers, which live
+// outside the heap, no longer wait for a collection: each is freed once written (core/owned-chunks.ts).
 // V8 freezes its flags at start, so neither can be set from here.
 // Before anything loads protobuf-es (see server/base64.ts).
 await import("../server/base64.ts");

@@ -10,6 +10,7 @@
  * process that escaped every kill must not hold the call open). Stopping early kills the command through `abort`.
  */
 import type { Readable } from "node:stream";
+import { markOwned } from "../core/owned-chunks.ts";
 import { giveUpWhenQuiet, OutputQueue, pumpOutput } from "./executor/output-queue.ts";
 import { PIPE_DRAIN_CAP_MS, PIPE_DRAIN_MS } from "./executor/process-runner.ts";
 import type { ExecEvent } from "./types.ts";
@@ -91,7 +92,11 @@ export async function* withDirectStdout(events: AsyncGenerator<ExecEvent>, stdou
       else pipe = received;
       armDrain();
       if (pipe) {
-        await pumpOutput(pipe, queue, (data): ExecEvent => ({ type: "stdout", data }));
+        await pumpOutput(pipe, queue, (data): ExecEvent => {
+          // Read for this call alone: its response may free it once written (owned-chunks.ts).
+          markOwned(data);
+          return { type: "stdout", data };
+        });
       }
       stdoutDone = true;
       queue.notify();

@@ -14,6 +14,7 @@ import { Code, ConnectError, createClient, type Transport } from "@connectrpc/co
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { type BashExited, BashRequestSchema, ToolService } from "../gen/agentworkspace/v1/tool_pb.js";
+import { leanStreamBash } from "../bench/lean-client.ts";
 import { commandGate } from "./helpers/engines.ts";
 import { type ConnectErrorBody, post, reasonOf } from "./helpers/http.ts";
 import { type ClientSet, expectError, LOCAL_ONLY, newWorkspace, serverTest } from "./helpers/server.ts";
@@ -429,4 +430,26 @@ test("unary calls taken at the HTTP/2 stream: a reset with an error code, a half
   const r = await clients.grpc.tools.bash({ workspaceId: id, command: "ls half-ran 2>/dev/null; echo ok" });
   t.is(r.stdout, "ok\n");
   t.is((await clients.connect.tools.bash({ workspaceId: id, command: "echo still" })).stdout, "still\n");
+});
+
+test("StreamBash output freed once written arrives intact: three fast readers at once over gRPC, and Connect JSON over HTTP/2 and HTTP/1.1", async (t) => {
+  // Output chunks read from a command's pipe are freed as soon as the socket took them
+  // (core/owned-chunks.ts); a chunk freed before its bytes were sent would arrive as other bytes.
+  const { url, clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  await clients.grpc.tools.bash({ workspaceId: id, command: "head -c 24000007 /dev/urandom > big.bin" });
+  const want = (await clients.grpc.tools.bash({ workspaceId: id, command: "sha256sum big.bin | cut -c1-64" })).stdout.trim();
+  const drain = async (protocol: "grpc" | "connect-json-h2" | "connect-json-h1") => {
+    const hash = createHash("sha256");
+    let bytes = 0;
+    await leanStreamBash(url, protocol, { workspaceId: id, command: "cat big.bin" }, (m) => {
+      if (m.event.case === "stdout") {
+        hash.update(m.event.value);
+        bytes += m.event.value.length;
+      }
+    });
+    return `${bytes} ${hash.digest("hex")}`;
+  };
+  const results = await Promise.all([drain("grpc"), drain("grpc"), drain("grpc"), drain("connect-json-h2"), drain("connect-json-h1")]);
+  t.deepEqual(results, Array(5).fill(`24000007 ${want}`));
 });

@@ -20,6 +20,7 @@ import { Code, ConnectError, type MethodImplSpec } from "@connectrpc/connect";
 import { createAsyncIterable, transformInvokeImplementation } from "@connectrpc/connect/protocol";
 import { endStreamFlag, endStreamToJson, parseContentType, parseTimeout as parseConnectTimeout } from "@connectrpc/connect/protocol-connect";
 import { parseTimeout as parseGrpcTimeout, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { isOwned, markOwned, releaseOwned } from "../../core/owned-chunks.ts";
 import { drainedOrClosed } from "../../core/streams.ts";
 import { discardRest } from "../refused-bodies.ts";
 import { CALL_ENDED, type DirectOptions, directContext, headerBlock, readBody, unwrapOne } from "./common.ts";
@@ -79,8 +80,10 @@ class EnvelopeWriter {
       this.#out.cork();
       process.nextTick(() => this.#uncork());
     }
-    let room = this.#out.write(message.head);
-    if (message.bulk.byteLength > 0) room = this.#out.write(message.bulk);
+    const { head, bulk } = message;
+    let room = isOwned(head) ? this.#out.write(head, () => releaseOwned(head)) : this.#out.write(head);
+    // A command's output chunk read for this call alone is freed once the socket took it.
+    if (bulk.byteLength > 0) room = isOwned(bulk) ? this.#out.write(bulk, () => releaseOwned(bulk)) : this.#out.write(bulk);
     // The stream's own high-water mark (16 KiB) is below one 64 KiB output chunk: the next message
     // waits only past a budget of a few, so one is read while the others go out (bounded still).
     if (room || this.#out.writableLength <= WRITE_BUDGET) return true;
@@ -108,10 +111,17 @@ export async function serveServerStreaming(req: Request, res: Response, spec: St
   const timeoutHeader = req.headers[grpc ? "grpc-timeout" : "connect-timeout-ms"];
   const timeout = (grpc ? parseGrpcTimeout : parseConnectTimeout)(typeof timeoutHeader === "string" ? timeoutHeader : null, options.maxTimeoutMs);
   const { context, settle } = directContext(req, res, spec, { protocolName: protocol.name, timeoutMs: timeout.timeoutMs, contentType }, options);
-  const encode = (message: object): Encoded =>
-    protocol.binary
-      ? envelopeBinary(spec.method.output, message, 0, options.writeMaxBytes)
-      : envelopeJson(spec.method.output, message, 0, options.jsonOptions, options.writeMaxBytes);
+  const encode = (message: object): Encoded => {
+    if (protocol.binary) return envelopeBinary(spec.method.output, message, 0, options.writeMaxBytes);
+    const encoded = envelopeJson(spec.method.output, message, 0, options.jsonOptions, options.writeMaxBytes);
+    // A command's output chunk is in the envelope now, as base64: its own memory can go, and the
+    // envelope, made for this message alone, goes once written (owned-chunks.ts).
+    if (encoded.copied) {
+      releaseOwned(encoded.copied);
+      markOwned(encoded.head);
+    }
+    return encoded;
+  };
   const writer = new EnvelopeWriter(res);
   const sendHeaders = () => {
     if (!res.headersSent) (res as ServerResponse).writeHead(200, headerBlock(context.responseHeader));

@@ -25,6 +25,8 @@ export interface Encoded {
   bulk: Uint8Array;
   /** head + bulk, in bytes. */
   size: number;
+  /** The message's bulk bytes when the encoding copied them (JSON's base64): the caller may free them. */
+  copied?: Uint8Array;
 }
 
 const NONE = new Uint8Array(0);
@@ -138,5 +140,5 @@ export function envelopeJson(schema: DescMessage, message: object, flags: number
   if (written !== b64) throw new Error("envelopeJson: base64 length mismatch");
   head[5 + open.byteLength + b64] = 0x22; // "
   head[5 + open.byteLength + b64 + 1] = 0x7d; // }
-  return { head, bulk: NONE, size: head.byteLength };
+  return { head, bulk: NONE, size: head.byteLength, copied: value };
 }

@@ -25,7 +25,7 @@ export interface ServerProcess {
  * no Docker and port 0, plus `env`; resolves once the "listening" line is logged.
  */
 export async function startServerProcess(options: { dataDir: string; env?: Record<string, string>; command?: string; args?: string[]; startTimeoutMs?: number }): Promise<ServerProcess> {
-  const child = spawn(options.command ?? process.execPath, options.args ?? ["--liftoff-only", "--max-semi-space-size=1", "bin/agent-workspace.js", "serve"], {
+  const child = spawn(options.command ?? process.execPath, options.args ?? ["--liftoff-only", "--max-semi-space-size=16", "bin/agent-workspace.js", "serve"], {
     cwd: ROOT,
     env: { ...process.env, AGENT_WORKSPACE_DATA_DIR: options.dataDir, AGENT_WORKSPACE_DOCKER: "off", ...MICROVM_TEST_ENV, PORT: "0", ...options.env },
     stdio: ["ignore", "ignore", "pipe"],
@@ -57,7 +57,7 @@ export async function startServerProcess(options: { dataDir: string; env?: Recor
 
 /** Runs the server expecting it to refuse to start; resolves to its exit code and stderr. */
 export async function refusedStart(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string }> {
-  const child = spawn(process.execPath, ["--liftoff-only", "--max-semi-space-size=1", "bin/agent-workspace.js", "serve", ...args], {
+  const child = spawn(process.execPath, ["--liftoff-only", "--max-semi-space-size=16", "bin/agent-workspace.js", "serve", ...args], {
     cwd: ROOT,
     env: { ...process.env, AGENT_WORKSPACE_DOCKER: "off", ...env },
     stdio: ["ignore", "ignore", "pipe"],
