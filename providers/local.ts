@@ -211,21 +211,6 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
 }
 
 /**
- * Sets `oomKilled` on a command's exit when the workspace's memory cgroup counted an OOM kill
- * while it ran (the kernel may kill any process of the tree; bash then reports 137 for it).
- */
-async function* withOomFlag(events: AsyncIterable<ExecEvent>, limits: WorkspaceLimits): AsyncGenerator<ExecEvent> {
-  const before = limits.oomKills();
-  for await (const ev of events) {
-    if (ev.type === "exited" && ev.exit.exitCode >= 128 && !ev.exit.timedOut && !ev.exit.oomKilled && limits.oomKills() > before) {
-      yield { ...ev, exit: { ...ev.exit, oomKilled: true } };
-    } else {
-      yield ev;
-    }
-  }
-}
-
-/**
  * The egress proxy's endpoint of a local workspace: a port on the host's loopback whose
  * connections go to `egress`. Commands run on the host, so nothing makes them use it: the
  * allowlist binds only clients that honour the proxy variables.
@@ -299,7 +284,18 @@ function openLocalWorkspace(
         running.add(closing);
         try {
           const signal = closing.signal;
-          yield* withOomFlag(spec.directStdout && !spec.control ? executor.execDirect(request, signal) : executor.connection().exec(request, signal, spec.control), limits);
+          const events = spec.directStdout && !spec.control ? executor.execDirect(request, signal) : executor.connection().exec(request, signal, spec.control);
+          // `oomKilled` is set on the exit when the workspace's memory cgroup counted an OOM kill
+          // while the command ran (the kernel may kill any process of the tree; bash then reports
+          // 137 for it). Here, not in a generator of its own: each layer costs every event.
+          const before = limits.oomKills();
+          for await (const ev of events) {
+            if (ev.type === "exited" && ev.exit.exitCode >= 128 && !ev.exit.timedOut && !ev.exit.oomKilled && limits.oomKills() > before) {
+              yield { ...ev, exit: { ...ev.exit, oomKilled: true } };
+            } else {
+              yield ev;
+            }
+          }
         } finally {
           spec.signal?.removeEventListener("abort", onAbort);
           running.delete(closing);

@@ -440,8 +440,8 @@ class AuditCall {
 
   /** The call passed authentication and permissions and is about to run. */
   admitted(principal: Principal): void {
+    // The span takes the attributes once, when it ends (endSpan); the live event reads them here.
     this.#identify(principal);
-    this.#span.setAttributes(this.#attrs);
     if (!this.#trail.hub.listened) return;
     const r = this.#snapshot();
     this.#trail.hub.publish({ time: new Date(), workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "toolCallStarted", value: r } });

@@ -67,6 +67,7 @@ export class Redactor {
 
   /** `text` without secrets, cut to `max` characters (with a marker saying how many were cut). */
   redact(text: string, max = MAX_SUMMARY_CHARS): string {
+    if (text === "") return text;
     const cut = text.length > SCAN_CHARS;
     let out = cut ? text.slice(0, SCAN_CHARS) : text;
     for (const k of this.#known) if (out.includes(k)) out = out.split(k).join(REDACTED);

@@ -215,6 +215,16 @@ async function* untilSettled(events: AsyncIterable<ExecEvent>, p: Plan): AsyncGe
 }
 
 /**
+ * The command's events. Only a call whose protocol deadline comes before its timeout needs
+ * `untilSettled`; otherwise it would pass every event through one more generator for nothing
+ * (stopping early closes the exec stream either way).
+ */
+function settledEvents(ctx: ToolContext, p: Plan): AsyncIterable<ExecEvent> {
+  const events = execIn(ctx, p.spec);
+  return p.deadlineBound ? untilSettled(events, p) : events;
+}
+
+/**
  * Runs a command to completion. A non-zero exit is a normal result; a timeout or deadline throws
  * COMMAND_TIMEOUT carrying the partial output. Output past the limit is counted, not kept.
  */
@@ -226,7 +236,7 @@ export async function runBash(ctx: ToolContext, input: BashInput): Promise<BashR
   const started = Date.now();
   let exit: ExecExit | undefined;
   try {
-    for await (const ev of untilSettled(execIn(ctx, p.spec), p)) {
+    for await (const ev of settledEvents(ctx, p)) {
       if (ev.type === "stdout") out.push(ev.data);
       else if (ev.type === "stderr") err.push(ev.data);
       else if (ev.type === "exited") exit = ev.exit;
@@ -275,7 +285,7 @@ async function* streamEvents(ctx: ToolContext, p: Plan, cap: number): AsyncGener
   const totals = { stdout: 0, stderr: 0 };
   const started = Date.now();
   let exit: ExecExit | undefined;
-  for await (const ev of untilSettled(execIn(ctx, p.spec), p)) {
+  for await (const ev of settledEvents(ctx, p)) {
     if (ev.type === "stdout" || ev.type === "stderr") {
       const before = totals[ev.type];
       totals[ev.type] += ev.data.length;
