@@ -572,12 +572,12 @@ if (postgresGate(test, "the server on PostgreSQL")) {
 
   test("a URL that is not PostgreSQL's, and a database that cannot be reached, stop the start without showing a password", async (t) => {
     const bad = await refusedStart([], { AGENT_WORKSPACE_DATABASE_URL: "mysql://root:hunter2-secret@db/x" });
-    t.is(bad.code, 2, bad.stderr);
+    t.is(bad.code, 2, `${bad.stderr} (after ${bad.ms} ms)`);
     t.regex(bad.stderr, /AGENT_WORKSPACE_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL/);
     t.notRegex(bad.stderr, /hunter2-secret/);
     const pg = await cluster();
     const gone = await refusedStart([], { AGENT_WORKSPACE_DATABASE_URL: `postgresql://postgres:hunter2-secret@localhost/no_such_db?host=${encodeURIComponent(pg.dir)}` });
-    t.is(gone.code, 2, gone.stderr);
+    t.is(gone.code, 2, `${gone.stderr} (after ${gone.ms} ms)`);
     t.regex(gone.stderr, /cannot open the database postgresql:\/\/postgres@localhost\/no_such_db .*database "no_such_db" does not exist/);
     t.notRegex(gone.stderr, /hunter2-secret/);
   });

@@ -1044,7 +1044,17 @@ class StandIn {
     // E2B's proxy drops connections into a paused sandbox; its processes live on in the snapshot.
     sandbox.detachAll("the sandbox was paused");
     try {
-      await sandbox.container.pause();
+      // runc gives up freezing a cgroup whose processes do not freeze within its short wait (a
+      // busy host): E2B's snapshot would not fail on that, so the stand-in's freeze tries again.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await sandbox.container.pause();
+          break;
+        } catch (err) {
+          if (attempt >= 5 || !/unable to freeze/i.test(String((err as Error).message))) throw err;
+          await new Promise((r) => setTimeout(r, 200 * attempt));
+        }
+      }
     } catch (err) {
       sandbox.state = "running";
       this.#expireIn(sandbox, Math.max(0, (sandbox.endAt - Date.now()) / 1000));

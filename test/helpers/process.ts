@@ -56,7 +56,8 @@ export async function startServerProcess(options: { dataDir: string; env?: Recor
 }
 
 /** Runs the server expecting it to refuse to start; resolves to its exit code and stderr. */
-export async function refusedStart(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string }> {
+export async function refusedStart(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string; ms: number }> {
+  const started = Date.now();
   const child = spawn(process.execPath, ["--liftoff-only", "--max-semi-space-size=16", "bin/agent-workspace.js", "serve", ...args], {
     cwd: ROOT,
     env: { ...process.env, AGENT_WORKSPACE_DOCKER: "off", ...env },
@@ -64,11 +65,12 @@ export async function refusedStart(args: string[], env: Record<string, string> =
   });
   let stderr = "";
   child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
-  const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
+  // A hang guard only: under a loaded CI a server may take tens of seconds to load before it refuses.
+  const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
   // "close", not "exit": the process can be gone before its last lines have been read.
   const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
   clearTimeout(timer);
-  return { code, stderr };
+  return { code, stderr, ms: Date.now() - started };
 }
 
 /** True while a process with `pid` exists. */
