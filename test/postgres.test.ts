@@ -46,8 +46,8 @@ with AgentWorkspace(b, follow_redirects=False) as aw:
         print(type(e).__name__, e.metadata["server_url"])
 `;
 
-/** Polls `read` every 50 ms for up to 5 s (`withinMs`) until `done` holds for its value (default: defined); returns the last value. */
-async function eventually<T>(read: () => Promise<T>, done: (v: T) => boolean = (v) => v !== undefined && v !== false, withinMs = 5000): Promise<T> {
+/** Polls `read` every 50 ms for up to 20 s (`withinMs`; a bound for a loaded CI, not a timing) until `done` holds for its value (default: defined); returns the last value. */
+async function eventually<T>(read: () => Promise<T>, done: (v: T) => boolean = (v) => v !== undefined && v !== false, withinMs = 20_000): Promise<T> {
   const deadline = Date.now() + withinMs;
   for (;;) {
     const v = await read();
