@@ -28,7 +28,7 @@ import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { EGRESS_PROXY_PORT, EXECUTOR_WRAPPER } from "./executor/protocol.ts";
 import { newProxyCredential, proxyUrlFor } from "./proxy-credential.ts";
 import { ExecutorFs } from "./executor-fs.ts";
-import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
+import { execOver, execRequest, executorDeath, SandboxConnection } from "./sandbox-connection.ts";
 import { DiskImages, type DiskMount, type DiskOptions } from "./disk-image.ts";
 import { PreparedImages } from "./prepared-images.ts";
 import { DockerAttachDemux } from "./docker-attach.ts";
@@ -487,30 +487,13 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
         exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
           return (async function* () {
             const c = await connect();
-            const started = Date.now();
-            let exited = false;
-            try {
-              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec.signal, spec.control)) {
-                if (ev.type === "exited") exited = true;
-                yield ev;
-              }
-            } catch (err) {
-              // Under gVisor the memory limit applies to the whole sandbox: the kernel's OOM killer
-              // takes the sandbox down mid-command. Report that as the command's OOM kill (the
-              // next call restarts the sandbox), not as a broken connection.
-              if (exited || !hasReason(err, "WORKSPACE_NOT_READY")) throw err;
-              if (c.alive) {
-                // The sandbox is up and only its executor died (its wrapper said so, with its status
-                // and the cgroup's OOM count).
-                const oom = oomKillOf(err, started);
-                if (oom) {
-                  options.log.warn("sandbox executor OOM-killed during a command; reported as the command's OOM kill", { workspace_id: record.id });
-                  yield oom;
-                  return;
-                }
-                options.log.error("sandbox executor died during a command", { workspace_id: record.id, cause: String((err as Error).cause ?? err) });
-                throw err;
-              }
+            // Under gVisor the memory limit applies to the whole sandbox: the kernel's OOM killer
+            // takes the sandbox down mid-command. Report that as the command's OOM kill (the next
+            // call restarts the sandbox), not as a broken connection.
+            yield* execOver(c, execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec, async (err, started): Promise<ExecEvent> => {
+              // The sandbox is up and only its executor died (its wrapper said so, with its status
+              // and the cgroup's OOM count).
+              if (c.alive) return executorDeath(err, started, options.log, "sandbox", record.id);
               // The attach stream ends as the sandbox dies; the engine may record the exit a moment later.
               let lost: unknown;
               let state = await container.inspect().then(
@@ -544,8 +527,8 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
                 });
                 throw err;
               }
-              yield { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - started } };
-            }
+              return { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - started } };
+            });
           })();
         },
         async health() {

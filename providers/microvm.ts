@@ -33,7 +33,7 @@ import { constants as fsConstants } from "node:fs";
 import { access, copyFile, link, mkdir, mkdtemp, readdir, readFile, rm, stat, truncate, writeFile } from "node:fs/promises";
 import net from "node:net";
 import path from "node:path";
-import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
+import { DomainError, errnoCode } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { PREPARE_VERSION, TOOLS_GID } from "./executor/programs.ts";
 import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
@@ -43,7 +43,7 @@ import { buildExecutorDisk, type ExecutorDisk, GUEST_MOUNT, makeWorkspaceDisk, s
 import { findTool, launch, probeAccel, qemuArgs, qmp, runningPid, stopVm, vmFiles, type VmShape } from "./microvm-qemu.ts";
 import { buildLock, restore, TemplateRefused, VmTemplates } from "./microvm-templates.ts";
 import { proxyUrlFor } from "./proxy-credential.ts";
-import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
+import { execOver, execRequest, executorDeath, SandboxConnection } from "./sandbox-connection.ts";
 import type { CreateOptions, ExecEvent, ExecSpec, OpenOptions, Provider, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** The files scripts/build-vm-image.sh makes. */
@@ -362,25 +362,12 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
         exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
           return (async function* () {
             const c = await connect();
-            const started = Date.now();
-            let exited = false;
-            try {
-              for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec.signal, spec.control)) {
-                if (ev.type === "exited") exited = true;
-                yield ev;
-              }
-            } catch (err) {
-              if (exited || !hasReason(err, "WORKSPACE_NOT_READY") || !c.alive) throw err;
+            yield* execOver(c, execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec, (err, started) => {
+              // The guest gone with the command is not recovered here; the next call starts it again.
+              if (!c.alive) throw err;
               // The guest is up and only its executor died.
-              const oom = oomKillOf(err, started);
-              if (oom) {
-                log.warn("workspace VM's executor OOM-killed during a command; reported as the command's OOM kill", { workspace_id: record.id });
-                yield oom;
-                return;
-              }
-              log.error("workspace VM's executor died during a command", { workspace_id: record.id, cause: String((err as Error).cause ?? err) });
-              throw err;
-            }
+              return executorDeath(err, started, log, "workspace VM's", record.id);
+            });
           })();
         },
         async health() {

@@ -15,13 +15,13 @@ import path from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { rgPath } from "@vscode/ripgrep";
 import { create as tarCreate } from "tar";
-import { DomainError, hasReason } from "../core/errors.ts";
+import { DomainError } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild } from "./executor-build.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { proxyUrlFor } from "./proxy-credential.ts";
-import { execRequest, oomKillOf, SandboxConnection } from "./sandbox-connection.ts";
+import { execOver, execRequest, executorDeath, SandboxConnection } from "./sandbox-connection.ts";
 import type { ExecEvent, ExecSpec, OpenOptions, ProviderLog, WorkspaceHandle, WorkspaceRecord } from "./types.ts";
 
 /** Where the executor, Node and ripgrep live in a remote sandbox. */
@@ -200,23 +200,7 @@ export async function remoteHandle(record: WorkspaceRecord, openOptions: OpenOpt
     exec(spec: ExecSpec): AsyncIterable<ExecEvent> {
       return (async function* () {
         const c = await connect();
-        const started = Date.now();
-        let exited = false;
-        try {
-          for await (const ev of c.exec(execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec.signal, spec.control)) {
-            if (ev.type === "exited") exited = true;
-            yield ev;
-          }
-        } catch (err) {
-          if (exited || !hasReason(err, "WORKSPACE_NOT_READY")) throw err;
-          const oom = oomKillOf(err, started);
-          if (oom) {
-            yield oom;
-            return;
-          }
-          o.log.error(`the ${o.what}'s executor died during a command`, { workspace_id: record.id, cause: String((err as Error).cause ?? err).slice(0, 300) });
-          throw err;
-        }
+        yield* execOver(c, execRequest(spec, WORKSPACE_ROOT, proxyUrl), spec, (err, started) => executorDeath(err, started, o.log, `the ${o.what}'s`, record.id));
       })();
     },
     health: () => o.health(),

@@ -13,7 +13,7 @@
  */
 import { randomInt } from "node:crypto";
 import type { Duplex, Readable, Writable } from "node:stream";
-import { DomainError } from "../core/errors.ts";
+import { DomainError, hasReason } from "../core/errors.ts";
 import { drainedOrClosed } from "../core/streams.ts";
 import { proxyEnv, sandboxEnv } from "./executor/env.ts";
 import type { FaultInfo } from "./executor/fault.ts";
@@ -113,6 +113,46 @@ export function oomKillOf(err: unknown, startedAt: number): ExecEvent | undefine
   const died = (err as Error).cause as { executorStatus?: number; oomKilled?: boolean } | undefined;
   if (died?.executorStatus !== 137 || died.oomKilled !== true) return undefined;
   return { type: "exited", exit: { exitCode: 137, signal: "SIGKILL", timedOut: false, oomKilled: true, durationMs: Date.now() - startedAt } };
+}
+
+/**
+ * Runs a command over `connection`, as every sandbox provider does. When the connection fails
+ * before the command's exit (WORKSPACE_NOT_READY: the executor, or the sandbox under it, is gone),
+ * `lost(err, startedAt)` says what became of the command: the exit to report (an OOM kill), or it
+ * throws. Any other failure is thrown as it is.
+ */
+export async function* execOver(
+  connection: SandboxConnection,
+  request: ExecRequest,
+  spec: ExecSpec,
+  lost: (err: unknown, startedAt: number) => ExecEvent | Promise<ExecEvent>,
+): AsyncGenerator<ExecEvent> {
+  const started = Date.now();
+  let exited = false;
+  try {
+    for await (const ev of connection.exec(request, spec.signal, spec.control)) {
+      if (ev.type === "exited") exited = true;
+      yield ev;
+    }
+  } catch (err) {
+    if (exited || !hasReason(err, "WORKSPACE_NOT_READY")) throw err;
+    yield await lost(err, started);
+  }
+}
+
+/**
+ * The command's end when only its sandbox's executor died (its wrapper said how): its OOM kill
+ * (`oomKillOf`), logged as a warning; otherwise `err` is logged and thrown. `what` names the
+ * sandbox in the log line ("sandbox", "workspace VM").
+ */
+export function executorDeath(err: unknown, startedAt: number, log: { warn(msg: string, fields?: Record<string, unknown>): void; error(msg: string, fields?: Record<string, unknown>): void }, what: string, workspaceId: string): ExecEvent {
+  const oom = oomKillOf(err, startedAt);
+  if (oom) {
+    log.warn(`${what} executor OOM-killed during a command; reported as the command's OOM kill`, { workspace_id: workspaceId });
+    return oom;
+  }
+  log.error(`${what} executor died during a command`, { workspace_id: workspaceId, cause: String((err as Error).cause ?? err).slice(0, 300) });
+  throw err;
 }
 
 /** One attached connection to an executor. */
