@@ -6,12 +6,10 @@
  * instead (E2B_TEST_TEMPLATE names a template; without one, "base" and the executor is copied in).
  */
 import anyTest, { type TestFn } from "ava";
-import { registerAuditScenario } from "./conformance/audit-scenario.ts";
-import { providerEnv, registerToolScenarios } from "./conformance/tool-scenarios.ts";
+import { registerRemoteSuite } from "./conformance/remote-suite.ts";
 import { e2bEnv, startStandIn } from "./helpers/e2b.ts";
 import { gate, probeEngines } from "./helpers/engines.ts";
-import { startOtlpHttpReceiver } from "./helpers/otlp-receiver.ts";
-import { type ServerCtx, serverTest } from "./helpers/server.ts";
+import type { ServerCtx } from "./helpers/server.ts";
 
 const realKey = process.env.E2B_TEST_API_KEY ?? "";
 let env: Record<string, string> | undefined;
@@ -26,14 +24,4 @@ if (realKey !== "") {
     closeStandIn = () => standIn.close();
   }
 }
-if (env !== undefined) {
-  const otlp = await startOtlpHttpReceiver();
-  const test = serverTest({ env: { ...env, OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint } });
-  test.after.always(async () => {
-    await otlp.close();
-    await closeStandIn();
-  });
-  // Each scenario's workspace is a sandbox: a few at a time.
-  registerToolScenarios(test, "e2b/grpc", (t) => providerEnv(t.context.server.clients.grpc, "e2b"), { slots: 4 });
-  registerAuditScenario(test, "e2b", (t) => t.context.server.clients.grpc, () => otlp);
-}
+if (env !== undefined) await registerRemoteSuite("e2b", env, closeStandIn);

@@ -7,13 +7,11 @@
  */
 import anyTest, { type TestFn } from "ava";
 import Docker from "dockerode";
-import { registerAuditScenario } from "./conformance/audit-scenario.ts";
-import { providerEnv, registerToolScenarios } from "./conformance/tool-scenarios.ts";
+import { registerRemoteSuite } from "./conformance/remote-suite.ts";
 import { payloadImage } from "./helpers/e2b.ts";
 import { gate, probeEngines } from "./helpers/engines.ts";
 import { kubernetesEnv, startClusterStandIn } from "./helpers/kubernetes.ts";
-import { startOtlpHttpReceiver } from "./helpers/otlp-receiver.ts";
-import { type ServerCtx, serverTest } from "./helpers/server.ts";
+import type { ServerCtx } from "./helpers/server.ts";
 
 const real = process.env.KUBERNETES_TEST_CLUSTERS ?? "";
 let env: Record<string, string> | undefined;
@@ -28,13 +26,4 @@ if (real !== "") {
     closeStandIn = () => standIn.close();
   }
 }
-if (env !== undefined) {
-  const otlp = await startOtlpHttpReceiver();
-  const test = serverTest({ env: { ...env, OTEL_EXPORTER_OTLP_ENDPOINT: otlp.endpoint } });
-  test.after.always(async () => {
-    await otlp.close();
-    await closeStandIn();
-  });
-  registerToolScenarios(test, "kubernetes/grpc", (t) => providerEnv(t.context.server.clients.grpc, "kubernetes"), { slots: 4 });
-  registerAuditScenario(test, "kubernetes", (t) => t.context.server.clients.grpc, () => otlp);
-}
+if (env !== undefined) await registerRemoteSuite("kubernetes", env, closeStandIn);
