@@ -61,6 +61,7 @@ export function execRequest(spec: ExecSpec, root: string, proxyUrl?: string): Ex
     ...(spec.started === false && !spec.directStdout ? { started: false as const } : {}),
     ...(spec.stdin || spec.pty ? { stdin: true as const } : {}),
     ...(spec.pty ? { pty: { rows: spec.pty.rows, cols: spec.pty.cols } } : {}),
+    ...(spec.keepBytes !== undefined && Number.isSafeInteger(spec.keepBytes) && spec.keepBytes >= 0 && !spec.control ? { keepBytes: spec.keepBytes } : {}),
   };
 }
 

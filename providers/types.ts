@@ -98,6 +98,16 @@ export interface ExecSpec {
    * little more to start and nothing per byte. The events are the same either way.
    */
   directStdout?: boolean;
+  /**
+   * The caller forwards only the first `keepBytes` of each output stream and counts the rest (a
+   * unary Bash's output limit, a StreamBash's max_output_bytes): the sandbox sends no more than
+   * that of either stream, reads the rest from the command's pipes at their own pace and reports
+   * each stream's total on `exited` (`ExecExit.outputBytes`). A flood of hundreds of MiB then
+   * never crosses the channel. A provider may ignore it and send everything, and a stdout passed
+   * to the server (directStdout) is counted by the server: the caller takes the larger of its own
+   * count and the reported one.
+   */
+  keepBytes?: number;
   /** Open a pipe to the process's stdin (otherwise it reads /dev/null); written through `control`. */
   stdin?: boolean;
   /**

@@ -391,6 +391,7 @@ for (const provider of ["local", "docker", "gvisor", "microvm"] as const) {
 
 test.serial("the server's memory stays flat through every attack", (t) => {
   const growth = rss.peak - rss.baseline;
+  t.log(`RSS growth ${Math.round(growth / MIB)} MiB over a baseline of ${Math.round(rss.baseline / MIB)} MiB`);
   // Floods of 200 MiB per stream went through: buffering any of them would show here.
   t.true(growth < 192 * MIB, `the server's RSS grew by ${Math.round(growth / MIB)} MiB (baseline ${Math.round(rss.baseline / MIB)} MiB)`);
 });

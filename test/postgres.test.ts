@@ -269,7 +269,9 @@ if (postgresGate(test, "the server on PostgreSQL")) {
         t.true(big?.event.case === "agentMessage" && big.event.value.event?.agentMessage?.text === text, "the 9 KB message arrived whole");
         t.true(Number((await pg.query("two_servers_events", "SELECT count(*) AS n FROM live_events")).rows[0].n) >= 1, "the large event went through the table");
         // The feed cut: a gap marker (count 0), then events again.
-        await pg.query("two_servers_events", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'agent-workspace changes'");
+        // Only this database's feeds: the other tests of this file run at the same time on the cluster.
+        const cut = await pg.query("two_servers_events", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'agent-workspace changes' AND datname = current_database()");
+        t.is(cut.rowCount, 2);
         t.truthy(await eventually(async () => seen.find((e) => e.event.case === "eventsDropped")));
         const gap = seen.find((e) => e.event.case === "eventsDropped");
         t.is(gap?.event.case === "eventsDropped" ? gap.event.value.count : -1n, 0n);

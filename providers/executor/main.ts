@@ -478,22 +478,34 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
     } finally {
       spec.release();
     }
+    // Only a head of each stream is sent when the server keeps no more (ExecRequest.keepBytes);
+    // the rest is still read from the pipes, and counted.
+    const keep = Number.isSafeInteger(req.keepBytes) && (req.keepBytes as number) >= 0 ? (req.keepBytes as number) : undefined;
+    const totals = { stdout: 0, stderr: 0 };
     for await (const ev of events) {
       switch (ev.type) {
         case "started":
           if (req.started !== false) await send(F.STARTED, id, json({ startedAt: ev.startedAt.toISOString(), pid: ev.pid }));
           break;
         case "stdout":
-        case "stderr":
-          await sendStreamed(call, ev.type === "stdout" ? F.STDOUT : F.STDERR, id, ev.data);
+        case "stderr": {
+          const type = ev.type === "stdout" ? F.STDOUT : F.STDERR;
+          if (keep === undefined) {
+            await sendStreamed(call, type, id, ev.data);
+            break;
+          }
+          const sent = totals[ev.type];
+          totals[ev.type] += ev.data.length;
+          if (sent < keep) await sendStreamed(call, type, id, sent + ev.data.length <= keep ? ev.data : ev.data.subarray(0, keep - sent));
           break;
+        }
         case "exited":
           // Before the answer: the next command must not find what this one left unsealed.
           if (req.sweep !== false) sweepAfter(req.root);
           // Killed because this executor is stopping (a signal to the server's process group
           // reaches it before the server has ended its calls): that is no answer of the command's.
           if (signalled) fail(id, new Fault("PROVIDER_UNAVAILABLE", "the workspace's executor was stopped by a signal while the command ran; the command was killed"));
-          else finish(id, F.EXITED, json(ev.exit));
+          else finish(id, F.EXITED, json(keep === undefined ? ev.exit : { ...ev.exit, outputBytes: totals }));
           break;
       }
     }

@@ -237,6 +237,8 @@ export interface ExecRequest {
   stdin?: true;
   /** Run the command under a pseudo-terminal of this size (its stdin, stdout and stderr); implies stdin. */
   pty?: TerminalSize;
+  /** Send at most this many bytes of each output stream, count the rest (see ExecSpec.keepBytes). */
+  keepBytes?: number;
 }
 
 /**

@@ -28,6 +28,11 @@ export interface ExecExit {
   durationMs: number;
   /** Set when the program could not be started at all (e.g. "ENOENT"). */
   spawnError?: string;
+  /**
+   * Each stream's total in bytes, when the sandbox sent only a head of it (ExecSpec.keepBytes):
+   * the events then carry at most that head.
+   */
+  outputBytes?: { stdout: number; stderr: number };
 }
 
 /** What a filesystem entry is. Symlinks are reported as such only by listings. */

@@ -9,6 +9,7 @@
  * sequence finishes in the background. A cancel by the caller kills at once and ends CANCELLED.
  */
 import { type CapturedOutput, DomainError, hasReason, type OutputTotals } from "../../core/errors.ts";
+import { releaseOwned } from "../../core/owned-chunks.ts";
 import { envProblem } from "../../providers/executor/env.ts";
 import type { ExecEvent, ExecExit, ExecSpec } from "../../providers/types.ts";
 import { remainingMs, type ToolContext } from "./context.ts";
@@ -110,7 +111,11 @@ function checkCommandText(input: Pick<BashInput, "command" | "env">): void {
   }
 }
 
-async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promise<Plan> {
+/**
+ * The command's spec. `keep` is how much of each output stream the caller forwards (a unary
+ * call's output limit, a stream's max_output_bytes; Infinity for all of it).
+ */
+async function plan(ctx: ToolContext, input: BashInput, streamed: boolean, keep: number): Promise<Plan> {
   const { limits } = ctx;
   checkCommandText(input);
   if (!Number.isFinite(input.timeoutMs) || input.timeoutMs < 0) {
@@ -136,6 +141,9 @@ async function plan(ctx: ToolContext, input: BashInput, streamed = false): Promi
       directStdout: streamed,
       // A unary call answers once, at the end: the sandbox need not say when the command started.
       ...(streamed ? {} : { started: false as const }),
+      // Nor need it send more output than is forwarded: it counts the rest, reported on `exited`.
+      // Not under a protocol deadline, which may end the call before `exited` brings the counts.
+      ...(deadlineBound || !Number.isSafeInteger(keep) ? {} : { keepBytes: keep }),
     },
     requestedTimeoutMs,
     deadlineBound,
@@ -224,12 +232,17 @@ function settledEvents(ctx: ToolContext, p: Plan): AsyncIterable<ExecEvent> {
   return p.deadlineBound ? untilSettled(events, p) : events;
 }
 
+/** A byte count the sandbox reported, or 0 when it is none. */
+function counted(n: unknown): number {
+  return typeof n === "number" && Number.isSafeInteger(n) && n >= 0 ? n : 0;
+}
+
 /**
  * Runs a command to completion. A non-zero exit is a normal result; a timeout or deadline throws
  * COMMAND_TIMEOUT carrying the partial output. Output past the limit is counted, not kept.
  */
 export async function runBash(ctx: ToolContext, input: BashInput): Promise<BashResult> {
-  const p = await plan(ctx, input);
+  const p = await plan(ctx, input, false, ctx.limits.maxOutputBytes);
   const out = new BoundedBuffer(ctx.limits.maxOutputBytes);
   const err = new BoundedBuffer(ctx.limits.maxOutputBytes);
   const ended = await ctx.changes?.commandStarting();
@@ -245,6 +258,9 @@ export async function runBash(ctx: ToolContext, input: BashInput): Promise<BashR
     ended?.();
   }
   if (exit?.spawnError) throw bashMissing(exit.spawnError);
+  // What the sandbox counted but did not send (ExecSpec.keepBytes).
+  out.total = Math.max(out.total, counted(exit?.outputBytes?.stdout));
+  err.total = Math.max(err.total, counted(exit?.outputBytes?.stderr));
   if (ctx.signal.aborted) throw new DomainError("CANCELLED", "The call was cancelled and the command killed");
   const partial: CapturedOutput = {
     stdout: out.text(),
@@ -270,8 +286,8 @@ export async function* streamBash(ctx: ToolContext, input: StreamBashInput): Asy
   if (!Number.isFinite(input.maxOutputBytes) || input.maxOutputBytes < 0) {
     throw new DomainError("INVALID_ARGUMENT", "max_output_bytes must not be negative", { metadata: { field: "max_output_bytes" } });
   }
-  const p = await plan(ctx, input, true);
   const cap = input.maxOutputBytes === 0 ? Number.POSITIVE_INFINITY : input.maxOutputBytes;
+  const p = await plan(ctx, input, true, cap);
   const ended = await ctx.changes?.commandStarting();
   try {
     yield* streamEvents(ctx, p, cap);
@@ -289,13 +305,19 @@ async function* streamEvents(ctx: ToolContext, p: Plan, cap: number): AsyncGener
     if (ev.type === "stdout" || ev.type === "stderr") {
       const before = totals[ev.type];
       totals[ev.type] += ev.data.length;
-      if (before >= cap) continue;
+      if (before >= cap) {
+        // Read for this call alone (a pipe's chunk, owned-chunks.ts): its memory goes at once.
+        releaseOwned(ev.data);
+        continue;
+      }
       yield { type: ev.type, data: before + ev.data.length <= cap ? ev.data : ev.data.subarray(0, cap - before) };
     } else if (ev.type === "started") {
       yield ev;
     } else {
       if (ev.exit.spawnError) throw bashMissing(ev.exit.spawnError);
       exit = ev.exit;
+      totals.stdout = Math.max(totals.stdout, counted(exit.outputBytes?.stdout));
+      totals.stderr = Math.max(totals.stderr, counted(exit.outputBytes?.stderr));
       yield {
         type: "exited",
         exit: ev.exit,

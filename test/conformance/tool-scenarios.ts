@@ -307,6 +307,14 @@ export function registerToolScenarios<C>(
     const exact = await ws.bash(`head -c ${OUTPUT_LIMIT} /dev/zero | tr '\\0' x`);
     t.false(exact.stdoutTruncated);
     t.is(exact.stdoutTotalBytes, BigInt(OUTPUT_LIMIT));
+
+    // One byte over, on both streams at once: the head is kept whole and every byte counted.
+    const over = await ws.bash(`head -c ${OUTPUT_LIMIT + 1} /dev/zero | tr '\\0' y; head -c ${OUTPUT_LIMIT + 1} /dev/zero | tr '\\0' z >&2`);
+    t.true(over.stdout === "y".repeat(OUTPUT_LIMIT), "stdout is the head");
+    t.true(over.stderr === "z".repeat(OUTPUT_LIMIT), "stderr is the head");
+    t.true(over.stdoutTruncated && over.stderrTruncated);
+    t.is(over.stdoutTotalBytes, BigInt(OUTPUT_LIMIT + 1));
+    t.is(over.stderrTotalBytes, BigInt(OUTPUT_LIMIT + 1));
   }, PROCESSES);
 
   scenario("Bash › stdin is /dev/null", async (t, ws) => {
