@@ -1,5 +1,5 @@
 /**
- * `node bench/ab-cpu.ts --a=DIR --b=DIR [--calls=N] [--rounds=R] [--tool=bash|read|health] [--a-args=… --b-args=…]`: the
+ * `node bench/ab-cpu.ts --a=DIR --b=DIR [--calls=N] [--rounds=R] [--tool=bash|read|health|flood] [--provider=local|docker|gvisor] [--a-args=… --b-args=…]`: the
  * server CPU per call of two checkouts of this repository (A and B, e.g. a commit and the work
  * tree), each serving one local workspace, measured in alternating rounds of N calls so that load
  * on the host falls on both alike (`--a-args`, `--b-args`: extra Node flags for either server).
@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 
-const { values } = parseArgs({ options: { a: { type: "string" }, b: { type: "string" }, calls: { type: "string", default: "1000" }, rounds: { type: "string", default: "6" }, tool: { type: "string", default: "bash" }, "a-args": { type: "string", default: "" }, "b-args": { type: "string", default: "" } } });
+const { values } = parseArgs({ options: { a: { type: "string" }, b: { type: "string" }, calls: { type: "string", default: "1000" }, rounds: { type: "string", default: "6" }, tool: { type: "string", default: "bash" }, provider: { type: "string", default: "local" }, "a-args": { type: "string", default: "" }, "b-args": { type: "string", default: "" } } });
 if (!values.a || !values.b) throw new Error("--a and --b name two checkouts");
 const calls = Number(values.calls);
 
@@ -18,14 +18,16 @@ interface Side { name: string; stop(): Promise<void>; round(): Promise<{ cpu: nu
 async function side(name: string, dir: string, nodeArgs: string): Promise<Side> {
   const mod = (await import(path.join(path.resolve(dir), "bench", "server-process.ts"))) as typeof import("./server-process.ts");
   const data = await mkdtemp(path.join(os.tmpdir(), `aw-ab-${name}-`));
-  const server = await mod.startServerProcess({ dataDir: data, env: { AGENT_WORKSPACE_DOCKER: "off" }, nodeArgs: nodeArgs.split(" ").filter(Boolean) });
+  const server = await mod.startServerProcess({ dataDir: data, env: values.provider === "local" ? { AGENT_WORKSPACE_DOCKER: "off" } : {}, nodeArgs: nodeArgs.split(" ").filter(Boolean) });
   const clients = mod.createClients(server.url);
   const c = clients.grpc;
-  const ws = await c.workspaces.createWorkspace({ provider: "local" });
+  const ws = await c.workspaces.createWorkspace({ provider: values.provider });
   const workspaceId = ws.workspace!.id;
   await c.tools.writeFile({ workspaceId, path: "f.txt", content: "x".repeat(4096) });
-  const call = () => (values.tool === "read" ? c.tools.readFile({ workspaceId, path: "f.txt" }) : values.tool === "health" ? c.health.check({}) : c.tools.bash({ workspaceId, command: "true" }));
-  for (let i = 0; i < 200; i++) await call();
+  // flood: a unary Bash printing 64 MiB to stdout, of which the answer keeps 50 KiB.
+  const command = values.tool === "flood" ? "head -c 67108864 /dev/zero" : "true";
+  const call = () => (values.tool === "read" ? c.tools.readFile({ workspaceId, path: "f.txt" }) : values.tool === "health" ? c.health.check({}) : c.tools.bash({ workspaceId, command }));
+  for (let i = 0; i < (values.tool === "flood" ? 3 : 200); i++) await call();
   return {
     name,
     async round() {
