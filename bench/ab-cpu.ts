@@ -1,5 +1,5 @@
 /**
- * `node bench/ab-cpu.ts --a=DIR --b=DIR [--calls=N] [--rounds=R] [--tool=bash|read|health|flood] [--provider=local|docker|gvisor] [--a-args=… --b-args=…]`: the
+ * `node bench/ab-cpu.ts --a=DIR --b=DIR [--calls=N] [--rounds=R] [--tool=bash|read|names|health|flood] [--provider=local|docker|gvisor] [--a-args=… --b-args=…]`: the
  * server CPU per call of two checkouts of this repository (A and B, e.g. a commit and the work
  * tree), each serving one local workspace, measured in alternating rounds of N calls so that load
  * on the host falls on both alike (`--a-args`, `--b-args`: extra Node flags for either server).
@@ -26,7 +26,10 @@ async function side(name: string, dir: string, nodeArgs: string): Promise<Side> 
   await c.tools.writeFile({ workspaceId, path: "f.txt", content: "x".repeat(4096) });
   // flood: a unary Bash printing 64 MiB to stdout, of which the answer keeps 50 KiB.
   const command = values.tool === "flood" ? "head -c 67108864 /dev/zero" : "true";
-  const call = () => (values.tool === "read" ? c.tools.readFile({ workspaceId, path: "f.txt" }) : values.tool === "health" ? c.health.check({}) : c.tools.bash({ workspaceId, command }));
+  // names: a listing of 200 names.
+  if (values.tool === "names") await c.tools.bash({ workspaceId, command: "mkdir d && cd d && for i in $(seq 1 200); do : > f$i.txt; done" });
+  const call = () =>
+    values.tool === "read" ? c.tools.readFile({ workspaceId, path: "f.txt" }) : values.tool === "names" ? c.tools.listFiles({ workspaceId, path: "d", namesOnly: true }) : values.tool === "health" ? c.health.check({}) : c.tools.bash({ workspaceId, command });
   for (let i = 0; i < (values.tool === "flood" ? 3 : 200); i++) await call();
   return {
     name,
