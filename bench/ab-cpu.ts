@@ -1,5 +1,5 @@
 /**
- * `node bench/ab-cpu.ts --a=DIR --b=DIR [--calls=N] [--rounds=R] [--tool=bash|read|names|health|flood] [--provider=local|docker|gvisor] [--a-args=… --b-args=…]`: the
+ * `node bench/ab-cpu.ts --a=DIR --b=DIR [--calls=N] [--rounds=R] [--tool=bash|read|names|health|flood] [--provider=local|docker|gvisor] [--transport=grpc|connect] [--a-args=… --b-args=…]`: the
  * server CPU per call of two checkouts of this repository (A and B, e.g. a commit and the work
  * tree), each serving one local workspace, measured in alternating rounds of N calls so that load
  * on the host falls on both alike (`--a-args`, `--b-args`: extra Node flags for either server).
@@ -10,7 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 
-const { values } = parseArgs({ options: { a: { type: "string" }, b: { type: "string" }, calls: { type: "string", default: "1000" }, rounds: { type: "string", default: "6" }, tool: { type: "string", default: "bash" }, provider: { type: "string", default: "local" }, "a-args": { type: "string", default: "" }, "b-args": { type: "string", default: "" } } });
+const { values } = parseArgs({ options: { a: { type: "string" }, b: { type: "string" }, calls: { type: "string", default: "1000" }, rounds: { type: "string", default: "6" }, tool: { type: "string", default: "bash" }, provider: { type: "string", default: "local" }, transport: { type: "string", default: "grpc" }, "a-args": { type: "string", default: "" }, "b-args": { type: "string", default: "" } } });
 if (!values.a || !values.b) throw new Error("--a and --b name two checkouts");
 const calls = Number(values.calls);
 
@@ -20,7 +20,8 @@ async function side(name: string, dir: string, nodeArgs: string): Promise<Side> 
   const data = await mkdtemp(path.join(os.tmpdir(), `aw-ab-${name}-`));
   const server = await mod.startServerProcess({ dataDir: data, env: values.provider === "local" ? { AGENT_WORKSPACE_DOCKER: "off" } : {}, nodeArgs: nodeArgs.split(" ").filter(Boolean) });
   const clients = mod.createClients(server.url);
-  const c = clients.grpc;
+  // connect: every call as Connect JSON over HTTP/1.1.
+  const c = values.transport === "connect" ? { ...clients.grpc, ...clients.connect } : clients.grpc;
   const ws = await c.workspaces.createWorkspace({ provider: values.provider });
   const workspaceId = ws.workspace!.id;
   await c.tools.writeFile({ workspaceId, path: "f.txt", content: "x".repeat(4096) });
