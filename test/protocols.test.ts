@@ -175,6 +175,23 @@ test("gRPC: grpc-timeout ends a unary Bash as DEADLINE_EXCEEDED with the partial
   t.true(await termTrapped(clients.grpc, id), "the command got SIGTERM");
 });
 
+test("gRPC: a flood under a client deadline that outlives SIGTERM: the partial output counts every byte that came, not just the head kept", async (t) => {
+  const { clients } = t.context.server;
+  const id = await newWorkspace(clients.grpc);
+  // The command ignores SIGTERM, so its exit comes only after the kill grace, long after the call
+  // answered: the totals can only be what the server itself received (the sandbox sends
+  // everything under a deadline; sending only the kept head would leave them at 50 KiB).
+  const { detail } = await expectError(
+    t,
+    clients.grpc.tools.bash({ workspaceId: id, command: "trap '' TERM; head -c 300000 /dev/zero; sleep 30" }, { headers: { "grpc-timeout": "1S" } }),
+    Code.DeadlineExceeded,
+    ErrorReason.COMMAND_TIMEOUT,
+  );
+  t.is(detail.partialOutput?.stdoutTotalBytes, 300_000n);
+  t.true(detail.partialOutput?.stdoutTruncated);
+  t.true((detail.partialOutput?.stdout.length ?? Infinity) <= 2 * 1024);
+});
+
 test("gRPC: a StreamBash past its deadline sends exited with timed_out after SIGTERM, then ends DEADLINE_EXCEEDED", async (t) => {
   const { clients } = t.context.server;
   const id = await newWorkspace(clients.grpc);
