@@ -203,19 +203,21 @@ export function registerToolScenarios<C>(
   scenario("Bash › Command timeout", async (t, ws) => {
     const { error, detail } = await expectError(
       t,
-      ws.bash("sleep 30 & echo $! > child.pid; echo partial; echo warn >&2; sleep 30", { timeoutMs: 2000n }),
+      // Both streams are written first, with room to spare: on a loaded CI host the SIGTERM once
+      // landed between the two echoes, after the background fork and the pid file had taken ~2 s.
+      ws.bash("echo partial; echo warn >&2; sleep 30 & echo $! > child.pid; sleep 30", { timeoutMs: 3000n }),
       Code.DeadlineExceeded,
       ErrorReason.COMMAND_TIMEOUT,
     );
     // SIGTERM ended it (a command that does not trap TERM needs no SIGKILL after the grace).
     t.regex(error.rawMessage, /timed out/);
-    t.is(detail.metadata.timeout_ms, "2000");
+    t.is(detail.metadata.timeout_ms, "3000");
     t.is(detail.metadata.signal, "SIGTERM");
     t.is(detail.partialOutput?.stdout, "partial\n");
     t.is(detail.partialOutput?.stderr, "warn\n");
     t.is(detail.partialOutput?.stdoutTotalBytes, 8n);
     t.false(detail.partialOutput?.stdoutTruncated);
-    t.true((detail.partialOutput?.durationMs ?? 0n) >= 2000n);
+    t.true((detail.partialOutput?.durationMs ?? 0n) >= 3000n);
     // The whole process group got the signal, the background sleep included.
     t.regex(await waitGone(ws, ["child.pid"]), /child\.pid=gone/);
   }, PROCESSES);
