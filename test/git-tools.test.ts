@@ -124,6 +124,35 @@ for (const provider of PROVIDERS) {
   });
 
   // microvm runs one scenario of each kind here (issue 30), each VM's commands being emulated
+  if (provider !== "microvm") test(`${provider}: a same-size change in the second the index was written is seen by the tools after the agent's own git wrote the index again`, async (t) => {
+    const { op: c, ws } = await repoSession(t, provider);
+    // Within one second: src/server.ts is written again (same content), the agent's git records it
+    // and writes the index, and the file is replaced by other content of the same size. A later second then sees the agent's git
+    // write the index again (git add of another file). The tools' git must still see the change:
+    // it reads the index with the same stat rules as the agent's git, or the entry the agent's git
+    // left unsmudged (for it the change showed in nanoseconds) passes as clean for the tools.
+    let sameSecond = false;
+    for (let attempt = 0; attempt < 5 && !sameSecond; attempt++) {
+      const out = await bashOk(c, ws, [
+        `t=$(date +%s); while [ "$(date +%s)" = "$t" ]; do sleep 0.01; done`,
+        "cp src/server.ts src/.same && mv src/.same src/server.ts && git add src/server.ts",
+        // A new file renamed over it, as WriteFile and most editors replace a file: another inode.
+        "printf 'export const port = %s;\\n' $((4000 + RANDOM % 5000)) > src/.next && mv src/.next src/server.ts",
+        "stat -c %Y src/server.ts .git/index | uniq | wc -l",
+      ].join(" && "));
+      sameSecond = out.trim() === "1";
+    }
+    t.true(sameSecond, "the file and the index were written in one second");
+    await bashOk(c, ws, "sleep 1.2 && printf 'other\\n' > notes.md && git add notes.md");
+    const status = await c.tools.gitStatus({ workspaceId: ws });
+    t.is(status.files.find((f) => f.path === "src/server.ts")?.unstaged, GitChange.MODIFIED, JSON.stringify(status.files));
+    const diff = await c.tools.gitDiff({ workspaceId: ws });
+    t.deepEqual(diff.unstaged?.files.map((f) => [f.path, f.added, f.removed]), [["src/server.ts", 1, 1]]);
+    const commit = await c.tools.gitCommit({ workspaceId: ws, message: "port", files: ["src/server.ts"] });
+    t.is(commit.filesChanged, 1);
+  });
+
+  // microvm runs one scenario of each kind here (issue 30), each VM's commands being emulated
   if (provider !== "microvm") test(`${provider}: pushes that would rewrite history or touch protected branches are refused, and nothing reaches the repository`, async (t) => {
     const { op: c, ws, bare } = await repoSession(t, provider, { baseBranch: "main" });
     const mainTip = remoteGit(bare, "rev-parse", "main");

@@ -247,7 +247,7 @@ export class Pusher {
     const signal = AbortSignal.any([stop, kill.signal]);
     try {
       const argv = gitArgv(["bundle", "create", "--quiet", "-", ...revs]);
-      for await (const ev of ctx.workspace.exec({ argv, cwd: "", env: gitToolEnv(), timeoutMs: this.#s.timeoutMs, signal, directStdout: true, programs: GIT_PROGRAMS, sweep: false })) {
+      for await (const ev of ctx.workspace.exec({ argv, cwd: "", env: gitToolEnv(ctx.workspace), timeoutMs: this.#s.timeoutMs, signal, directStdout: true, programs: GIT_PROGRAMS, sweep: false })) {
         if (ev.type === "stdout") {
           bytes += ev.data.length;
           if (bytes > this.#s.maxBytes) {

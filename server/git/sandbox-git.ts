@@ -37,14 +37,29 @@ const HARDENING: Array<[string, string]> = [
   ["advice.detachedHead", "false"],
   ["protocol.allow", "never"],
   ["safe.directory", "*"],
-  // Sealed files (executor/seal.ts) changed owner and mode after git recorded them: that alone is
-  // no change to their content, and git could not read them to find out.
+];
+
+/**
+ * How git compares a file with its index entry where the sandbox seals files (executor/seal.ts):
+ * sealed files changed owner and mode after git recorded them, which alone is no change to their
+ * content, and git could not read them to find out; so only the whole-second mtime and the size
+ * count. Only there: every git of such a sandbox reads the index so (scripts/git-harden.c), and
+ * the tools' git and the agent's own must read it alike. Where they differ, an entry the agent's
+ * git left unsmudged because its inode had changed (a file replaced in the second the index was
+ * written, same size) passes as clean for a git that compares only seconds and sizes, and the
+ * tools would miss the change (status, diff and commit alike).
+ */
+const SEALED_STAT: Array<[string, string]> = [
   ["core.trustCtime", "false"],
   ["core.checkStat", "minimal"],
 ];
 
-/** The environment of every tool git (added to the sandbox's minimal one). */
-export function gitToolEnv(extra: Record<string, string> = {}): Record<string, string> {
+/**
+ * The environment of every tool git (added to the sandbox's minimal one) in `workspace`, whose
+ * `seal` says whether its sandbox seals files (SEALED_STAT).
+ */
+export function gitToolEnv(workspace: { readonly seal?: unknown }, extra: Record<string, string> = {}): Record<string, string> {
+  const config = workspace.seal === undefined ? HARDENING : [...HARDENING, ...SEALED_STAT];
   const env: Record<string, string> = {
     GIT_CONFIG_NOSYSTEM: "1",
     GIT_CONFIG_GLOBAL: "/dev/null",
@@ -56,10 +71,10 @@ export function gitToolEnv(extra: Record<string, string> = {}): Record<string, s
     GIT_PAGER: "cat",
     PAGER: "cat",
     GIT_OPTIONAL_LOCKS: "0",
-    GIT_CONFIG_COUNT: String(HARDENING.length),
+    GIT_CONFIG_COUNT: String(config.length),
     ...extra,
   };
-  HARDENING.forEach(([k, v], i) => {
+  config.forEach(([k, v], i) => {
     env[`GIT_CONFIG_KEY_${i}`] = k;
     env[`GIT_CONFIG_VALUE_${i}`] = v;
   });
@@ -111,7 +126,7 @@ export async function runGit(ctx: ToolContext, args: string[], options: GitRunOp
   let total = 0;
   let stderr = "";
   let exit: { exitCode: number; timedOut: boolean; spawnError?: string } | undefined;
-  for await (const ev of ctx.workspace.exec({ argv: gitArgv(args), cwd: "", env: gitToolEnv(options.env), timeoutMs, signal: ctx.signal, programs: GIT_PROGRAMS, sweep: false })) {
+  for await (const ev of ctx.workspace.exec({ argv: gitArgv(args), cwd: "", env: gitToolEnv(ctx.workspace, options.env), timeoutMs, signal: ctx.signal, programs: GIT_PROGRAMS, sweep: false })) {
     if (ev.type === "stdout") {
       total += ev.data.length;
       if (kept < maxStdout) {

@@ -28,7 +28,7 @@ export function deniedPaths(out: string, guard: FileGuard, max: number): string[
 async function git(handle: WorkspaceHandle, args: string[], signal: AbortSignal): Promise<string | undefined> {
   let out = "";
   let code = -1;
-  for await (const ev of handle.exec({ argv: ["git", ...args], cwd: "", env: gitToolEnv(), timeoutMs: 120_000, signal, programs: GIT_PROGRAMS, sweep: false })) {
+  for await (const ev of handle.exec({ argv: ["git", ...args], cwd: "", env: gitToolEnv(handle), timeoutMs: 120_000, signal, programs: GIT_PROGRAMS, sweep: false })) {
     if (ev.type === "stdout" && out.length < 1024 * 1024) out += Buffer.from(ev.data).toString("utf8");
     else if (ev.type === "exited") code = ev.exit.exitCode;
   }
