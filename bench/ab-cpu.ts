@@ -1,8 +1,10 @@
 /**
- * `node bench/ab-cpu.ts --a=DIR --b=DIR [--calls=N] [--rounds=R] [--tool=bash|read|names|health|flood] [--provider=local|docker|gvisor] [--transport=grpc|connect] [--a-args=… --b-args=…]`: the
+ * `node bench/ab-cpu.ts --a=DIR --b=DIR [--calls=N] [--rounds=R] [--tool=bash|read|names|health|flood] [--provider=local|docker|gvisor] [--transport=grpc|connect] [--a-args=… --b-args=…] [--a-env=K=V,… --b-env=…]`: the
  * server CPU per call of two checkouts of this repository (A and B, e.g. a commit and the work
  * tree), each serving one local workspace, measured in alternating rounds of N calls so that load
- * on the host falls on both alike (`--a-args`, `--b-args`: extra Node flags for either server).
+ * on the host falls on both alike (`--a-args`, `--b-args`: extra Node flags for either server;
+ * `--a-env`, `--b-env`: extra environment, comma-separated, so one checkout can be compared with
+ * itself under two settings).
  * Prints each round and the medians.
  */
 import { mkdtemp, rm } from "node:fs/promises";
@@ -10,15 +12,20 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 
-const { values } = parseArgs({ options: { a: { type: "string" }, b: { type: "string" }, calls: { type: "string", default: "1000" }, rounds: { type: "string", default: "6" }, tool: { type: "string", default: "bash" }, provider: { type: "string", default: "local" }, transport: { type: "string", default: "grpc" }, "a-args": { type: "string", default: "" }, "b-args": { type: "string", default: "" } } });
+const { values } = parseArgs({ options: { a: { type: "string" }, b: { type: "string" }, calls: { type: "string", default: "1000" }, rounds: { type: "string", default: "6" }, tool: { type: "string", default: "bash" }, provider: { type: "string", default: "local" }, transport: { type: "string", default: "grpc" }, "a-args": { type: "string", default: "" }, "b-args": { type: "string", default: "" }, "a-env": { type: "string", default: "" }, "b-env": { type: "string", default: "" } } });
 if (!values.a || !values.b) throw new Error("--a and --b name two checkouts");
 const calls = Number(values.calls);
 
 interface Side { name: string; stop(): Promise<void>; round(): Promise<{ cpu: number; ms: number }> }
-async function side(name: string, dir: string, nodeArgs: string): Promise<Side> {
+/** `K=V,K2=V2` as an environment. */
+function envOf(list: string): Record<string, string> {
+  return Object.fromEntries(list.split(",").filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+}
+
+async function side(name: string, dir: string, nodeArgs: string, extraEnv: string): Promise<Side> {
   const mod = (await import(path.join(path.resolve(dir), "bench", "server-process.ts"))) as typeof import("./server-process.ts");
   const data = await mkdtemp(path.join(os.tmpdir(), `aw-ab-${name}-`));
-  const server = await mod.startServerProcess({ dataDir: data, env: values.provider === "local" ? { AGENT_WORKSPACE_DOCKER: "off" } : {}, nodeArgs: nodeArgs.split(" ").filter(Boolean) });
+  const server = await mod.startServerProcess({ dataDir: data, env: { ...(values.provider === "local" ? { AGENT_WORKSPACE_DOCKER: "off" } : {}), ...envOf(extraEnv) }, nodeArgs: nodeArgs.split(" ").filter(Boolean) });
   const clients = mod.createClients(server.url);
   // connect: every call as Connect JSON over HTTP/1.1.
   const c = values.transport === "connect" ? { ...clients.grpc, ...clients.connect } : clients.grpc;
@@ -51,7 +58,7 @@ async function side(name: string, dir: string, nodeArgs: string): Promise<Side> 
   };
 }
 
-const sides = [await side("A", values.a, values["a-args"]!), await side("B", values.b, values["b-args"]!)];
+const sides = [await side("A", values.a, values["a-args"]!, values["a-env"]!), await side("B", values.b, values["b-args"]!, values["b-env"]!)];
 const results = new Map<string, number[]>(sides.map((s) => [s.name, []]));
 const latency = new Map<string, number[]>(sides.map((s) => [s.name, []]));
 for (let r = 0; r < Number(values.rounds); r++) {
