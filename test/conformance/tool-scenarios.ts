@@ -244,7 +244,9 @@ export function registerToolScenarios<C>(
   scenario("Bash › Command timeout › a command's TERM trap runs once", async (t, ws) => {
     await expectError(
       t,
-      ws.bash("trap 'echo term >> terms.log' TERM; echo $$ > victim.pid; echo started; while :; do sleep 0.1; done", { timeoutMs: 1500n }),
+      // 3 s: a loaded host can hold a starting bash for a good part of a short timeout, and a
+      // SIGTERM before the trap is set would end it without running the trap at all.
+      ws.bash("trap 'echo term >> terms.log' TERM; echo $$ > victim.pid; echo started; while :; do sleep 0.1; done", { timeoutMs: 3000n }),
       Code.DeadlineExceeded,
       ErrorReason.COMMAND_TIMEOUT,
     );
@@ -253,7 +255,7 @@ export function registerToolScenarios<C>(
   }, PROCESSES);
 
   scenario("Bash › Command timeout › StreamBash ends with one exited event marked timed_out", async (t, ws) => {
-    const events = await collect(ws.tools.streamBash({ workspaceId: ws.id, command: "echo partial; sleep 30", timeoutMs: 2000n }));
+    const events = await collect(ws.tools.streamBash({ workspaceId: ws.id, command: "echo partial; sleep 30", timeoutMs: 3000n }));
     t.is(events[0]?.event.case, "started");
     const exits = events.filter((e) => e.event.case === "exited");
     t.is(exits.length, 1);
