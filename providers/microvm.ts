@@ -36,7 +36,7 @@ import path from "node:path";
 import { DomainError, errnoCode } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { PREPARE_VERSION, TOOLS_GID } from "./executor/programs.ts";
-import { EGRESS_PROXY_PORT } from "./executor/protocol.ts";
+import { EGRESS_PROXY_PORT, F, frameHeader } from "./executor/protocol.ts";
 import type { ExecutorBuild } from "./executor-build.ts";
 import { ExecutorFs } from "./executor-fs.ts";
 import { buildExecutorDisk, type ExecutorDisk, GUEST_MOUNT, makeWorkspaceDisk, settingsItem } from "./microvm-guest.ts";
@@ -178,7 +178,12 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
   const startedAt = new Map<string, number>();
   /** Workspaces whose VM this server found stopped and started again: what their status says. */
   const revived = new Map<string, string>();
-  const answerWithin = (id: string) => (Date.now() - (startedAt.get(id) ?? 0) < options.bootTimeoutMs ? options.bootTimeoutMs : 15_000);
+  /**
+   * How long a VM has to answer on its channel: the boot timeout while it may still boot, else
+   * 30 s (under emulation a guest that has just seen one server go takes seconds to take the next).
+   */
+  const mayBeBooting = (id: string) => Date.now() - (startedAt.get(id) ?? 0) < options.bootTimeoutMs;
+  const answerWithin = (id: string) => (mayBeBooting(id) ? options.bootTimeoutMs : 30_000);
 
   /** The VM of a workspace with these limits (on the prepared root filesystem under an allowlist). */
   const shapeOf = async (limits: WorkspaceRecord["limits"], allowlist = false): Promise<VmShape> => {
@@ -242,7 +247,7 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
   /** Connects to a running VM's channel (the guest is set up at its first connection); logs what the guest said when it could not be. */
   const connectTo = async (id: string, timeoutMs: number): Promise<SandboxConnection> => {
     try {
-      return await attach(vmFiles(vmDir(id)).channel, timeoutMs);
+      return await attach(vmFiles(vmDir(id)).channel, timeoutMs, !mayBeBooting(id));
     } catch (err) {
       if (err instanceof GuestSetupError) {
         const console = (await readFile(vmFiles(vmDir(id)).console, "utf8").catch(() => "")).trim().split("\n").slice(-3).join(" | ");
@@ -316,11 +321,33 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
               revived.set(record.id, `The workspace's VM stopped unexpectedly and was started again with its disk at ${new Date().toISOString()}; files that commands wrote in its last second may be lost`);
             }
             const began = Date.now();
-            let c = await connectTo(record.id, answerWithin(record.id));
-            const attached = Date.now();
-            c.onExecutorExit = (status) => log.warn("workspace VM's executor exited outside a call's end; the next call starts it again", { workspace_id: record.id, status });
-            let running = await c.ping(options.bootTimeoutMs);
-            log.info("workspace VM answered", { workspace_id: record.id, attach_ms: attached - began, ping_ms: Date.now() - attached });
+            const within = answerWithin(record.id);
+            let c: SandboxConnection;
+            let running: string;
+            for (let attempt = 1; ; attempt++) {
+              c = await connectTo(record.id, Math.max(RESYNC_MS, within - (Date.now() - began)));
+              const attached = Date.now();
+              c.onExecutorExit = (status) => log.warn("workspace VM's executor exited outside a call's end; the next call starts it again", { workspace_id: record.id, status });
+              try {
+                // A reattached guest may end the executor before it answers (see attach): while the
+                // connection lives, the next PING wakes another.
+                for (;;) {
+                  try {
+                    running = await c.ping(options.bootTimeoutMs);
+                    break;
+                  } catch (err) {
+                    if (!c.alive || Date.now() - began >= within) throw err;
+                    log.warn("workspace VM's executor ended before its first answer; starting another", { workspace_id: record.id, error: String((err as Error).message ?? err).slice(0, 200) });
+                  }
+                }
+                log.info("workspace VM answered", { workspace_id: record.id, attach_ms: attached - began, ping_ms: Date.now() - attached, attempt });
+                break;
+              } catch (err) {
+                c.close();
+                if (attempt === 2 || Date.now() - began >= within) throw err;
+                log.warn("workspace VM's channel failed as it was attached; attaching again", { workspace_id: record.id, attempt, error: String((err as Error).message ?? err).slice(0, 200) });
+              }
+            }
             if (running !== options.executor.version || c.violation !== undefined) {
               // An executor started by an older server: start the VM again with this server's disk.
               log.warn("restarting workspace VM to update its executor", { workspace_id: record.id, running, current: options.executor.version });
@@ -427,13 +454,37 @@ export function createMicrovmProvider(options: MicrovmOptions & { qemu: string }
 /** The guest answered `aw-error`: its setup (aw-setup) failed, and it powers off. */
 class GuestSetupError extends Error {}
 
+/** How long a reattaching server waits for the guest's answer before it asks again; each next wait is twice as long. */
+export const RESYNC_MS = 3000;
+/** How many times a reattached guest may end the executor it started for the connection before the executor's first answer. */
+const START_EXITS = 1;
+/**
+ * The guest's GONE for an executor that ended on a protocol violation (status 2): before the
+ * answer, the sign that the executor took this server's `aw-sync` as a frame, and that the guest
+ * now waits for a line.
+ */
+const GONE_ON_VIOLATION = Buffer.concat([frameHeader(F.GONE, 0, 4), Buffer.from("002")]);
+
 /**
  * Connects to a VM's channel: `aw-sync <nonce> <time> <entropy>` until the guest answers
  * `aw-ready <nonce>` (see microvm-guest.ts); what came before is dropped, what came after is the
  * executor's. The guest takes the time and the entropy at its first connection (a VM restored from
  * a template has its template's clock and random state until then).
+ *
+ * The guest learns that a server left from the port's host side closing, and its view of that lags
+ * the data: when the next server connects at once (QEMU accepts a waiting connection the moment the
+ * last one closes) and the guest is emulated on a busy host, the relay of the gone server's
+ * executor can take the new server's `aw-sync` as a frame (the executor ends on it and the guest
+ * waits for a line already read), or the guest reads the new `aw-sync` and only then the old
+ * close, and ends the executor it just started. A reattaching server (`resync`) therefore keeps its
+ * one connection (a new one would give the guest another close to see late): unanswered for 3 s,
+ * then 6, 12, …, or at once when the guest reports an executor ended on a protocol violation, it
+ * writes another `aw-sync`, and takes the answer to any of its nonces; an extra
+ * line ends an executor before its first answer, which the connection allows (`START_EXITS`) and
+ * answers by waking the next one. While a VM boots, the port is closed on the guest's side and what
+ * a connection wrote waits in QEMU's socket, so a booting VM is asked once.
  */
-async function attach(socketPath: string, timeoutMs: number): Promise<SandboxConnection> {
+async function attach(socketPath: string, timeoutMs: number, resync: boolean): Promise<SandboxConnection> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const socket = await new Promise<net.Socket>((resolve, reject) => {
@@ -446,13 +497,13 @@ async function attach(socketPath: string, timeoutMs: number): Promise<SandboxCon
       await new Promise((r) => setTimeout(r, 20));
       continue;
     }
-    const nonce = randomBytes(8).toString("hex");
     // An older guest echoes the whole line after the nonce: the answer is its line, whatever follows the nonce.
-    const ready = Buffer.from(`aw-ready ${nonce}`);
-    const failed = Buffer.from(`aw-error ${nonce}\n`);
+    const nonces: string[] = [];
     const rest = await new Promise<Buffer | "failed" | undefined>((resolve) => {
       let seen = Buffer.alloc(0);
-      const timer = setTimeout(() => done(undefined), Math.max(0, deadline - Date.now()));
+      let timer: NodeJS.Timeout;
+      /** GONE_ON_VIOLATION frames answered with another `aw-sync`. */
+      let asked = 0;
       const done = (v: Buffer | "failed" | undefined) => {
         clearTimeout(timer);
         socket.off("data", onData);
@@ -462,17 +513,36 @@ async function attach(socketPath: string, timeoutMs: number): Promise<SandboxCon
       };
       const onData = (chunk: Buffer) => {
         seen = Buffer.concat([seen, chunk]);
-        const at = seen.indexOf(ready);
-        const eol = at >= 0 ? seen.indexOf(0x0a, at) : -1;
-        if (eol >= 0) done(seen.subarray(eol + 1));
-        else if (seen.includes(failed)) done("failed");
-        // Only the tail can still hold the start of the answer.
-        else if (at < 0 && seen.length > 1 << 20) seen = seen.subarray(seen.length - failed.length);
+        for (const nonce of nonces) {
+          const at = seen.indexOf(`aw-ready ${nonce}`);
+          const eol = at >= 0 ? seen.indexOf(0x0a, at) : -1;
+          if (eol >= 0) return done(seen.subarray(eol + 1));
+          if (seen.includes(`aw-error ${nonce}\n`)) return done("failed");
+        }
+        if (resync) {
+          let swallowed = 0;
+          for (let at = seen.indexOf(GONE_ON_VIOLATION); at >= 0; at = seen.indexOf(GONE_ON_VIOLATION, at + 1)) swallowed++;
+          if (swallowed > asked) {
+            asked = swallowed;
+            clearTimeout(timer);
+            ask();
+          }
+        }
+        // Only the tail can still hold the start of an answer.
+        if (seen.length > 1 << 20) seen = seen.subarray(seen.length - 256);
       };
       const onClose = () => done(undefined);
+      const ask = () => {
+        const nonce = randomBytes(8).toString("hex");
+        nonces.push(nonce);
+        socket.write(`aw-sync ${nonce} ${Date.now()} ${randomBytes(32).toString("hex")}\n`);
+        const left = deadline - Date.now();
+        const wait = resync ? Math.min(left, RESYNC_MS * 2 ** (nonces.length - 1)) : left;
+        timer = setTimeout(() => (wait < left ? ask() : done(undefined)), Math.max(0, wait));
+      };
       socket.on("data", onData);
       socket.once("close", onClose);
-      socket.write(`aw-sync ${nonce} ${Date.now()} ${randomBytes(32).toString("hex")}\n`);
+      ask();
     });
     if (rest === "failed") {
       socket.destroy();
@@ -480,11 +550,11 @@ async function attach(socketPath: string, timeoutMs: number): Promise<SandboxCon
     }
     if (rest === undefined) {
       socket.destroy();
-      if (Date.now() > deadline) throw new Error(`no answer on the VM's channel within ${timeoutMs} ms`);
+      if (Date.now() >= deadline) throw new Error(`no answer on the VM's channel within ${timeoutMs} ms`);
       continue;
     }
     if (rest.length > 0) socket.unshift(rest);
     socket.resume();
-    return new SandboxConnection(socket, socket, { sleeps: true, reattached: true });
+    return new SandboxConnection(socket, socket, { sleeps: true, reattached: true, startExits: resync ? START_EXITS : 0 });
   }
 }

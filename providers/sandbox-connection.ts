@@ -195,14 +195,20 @@ export class SandboxConnection {
   onExecutorExit: ((status: string) => void) | undefined;
   /** A PONG came: the executor this connection started with did start. */
   #answered = false;
+  /** GONE frames still taken as "start a new one" before the first PONG (see the constructor). */
+  #startExits: number;
 
   /**
    * `input` carries the executor's stdout, `output` its stdin. With `sleeps`, the executor runs
    * under the sandbox's wrapper (protocol.ts EXECUTOR_WRAPPER) and may exit when idle: the
    * connection starts with WAKE (the wrapper may be waiting), answers IDLE with BYE when nothing
-   * is in flight, and wakes the executor again for the next call.
+   * is in flight, and wakes the executor again for the next call. `startExits`: how many times the
+   * executor the connection starts with may end before its first answer, failing the call in
+   * flight, with the next call waking another (a guest that ended it on a stale view of the
+   * channel, microvm.ts); beyond that, and for an executor being woken, it is a violation.
    */
-  constructor(input: Readable, output: Writable, options: { sleeps?: boolean; reattached?: boolean } = {}) {
+  constructor(input: Readable, output: Writable, options: { sleeps?: boolean; reattached?: boolean; startExits?: number } = {}) {
+    this.#startExits = options.startExits ?? 0;
     this.#input = input;
     this.#output = output;
     this.#strict = options.reattached !== true;
@@ -376,6 +382,13 @@ export class SandboxConnection {
   #onLifetimeFrame(f: Frame): void {
     if (f.id !== 0 || f.payload.length !== (f.type === F.GONE ? 4 : 0)) throw new Error(`frame type ${f.type} with id ${f.id} and ${f.payload.length} payload bytes`);
     if (!this.#sleeps) throw new Error(`frame type ${f.type} from an executor that does not sleep`);
+    if (f.type === F.GONE && this.#lifetime === "awake" && !this.#answered && this.#startExits > 0) {
+      // Allowed a few times (`startExits`): the call in flight fails, the next one wakes a new executor.
+      this.#startExits--;
+      this.#endInFlight(new Error(`the sandbox's executor exited before its first answer (status ${f.payload.toString("latin1", 0, 3)})`));
+      this.#setLifetime("asleep");
+      return;
+    }
     if (f.type === F.GONE && (this.#lifetime === "waking" || !this.#answered)) {
       // It exited as it started (its files are gone, the sandbox cannot start a process): waking it
       // again would only fail again, so the provider restarts the sandbox (see `violation`).

@@ -270,6 +270,63 @@ test("the executor's frame reader skips WAKE bytes between frames however the by
   t.throws(() => new FrameReader().push(Buffer.concat([Buffer.of(WAKE), frames[0], Buffer.alloc(3)])), { message: /frame length/ });
 });
 
+test("the server's end: the executor the connection starts with may end before its first answer when the connection allows it (startExits): that call fails, the next wakes another; without it, or ending again while woken, it is a violation", async (t) => {
+  const tick = () => new Promise((r) => setImmediate(r));
+  const open = (startExits: number) => {
+    const fromExecutor = new PassThrough();
+    const toExecutor = new PassThrough();
+    const written: Buffer[] = [];
+    toExecutor.on("data", (b: Buffer) => written.push(b));
+    const conn = new SandboxConnection(fromExecutor, toExecutor, { sleeps: true, startExits });
+    return { conn, written, send: (type: number, id: number, payload?: string) => fromExecutor.write(encodeFrame(type, id, payload === undefined ? undefined : Buffer.from(payload))) };
+  };
+  const wakes = (written: Buffer[]) => Buffer.concat(written).filter((b) => b === WAKE).length;
+
+  // Not allowed: a violation.
+  {
+    const { conn, send } = open(0);
+    const ping = conn.ping(5000);
+    await tick();
+    send(F.GONE, 0, "1430");
+    await t.throwsAsync(ping);
+    t.false(conn.alive);
+    t.regex(conn.violation ?? "", /exited as it started/);
+  }
+  // Allowed once: the call fails, the connection stays; the next call wakes another (WAKE, its
+  // PING with id 2, then the call's own with id 3).
+  {
+    const { conn, written, send } = open(1);
+    const ping = conn.ping(5000);
+    await tick();
+    send(F.GONE, 0, "1430");
+    await t.throwsAsync(ping);
+    t.true(conn.alive);
+    t.is(conn.violation, undefined);
+    const next = conn.ping(5000);
+    await tick();
+    send(F.PONG, 2, "v1");
+    await tick();
+    send(F.PONG, 3, "v1");
+    t.is(await next, "v1");
+    t.true(conn.alive);
+    t.is(wakes(written), 2, "the connection's own WAKE and the one that woke the second executor");
+  }
+  // Allowed once, ending again while woken: a violation.
+  {
+    const { conn, send } = open(1);
+    const ping = conn.ping(5000);
+    await tick();
+    send(F.GONE, 0, "1430");
+    await t.throwsAsync(ping);
+    const next = conn.ping(5000);
+    await tick();
+    send(F.GONE, 0, "1430");
+    await t.throwsAsync(next);
+    t.false(conn.alive);
+    t.regex(conn.violation ?? "", /exited as it started/);
+  }
+});
+
 test("the server's end: IDLE is ignored while a call is in flight; after BYE nothing is written until GONE; the next call sends WAKE, PING and LISTEN first; an executor that dies is reported and woken again", async (t) => {
   const fromExecutor = new PassThrough();
   const toExecutor = new PassThrough();

@@ -5,7 +5,10 @@
  * a killed QEMU and deletion. Tests run one after another: each cold boot costs seconds of both
  * cores under emulation.
  */
+import { randomBytes } from "node:crypto";
+import { once } from "node:events";
 import { mkdtemp, readdir, readFile, rm, stat, truncate } from "node:fs/promises";
+import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import anyTest, { type TestFn } from "ava";
@@ -20,6 +23,33 @@ const run = microvmGate(test, "provider");
 /** The workspace's QEMU pid, from its pid file. */
 async function qemuPid(server: TestServer, id: string): Promise<number> {
   return Number((await readFile(path.join(server.dataDir, "microvm", id, "qemu.pid"), "utf8")).trim());
+}
+
+/**
+ * A connection to a VM's channel the guest answered (`aw-sync`, then `aw-ready` with its nonce),
+ * made again when unanswered in 5 s: the guest may not have seen the last connection close yet.
+ */
+async function syncedChannel(channel: string): Promise<net.Socket> {
+  for (let attempt = 1; ; attempt++) {
+    const socket = net.createConnection(channel);
+    await once(socket, "connect");
+    const nonce = randomBytes(8).toString("hex");
+    const answered = await new Promise<boolean>((resolve) => {
+      let seen = "";
+      const timer = setTimeout(() => resolve(false), 5000);
+      socket.on("data", (d: Buffer) => {
+        seen += d.toString("latin1");
+        if (seen.includes(`aw-ready ${nonce}`)) {
+          clearTimeout(timer);
+          resolve(true);
+        }
+      });
+      socket.write(`aw-sync ${nonce} ${Date.now()} ${randomBytes(32).toString("hex")}\n`);
+    });
+    if (answered) return socket;
+    socket.destroy();
+    if (attempt === 6) throw new Error(`the guest did not answer on ${channel}`);
+  }
 }
 
 async function bootId(c: ClientSet, id: string): Promise<string> {
@@ -256,6 +286,40 @@ if (run) {
       if (c && id !== "") await c.workspaces.deleteWorkspace({ id }).catch(() => undefined);
       await second?.close();
       await first.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  test.serial("microvm: a server that connects the moment the last connection closes is answered (QEMU hands the guest both at once)", async (t) => {
+    // QEMU accepts a waiting connection as soon as the one before closes; an emulated guest that
+    // looks late sees one connection where there were two, and its relay hands the new server's
+    // aw-sync to the last executor as a frame, or reads the new aw-sync before the old close. Before
+    // the server asked again on its connection, the call below failed after 15 s in most runs.
+    const dataDir = await mkdtemp(path.join(tmpdir(), "aw-test-"));
+    const env = { AGENT_WORKSPACE_DOCKER: "off", AGENT_WORKSPACE_MICROVM_IMAGES: MICROVM_IMAGES, AGENT_WORKSPACE_LOG_LEVEL: process.env.AW_LOG ?? "error" };
+    let server: TestServer | undefined = await startServer({ dataDir, env });
+    let id = "";
+    try {
+      id = (await server.clients.grpc.workspaces.createWorkspace({ provider: "microvm" })).workspace!.id;
+      await server.close();
+      server = undefined;
+      const channel = path.join(dataDir, "microvm", id, "channel.sock");
+      for (let round = 1; round <= 3; round++) {
+        // A connection of the test's own, answered: the guest's executor serves it.
+        const held = await syncedChannel(channel);
+        server = await startServer({ dataDir, env });
+        // The server's connection waits in QEMU's backlog until the test's closes.
+        const call = server.clients.grpc.tools.bash({ workspaceId: id, command: "echo answered" });
+        await new Promise((r) => setTimeout(r, 1000));
+        held.destroy();
+        t.is((await call).stdout, "answered\n", `round ${round}`);
+        await server.close();
+        server = undefined;
+      }
+    } finally {
+      server ??= await startServer({ dataDir, env });
+      if (id !== "") await server.clients.grpc.workspaces.deleteWorkspace({ id }).catch(() => undefined);
+      await server.close();
       await rm(dataDir, { recursive: true, force: true });
     }
   });
