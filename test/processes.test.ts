@@ -856,7 +856,8 @@ function registerPause(provider: string): void {
     const c = t.context.server.clients.grpc;
     await inWorkspace(t.context.server, { provider }, async (ws) => {
       await c.tools.writeFile({ workspaceId: ws, path: "kept.txt", content: "written before the pause\n" });
-      const proc = await start(c, { workspaceId: ws, command: "i=0; while :; do i=$((i+1)); echo $i > counter; sleep 0.1; done" });
+      // Renamed into place: a `cat` between a plain redirect's truncation and its write reads nothing.
+      const proc = await start(c, { workspaceId: ws, command: "i=0; while :; do i=$((i+1)); echo $i > counter.new; mv -f counter.new counter; sleep 0.1; done" });
       const counter = async () => Number((await c.tools.bash({ workspaceId: ws, command: "cat counter" })).stdout.trim());
       await eventually(async () => ((await counter()) >= 3 ? true : undefined), 20_000, "the counter counting");
       const pid = await pidOf(c, ws, proc.processId);
