@@ -22,7 +22,6 @@ import { realpath } from "node:fs/promises";
 import path from "node:path";
 import type { Duplex } from "node:stream";
 import Docker from "dockerode";
-import { rgPath } from "@vscode/ripgrep";
 import { DomainError, errnoCode, hasReason } from "../core/errors.ts";
 import { WORKSPACE_ROOT } from "./executor/jail.ts";
 import { EGRESS_PROXY_PORT, EXECUTOR_WRAPPER } from "./executor/protocol.ts";
@@ -113,6 +112,11 @@ export interface DockerProviderOptions {
    */
   egressSockets?: EgressSockets;
   /**
+   * For an engine on this host: the directory holding Node, the executor and ripgrep
+   * (sandbox-dir.ts), bind-mounted read-only at /opt/agent-workspace. A remote engine has `payload`.
+   */
+  sandboxDir?: string;
+  /**
    * The executor exits after this many ms with nothing to do and its wrapper starts it again on
    * the next call (protocol.ts EXECUTOR_WRAPPER); 0 or absent: it never exits.
    */
@@ -161,6 +165,8 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
 } {
   const { docker } = options;
   const isGvisor = options.runtime === "runsc";
+  const localSandboxDir = options.payload ? "" : options.sandboxDir;
+  if (localSandboxDir === undefined) throw new Error("a docker provider needs a payload (a remote engine) or a sandbox directory (an engine on this host)");
   /** engineError naming this provider's engine. */
   const unreachable = (err: unknown, what: string) => engineError(err, what, options.engine);
   const disks = options.diskDir === undefined ? undefined : new DiskImages(path.join(options.diskDir, options.name));
@@ -181,17 +187,25 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
     }
     return disks.create(id, bytes, options.user, diskOptions);
   };
-  /** Whether the runtime keeps bind mounts' noexec in the sandbox (gVisor needs the wrapper scripts/runsc-noexec). */
-  let noexecRuntime: boolean | undefined;
-  const runtimeKeepsNoexec = async (): Promise<boolean> => {
-    if (noexecRuntime === undefined) {
-      const info = (await docker.info().catch((err: unknown) => {
+  /** The engine's entry for this provider's runtime (asked once). */
+  let runtimeInfo: Promise<{ path?: string; runtimeArgs?: string[] }> | undefined;
+  const runtime = () =>
+    (runtimeInfo ??= docker.info().then(
+      (info: { Runtimes?: Record<string, { path?: string; runtimeArgs?: string[] }> }) => info.Runtimes?.[options.runtime ?? ""] ?? {},
+      (err: unknown) => {
+        runtimeInfo = undefined;
         throw unreachable(err, "ask the engine for its runtimes");
-      })) as { Runtimes?: Record<string, { path?: string }> };
-      noexecRuntime = path.basename(info.Runtimes?.[options.runtime ?? ""]?.path ?? "") === "agent-workspace-runsc";
-    }
-    return noexecRuntime;
-  };
+      },
+    ));
+  /** Whether the runtime keeps bind mounts' noexec in the sandbox (gVisor needs the wrapper scripts/runsc-noexec). */
+  const runtimeKeepsNoexec = async (): Promise<boolean> => path.basename((await runtime()).path ?? "") === "agent-workspace-runsc";
+  /**
+   * Whether the sandbox can reach a Unix socket bind-mounted into it: always under runc; under
+   * gVisor only with `--host-uds=open` (or `all`) among the runtime's arguments. Where it cannot,
+   * a workspace gets no egress directory: its proxy connections take the channel anyway, and under
+   * gVisor every mount costs the sandbox's kernel memory for as long as it lives.
+   */
+  const reachesHostSockets = async (): Promise<boolean> => !isGvisor || (await runtime()).runtimeArgs?.some((a) => /^--?host-uds=(open|all)$/.test(a)) === true;
   const prepared = new PreparedImages(docker, options.executor, () => realpath(process.execPath), options.log);
   /**
    * The CPU limit given to Docker: at most the engine's CPU count, which Docker refuses to exceed
@@ -257,7 +271,7 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
       const nanoCpus = limits.cpus ? Math.round((await cpusOf(limits.cpus)) * 1e9) : undefined;
       const disk = limits.diskBytes > 0 ? await makeDisk(opts.id, limits.diskBytes, { noexec: programs !== undefined }) : undefined;
       // Made for every workspace: an agent type may allow egress after its workspaces were created.
-      const egressDir = !options.egressSockets?.offered ? undefined : await options.egressSockets.make().catch((err: unknown) => {
+      const egressDir = !options.egressSockets?.offered || !(await reachesHostSockets()) ? undefined : await options.egressSockets.make().catch((err: unknown) => {
         options.log.warn("egress socket directory not made; proxy connections go over the attach stream", { workspace_id: opts.id, error: String(err) });
         return undefined;
       });
@@ -285,9 +299,15 @@ export function createDockerProvider(options: DockerProviderOptions): Provider &
           ...(options.payload ? [{ Type: "volume" as const, Source: PAYLOAD_VOLUME, Target: MOUNT, ReadOnly: true }] : []),
         ],
         ReadonlyRootfs: disk !== undefined,
+        // One mount of <data-dir>/sandbox where the engine is on this host (sandbox-dir.ts). Under an
+        // allowlist, its three files are bound one by one instead, into the prepared image's
+        // /opt/agent-workspace, which only the grep tool's group may enter (prepare-image.ts): a
+        // mount over the whole directory would hide that, and the agent could run the server's Node.
         Binds: options.payload
           ? []
-          : [`${await realpath(process.execPath)}:${MOUNT}/node:ro`, `${options.executor.dir}:${MOUNT}/executor:ro`, `${await realpath(rgPath)}:${MOUNT}/bin/rg:ro`],
+          : programs === undefined
+            ? [`${localSandboxDir}:${MOUNT}:ro`]
+            : [`${localSandboxDir}/node:${MOUNT}/node:ro`, `${localSandboxDir}/executor:${MOUNT}/executor:ro`, `${localSandboxDir}/bin/rg:${MOUNT}/bin/rg:ro`],
         Init: false,
         // No engine-side logging: the executor's stdout is the protocol stream (file contents and
         // command output), which must not land in a log file on the host, and the json-file

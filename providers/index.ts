@@ -14,6 +14,7 @@ import { createDockerProvider } from "./docker.ts";
 import { createPlacedProvider, Engine, Engines } from "./docker-engines.ts";
 import { EnginePayload } from "./engine-payload.ts";
 import { buildExecutor, type ExecutorBuild } from "./executor-build.ts";
+import { stageSandboxDir } from "./sandbox-dir.ts";
 import { createE2bProvider, type E2bSettings } from "./e2b.ts";
 import { createKubernetesProvider, type KubernetesSettings } from "./kubernetes.ts";
 import { createMicrovmProvider, microvmSupport } from "./microvm.ts";
@@ -212,6 +213,8 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
   if (!anyUp) log.warn("no docker engine reachable; container workspaces answer UNAVAILABLE until one is back", where);
   const instance = await instanceId(settings.dataDir);
   const payload = new EnginePayload(executor, path.join(settings.dataDir, "engine-payload"), log);
+  // Made only when an engine on this host needs it.
+  let sandboxDir: Promise<string> | undefined;
   for (const engine of engines.list) {
     const local = "socketPath" in (cfg.engines.find((e) => e.name === engine.name) as EngineSettings).connection;
     const common = {
@@ -229,7 +232,11 @@ export async function createProviders(settings: ProviderSettings, log: ProviderL
       // Bind mounts of the server's directories need the engine on this host, as the executor's do;
       // a remote engine gets the executor from a volume (engine-payload.ts) and nothing else.
       ...(local
-        ? { diskDir: path.join(settings.dataDir, "disks"), egressSockets: new EgressSockets(path.join(settings.dataDir, "egress"), cfg.egressPath === "socket") }
+        ? {
+            diskDir: path.join(settings.dataDir, "disks"),
+            egressSockets: new EgressSockets(path.join(settings.dataDir, "egress"), cfg.egressPath === "socket"),
+            sandboxDir: await (sandboxDir ??= stageSandboxDir(settings.dataDir, executor)),
+          }
         : { payload }),
     };
     engine.providers.set("docker", createDockerProvider({ ...common, name: "docker" }));

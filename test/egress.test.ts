@@ -162,8 +162,9 @@ for (const provider of SANDBOXES) {
     // The sandbox has no interface but loopback, and its commands are pointed at the proxy.
     t.is((await bash(op, ws.id, "ls /sys/class/net | tr '\\n' ' '")).out.trim(), "lo");
     // With an egress socket, with the credential that socket asks for (providers/egress-socket.ts);
-    // a VM's listener is on its own loopback, which nothing but the workspace's commands reaches.
-    const proxy = provider === "microvm" ? /^(http:\/\/127\.0\.0\.1:3128) \1 localhost,127\.0\.0\.1,::1$/ : /^(http:\/\/aw:[\w-]{32}@127\.0\.0\.1:3128) \1 localhost,127\.0\.0\.1,::1$/;
+    // without one (a VM, gVisor without --host-uds) the listener is on the sandbox's own loopback,
+    // which nothing but the workspace's commands reaches.
+    const proxy = provider === "microvm" || SOCKET_PATH[provider] === "channel" ? /^(http:\/\/127\.0\.0\.1:3128) \1 localhost,127\.0\.0\.1,::1$/ : /^(http:\/\/aw:[\w-]{32}@127\.0\.0\.1:3128) \1 localhost,127\.0\.0\.1,::1$/;
     t.regex((await bash(op, ws.id, "echo $HTTPS_PROXY $http_proxy $NO_PROXY")).out.trim(), proxy);
 
     const plain = await bash(op, ws.id, `curl -sS http://pkg.test:${c.httpPort}/x`);
@@ -238,7 +239,7 @@ for (const provider of SANDBOXES) {
     await op.workspaces.deleteWorkspace({ id: ws.id });
   });
 
-  if (provider !== "microvm") test(`${provider}: proxy connections take the workspace's own Unix socket where the runtime lets the sandbox reach it; the socket is no way around the allowlist, the agent cannot list or replace it, and it goes with the workspace`, async (t) => {
+  if (provider !== "microvm") test(`${provider}: proxy connections take the workspace's own Unix socket where the runtime lets the sandbox reach it (elsewhere no socket is made or mounted); the socket is no way around the allowlist, the agent cannot list or replace it, and it goes with the workspace`, async (t) => {
     const c = t.context;
     const op = c.server.clients.grpc;
     const id = `egress-socket-${provider}`;
@@ -247,10 +248,19 @@ for (const provider of SANDBOXES) {
     const big = await bash(op, ws.id, `curl -sS http://pkg.test:${c.httpPort}/big | sha256sum`);
     t.is(big.out.split(" ")[0], c.bigSha, big.err);
     const path_ = c.logs.find((l) => l.msg === "workspace egress path" && l.workspace_id === ws.id);
-    t.like(path_, { socket_offered: true, via: SOCKET_PATH[provider] });
-
     const inspect = JSON.parse(execFileSync("docker", ["inspect", `aw-${ws.id}`], { encoding: "utf8" })) as Array<{ Mounts: Array<{ Source: string; Destination: string; RW: boolean }> }>;
     const mount = inspect[0].Mounts.find((m) => m.Destination === "/opt/agent-workspace/egress");
+    if (SOCKET_PATH[provider] === "channel") {
+      // A runtime whose sandbox cannot reach a host socket gets no directory (every mount costs
+      // gVisor's kernel memory) and no offer; the channel carries the same bytes.
+      t.like(path_, { socket_offered: false, via: "channel" });
+      t.is(mount, undefined, "no socket directory mounted where no socket can be reached");
+      const reach = await bash(op, ws.id, "for s in /var/run/docker.sock /run/docker.sock; do curl -sS -m 5 --unix-socket $s http://engine/version && echo \"REACHED $s\"; done");
+      t.notRegex(reach.out, /REACHED|ApiVersion/, reach.err);
+      await op.workspaces.deleteWorkspace({ id: ws.id });
+      return;
+    }
+    t.like(path_, { socket_offered: true, via: SOCKET_PATH[provider] });
     t.truthy(mount, "the socket's directory is mounted");
     t.false(mount!.RW, "read-only in the sandbox");
     t.true(mount!.Source.startsWith(path.join(c.server.dataDir, "egress") + path.sep));
