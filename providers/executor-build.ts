@@ -50,6 +50,19 @@ function quietly<T>(fn: () => T): T {
   }
 }
 
+/**
+ * Puts the directory `tmp` in place of `dir` whole: the old copy is moved aside, the new one put in
+ * place, the old one dropped. A sandbox that bind-mounted the old copy keeps its files until then.
+ */
+export async function replaceWhole(dir: string, tmp: string): Promise<void> {
+  const old = `${dir}.${randomBytes(6).toString("hex")}.old`;
+  await rename(dir, old).catch((err: unknown) => {
+    if (errnoCode(err) !== "ENOENT") throw err;
+  });
+  await rename(tmp, dir);
+  await rm(old, { recursive: true, force: true });
+}
+
 /** Builds (or reuses) the JavaScript executor under `dataDir`. */
 export async function buildExecutor(dataDir: string): Promise<ExecutorBuild> {
   const version = SOURCE_EXECUTOR.version;
@@ -69,13 +82,7 @@ export async function buildExecutor(dataDir: string): Promise<ExecutorBuild> {
       }
     }
     await writeFile(path.join(tmp, "VERSION"), `${version}\n`);
-    // Swap whole: move the old copy aside, put the new one in place, drop the old one.
-    const old = `${dir}.${randomBytes(6).toString("hex")}.old`;
-    await rename(dir, old).catch((err) => {
-      if (errnoCode(err) !== "ENOENT") throw err;
-    });
-    await rename(tmp, dir);
-    await rm(old, { recursive: true, force: true });
+    await replaceWhole(dir, tmp);
   } catch (err) {
     await rm(tmp, { recursive: true, force: true });
     throw err;

@@ -15,16 +15,16 @@
  * (engine-payload.ts).
  *
  * Made again whole when its version changes (the executor's, or Node's or ripgrep's path, size or
- * time): the new one is put in place and the old one removed, as buildExecutor does with the
- * executor's directory. A running container keeps the files it started from; its server sees
+ * time): the new one is put in place and the old one removed (`replaceWhole`), as buildExecutor
+ * does with the executor's directory. A running container keeps the files it started from; its server sees
  * the executor's version change at its next connection and restarts it (docker.ts).
  */
 import { createHash, randomBytes } from "node:crypto";
-import { copyFile, link, mkdir, readdir, readFile, realpath, rename, rm, stat, writeFile } from "node:fs/promises";
+import { copyFile, link, mkdir, readdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { rgPath } from "@vscode/ripgrep";
 import { errnoCode } from "../core/errors.ts";
-import type { ExecutorBuild } from "./executor-build.ts";
+import { type ExecutorBuild, replaceWhole } from "./executor-build.ts";
 
 /** A hard link where `to` shares the file's filesystem (no bytes copied), a copy otherwise. */
 async function place(from: string, to: string): Promise<void> {
@@ -55,12 +55,7 @@ export async function stageSandboxDir(dataDir: string, executor: ExecutorBuild):
     await place(rg, path.join(tmp, "bin", "rg"));
     for (const name of await readdir(executor.dir)) await place(path.join(executor.dir, name), path.join(tmp, "executor", name));
     await writeFile(path.join(tmp, "VERSION"), `${version}\n`);
-    const old = `${dir}.${randomBytes(6).toString("hex")}.old`;
-    await rename(dir, old).catch((err: unknown) => {
-      if (errnoCode(err) !== "ENOENT") throw err;
-    });
-    await rename(tmp, dir);
-    await rm(old, { recursive: true, force: true });
+    await replaceWhole(dir, tmp);
   } catch (err) {
     await rm(tmp, { recursive: true, force: true });
     throw err;

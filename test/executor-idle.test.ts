@@ -281,25 +281,26 @@ test("the server's end: the executor the connection starts with may end before i
     return { conn, written, send: (type: number, id: number, payload?: string) => fromExecutor.write(encodeFrame(type, id, payload === undefined ? undefined : Buffer.from(payload))) };
   };
   const wakes = (written: Buffer[]) => Buffer.concat(written).filter((b) => b === WAKE).length;
+  /** A connection whose first executor ends (GONE) before it answers its first PING, which fails. */
+  const endedFirst = async (startExits: number) => {
+    const opened = open(startExits);
+    const ping = opened.conn.ping(5000);
+    await tick();
+    opened.send(F.GONE, 0, "1430");
+    await t.throwsAsync(ping);
+    return opened;
+  };
 
   // Not allowed: a violation.
   {
-    const { conn, send } = open(0);
-    const ping = conn.ping(5000);
-    await tick();
-    send(F.GONE, 0, "1430");
-    await t.throwsAsync(ping);
+    const { conn } = await endedFirst(0);
     t.false(conn.alive);
     t.regex(conn.violation ?? "", /exited as it started/);
   }
   // Allowed once: the call fails, the connection stays; the next call wakes another (WAKE, its
   // PING with id 2, then the call's own with id 3).
   {
-    const { conn, written, send } = open(1);
-    const ping = conn.ping(5000);
-    await tick();
-    send(F.GONE, 0, "1430");
-    await t.throwsAsync(ping);
+    const { conn, written, send } = await endedFirst(1);
     t.true(conn.alive);
     t.is(conn.violation, undefined);
     const next = conn.ping(5000);
@@ -313,11 +314,7 @@ test("the server's end: the executor the connection starts with may end before i
   }
   // Allowed once, ending again while woken: a violation.
   {
-    const { conn, send } = open(1);
-    const ping = conn.ping(5000);
-    await tick();
-    send(F.GONE, 0, "1430");
-    await t.throwsAsync(ping);
+    const { conn, send } = await endedFirst(1);
     const next = conn.ping(5000);
     await tick();
     send(F.GONE, 0, "1430");
