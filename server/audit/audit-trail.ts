@@ -25,6 +25,7 @@ import { Code, ConnectError, type ContextValues, createContextKey, type Intercep
 import { createAsyncIterable } from "@connectrpc/connect/protocol";
 import { ErrorDetailSchema, ErrorReason } from "../../gen/agentworkspace/v1/errors_pb.js";
 import { PRINCIPAL, type Principal } from "../auth/principal.ts";
+import { AFTER_ANSWER } from "../direct/common.ts";
 import { DomainError } from "../../core/errors.ts";
 import { toWorkspacePath } from "../../providers/executor/jail.ts";
 import { toConnectError } from "../interceptors/error-interceptor.ts";
@@ -174,6 +175,8 @@ export class AuditTrail {
   readonly #tracer: Tracer;
   readonly #store: StoreSpanProcessor;
   readonly #propagator = new W3CTraceContextPropagator();
+  /** Spans of answered calls that end once the answer is written. */
+  readonly #endsLater = new Set<() => void>();
 
   constructor(options: AuditTrailOptions) {
     this.#o = options;
@@ -245,7 +248,7 @@ export class AuditTrail {
       throw call.failed(err, req.contextValues.get(PRINCIPAL));
     }
     if (!res.stream) {
-      call.finished(res.message, req.contextValues.get(PRINCIPAL));
+      call.finished(res.message, req.contextValues.get(PRINCIPAL), req.contextValues.get(AFTER_ANSWER));
       return res;
     }
     return { ...res, message: call.observe((res as StreamResponse).message, req.contextValues.get(PRINCIPAL), req.signal) } as StreamResponse;
@@ -261,6 +264,25 @@ export class AuditTrail {
   startSpan(name: string, attrs: Attributes, header: Headers): Span {
     const parent = header.has("traceparent") ? this.#propagator.extract(ROOT_CONTEXT, header, HEADERS_GETTER) : ROOT_CONTEXT;
     return this.#tracer.startSpan(name, { kind: SpanKind.SERVER, attributes: attrs }, parent ?? otelContext.active());
+  }
+
+  /** A call's span that ends after its answer (AFTER_ANSWER): `flushed` and `close` end it first if it has not ended. */
+  endLater(end: () => void): void {
+    this.#endsLater.add(end);
+  }
+
+  /** Ends a span `endLater` took (once), logging what the end throws instead of throwing it. */
+  endNow(end: () => void): void {
+    if (!this.#endsLater.delete(end)) return;
+    try {
+      end();
+    } catch (err) {
+      this.#o.logger.error("a call's audit record could not be made", { error: String(err).slice(0, 300) });
+    }
+  }
+
+  #endAll(): void {
+    for (const end of [...this.#endsLater]) this.endNow(end);
   }
 
   get redactor(): Redactor {
@@ -330,11 +352,13 @@ export class AuditTrail {
 
   /** Resolves once every finished call's record is in the database (a query then sees them all). */
   flushed(): Promise<void> {
+    this.#endAll();
     return this.#store.flushed();
   }
 
   /** Ends the pipeline: pending records written, the exporter flushed (bounded in time). */
   async close(): Promise<void> {
+    this.#endAll();
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.#provider.shutdown().catch(() => undefined), new Promise((r) => (timer = setTimeout(r, 5000)))]);
     clearTimeout(timer);
@@ -447,8 +471,11 @@ class AuditCall {
     this.#trail.hub.publish({ time: new Date(), workspaceId: r.workspaceId, sessionId: r.sessionId, payload: { case: "toolCallStarted", value: r } });
   }
 
-  /** A unary call's response arrived. */
-  finished(response: unknown, principal: Principal | undefined): void {
+  /**
+   * A unary call's response arrived. Its span ends now, or, given `afterAnswer` (a direct path's
+   * AFTER_ANSWER), once the answer is written: the record's duration then covers the write too.
+   */
+  finished(response: unknown, principal: Principal | undefined, afterAnswer?: (() => void)[]): void {
     try {
       // A tool's response goes into the result summary; an administrative one into the facts.
       const into = this.#tool !== "" ? this.#result : this.#facts;
@@ -456,7 +483,13 @@ class AuditCall {
     } catch {
       // As for requests: a summary never fails a call.
     }
-    this.#end(undefined, principal);
+    if (afterAnswer === undefined) {
+      this.#end(undefined, principal);
+      return;
+    }
+    const end = () => this.#end(undefined, principal);
+    this.#trail.endLater(end);
+    afterAnswer.push(() => this.#trail.endNow(end));
   }
 
   /** The call failed; returns the error to throw (with its detail, as the client will see it). */

@@ -5,7 +5,7 @@
 import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
 import type { Http2ServerRequest } from "node:http2";
 import type { Readable } from "node:stream";
-import { Code, ConnectError, createContextValues, createHandlerContext, type HandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey, createContextValues, createHandlerContext, type HandlerContext, type Interceptor, type MethodImplSpec } from "@connectrpc/connect";
 import type { JsonReadOptions, JsonWriteOptions } from "@bufbuild/protobuf";
 import { messageTooLarge } from "../refused-bodies.ts";
 import type { Exchange } from "./exchange.ts";
@@ -23,6 +23,17 @@ export interface DirectOptions {
   /** Gives every error an ErrorDetail, as the error interceptor does for handler errors. */
   withDetail: (error: ConnectError) => ConnectError;
 }
+
+/**
+ * Work a unary call leaves until its answer is written (the audit trail's span, record and live
+ * event): a direct path sets this to a list in the call's context values and runs the list once
+ * the answer went to the socket, or once the call ended without one (the client went away). The
+ * caller then has its answer while the server finishes the call's bookkeeping. Where it is unset
+ * (connect-node's own handlers) that work runs before the answer, as it always did. What goes in
+ * must not throw, and must not be needed before it runs by anything but its own owner (the audit
+ * trail ends what is left itself before a query: AuditTrail.flushed).
+ */
+export const AFTER_ANSWER = createContextKey<(() => void)[] | undefined>(undefined, { description: "work to run once the answer is written" });
 
 /** The reason a finished call's context is aborted with: one shared value, no stack captured per call. */
 export const CALL_ENDED = new ConnectError("the call ended", Code.Canceled);
@@ -59,6 +70,15 @@ export function directContext(
   return { context, settle: () => (settled = true) };
 }
 
+/**
+ * Runs what calls left for after their answers. In the check phase of the loop: an HTTP/1.1 answer
+ * is on the socket by then, and an HTTP/2 one too (nghttp2's frames go out from a native
+ * immediate, which runs before the JavaScript ones).
+ */
+function runAll(work: (() => void)[]): void {
+  for (const run of work) run();
+}
+
 /** Unary calls in flight by the shutdown signal they end with: one listener on that signal, not one per call. */
 const inFlight = new WeakMap<AbortSignal, Set<AbortController>>();
 
@@ -84,7 +104,8 @@ function callsEndingWith(shutdown: AbortSignal): Set<AbortController> {
  * listener the call's layers had added (the tool's, the provider's, the executor connection's),
  * and dispatching it was a measurable part of a no-op call's CPU; a unary handler has nothing
  * left running once it returned, so its listeners go with the signal. Streams keep
- * `directContext`, whose end aborts what is still producing.
+ * `directContext`, whose end aborts what is still producing. `answered()` runs what the call left
+ * for after its answer (AFTER_ANSWER).
  */
 export function unaryContext(
   req: { url?: string; headers: IncomingHttpHeaders },
@@ -92,7 +113,7 @@ export function unaryContext(
   spec: MethodImplSpec,
   call: { protocolName: string; timeoutMs: number | undefined; contentType: string },
   options: DirectOptions,
-): { context: HandlerContext; settle(): void; finish(): void } {
+): { context: HandlerContext; settle(): void; finish(): void; answered(): void } {
   const controller = new AbortController();
   const calls = callsEndingWith(options.shutdownSignal);
   let settled = false;
@@ -121,8 +142,13 @@ export function unaryContext(
     responseTrailer: new CallHeaders(),
     values: createContextValues(),
   };
+  const afterAnswer: (() => void)[] = [];
+  context.values.set(AFTER_ANSWER, afterAnswer);
   return {
     context,
+    answered: () => {
+      if (afterAnswer.length > 0) setImmediate(runAll, afterAnswer.splice(0));
+    },
     settle: () => (settled = true),
     finish: () => {
       settled = true;

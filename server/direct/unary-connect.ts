@@ -38,7 +38,7 @@ export async function serveUnaryConnect(ex: Exchange, spec: UnarySpec, options: 
   const binary = parseContentType(ex.headers["content-type"] ?? null)?.binary === true;
   const timeoutHeader = ex.headers["connect-timeout-ms"];
   const timeout = parseTimeout(typeof timeoutHeader === "string" ? timeoutHeader : null, options.maxTimeoutMs);
-  const { context, settle, finish } = unaryContext(ex, ex.closing, spec, { protocolName: "connect", timeoutMs: timeout.timeoutMs, contentType: binary ? contentTypeUnaryProto : contentTypeUnaryJson }, options);
+  const { context, settle, finish, answered } = unaryContext(ex, ex.closing, spec, { protocolName: "connect", timeoutMs: timeout.timeoutMs, contentType: binary ? contentTypeUnaryProto : contentTypeUnaryJson }, options);
   let status = 200;
   let chunks: Uint8Array[];
   try {
@@ -71,10 +71,14 @@ export async function serveUnaryConnect(ex: Exchange, spec: UnarySpec, options: 
   } finally {
     finish();
   }
-  if (ex.done) return;
-  settle();
-  const header = headerBlock(context.responseHeader);
-  context.responseTrailer.forEach((value, key) => (header[`trailer-${key}`] = value));
-  header["content-length"] = String(chunks.reduce((n, c) => n + c.byteLength, 0));
-  ex.answer(status, header, chunks);
+  try {
+    if (ex.done) return;
+    settle();
+    const header = headerBlock(context.responseHeader);
+    context.responseTrailer.forEach((value, key) => (header[`trailer-${key}`] = value));
+    header["content-length"] = String(chunks.reduce((n, c) => n + c.byteLength, 0));
+    ex.answer(status, header, chunks);
+  } finally {
+    answered();
+  }
 }

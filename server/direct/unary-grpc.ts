@@ -36,7 +36,7 @@ export function acceptsUnaryGrpc(method: string | undefined, headers: IncomingHt
 export async function serveUnaryGrpc(ex: Exchange, spec: MethodImplSpec & { kind: "unary" }, options: DirectOptions): Promise<void> {
   const contentType = String(ex.headers["content-type"]);
   const timeout = parseTimeout(typeof ex.headers["grpc-timeout"] === "string" ? ex.headers["grpc-timeout"] : null, options.maxTimeoutMs);
-  const { context, settle, finish } = unaryContext(ex, ex.closing, spec, { protocolName: "grpc", timeoutMs: timeout.timeoutMs, contentType }, options);
+  const { context, settle, finish, answered } = unaryContext(ex, ex.closing, spec, { protocolName: "grpc", timeoutMs: timeout.timeoutMs, contentType }, options);
   try {
     if (timeout.error) throw timeout.error;
     let input;
@@ -60,5 +60,6 @@ export async function serveUnaryGrpc(ex: Exchange, spec: MethodImplSpec & { kind
     ex.answer(200, headerBlock(context.responseHeader), [], headerBlock(status));
   } finally {
     finish();
+    answered();
   }
 }

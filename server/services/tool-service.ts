@@ -6,10 +6,11 @@
  */
 import type { PortExposures } from "../ports/exposures.ts";
 import { create } from "@bufbuild/protobuf";
-import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { type Timestamp, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   type BashRequest,
+  type FileInfo,
   type GrepRequest,
   type StreamBashRequest,
   type StreamGrepRequest,
@@ -52,6 +53,22 @@ const GIT_CHANGES: Record<Change, GitChange> = {
   type_changed: GitChange.TYPE_CHANGED,
   unmerged: GitChange.UNMERGED,
 };
+/**
+ * A listing's entry as a finished message: a listing has up to 10,000 of them, and `create`, which
+ * connect would otherwise run on each, copies every field again (`test/tool-service-messages.test.ts`
+ * holds these to what `create` makes).
+ */
+export function fileInfo(path: string, size: number, type: EntryType, mtimeMs: number | undefined): FileInfo {
+  const info: FileInfo = { $typeName: "agentworkspace.v1.FileInfo", path, size: BigInt(size), type: FILE_TYPES[type] };
+  if (mtimeMs !== undefined) info.modified = timestampOfMs(mtimeMs);
+  return info;
+}
+
+/** A Timestamp of a whole number of milliseconds (as `timestampFromMs`, without `create`). */
+export function timestampOfMs(ms: number): Timestamp {
+  const seconds = Math.floor(ms / 1000);
+  return { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
+}
 const diffSet = (d: GitDiffSet) => ({ ...d, totalBytes: BigInt(d.totalBytes) });
 const FILE_KINDS = { text: FileKind.TEXT, directory: FileKind.DIRECTORY, binary: FileKind.BINARY } as const;
 
@@ -199,7 +216,7 @@ export function createToolService(deps: ToolServiceDeps): ServiceImpl<typeof Too
     patchFile: unary(tools.patch.patchFile, (r) => ({ path: r.path, patches: r.patches.map((p) => ({ find: p.find, replace: p.replace })) }), same),
     deleteFile: unary(tools.delete.deleteFile, (r) => ({ path: r.path }), same),
     listFiles: unary(tools.list.listFiles, (r) => ({ path: r.path, pattern: r.pattern, namesOnly: r.namesOnly }), (r) => ({
-      files: r.files.map((f) => ({ path: f.path, size: BigInt(f.size), ...(r.namesOnly ? {} : { modified: timestampFromMs(Math.floor(f.mtimeMs)) }), type: FILE_TYPES[f.type] })),
+      files: r.files.map((f) => fileInfo(f.path, f.size, f.type, r.namesOnly ? undefined : Math.floor(f.mtimeMs))),
       truncated: r.truncated,
     })),
     glob: unary(tools.glob.glob, (r) => ({ pattern: r.pattern, path: r.path, limit: r.limit }), same),

@@ -36,7 +36,7 @@ export async function listFiles(ctx: ToolContext, input: ListInput): Promise<Lis
     const listed = await ws.fs.list(jailPath(input.path, "path", false), { namesOnly: input.namesOnly === true }).catch((err: unknown) => {
       throw hasReason(err, "NOT_A_DIRECTORY") ? new DomainError("NOT_A_DIRECTORY", err.message, { metadata: { ...err.metadata, field: "path" } }) : err;
     });
-    for (const e of listed.entries) files.push({ ...e, path: joinPath(listed.rel, e.name) });
+    for (const e of listed.entries) files.push({ name: e.name, type: e.type, size: e.size, mtimeMs: e.mtimeMs, path: joinPath(listed.rel, e.name) });
   } else {
     const base = await jailDirectory(ws, input.path, "path");
     for await (const e of walkMatches(ws, base, compileGlob(input.pattern))) {
