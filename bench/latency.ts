@@ -234,8 +234,8 @@ function partRows(provider: string, stats: Record<string, Summary>, baselineName
   ];
 }
 
-/** bare-grpc.ts in a child process, with a health client on its own connection and its CPU. */
-async function bareGrpcServer(): Promise<{ measure: Measure; cpuUs(): Promise<number>; close(): void }> {
+/** bare-grpc.ts in a child process: its port, and its CPU time so far. */
+export async function startBareHttp2(): Promise<{ port: number; cpuUs(): Promise<number>; close(): void }> {
   const child: ChildProcess = spawn(process.execPath, ["--max-semi-space-size=16", path.join(path.dirname(fileURLToPath(import.meta.url)), "bare-grpc.ts")], { stdio: ["pipe", "pipe", "inherit"] });
   const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
   const next = async () => {
@@ -244,7 +244,21 @@ async function bareGrpcServer(): Promise<{ measure: Measure; cpuUs(): Promise<nu
     return JSON.parse(line.value) as Record<string, number>;
   };
   const { port } = await next();
-  const health = createClient(Health, createGrpcTransport({ baseUrl: `http://127.0.0.1:${port}` }));
+  return {
+    port,
+    async cpuUs() {
+      child.stdin!.write("\n");
+      const { user, system } = await next();
+      return user + system;
+    },
+    close: () => child.kill(),
+  };
+}
+
+/** bare-grpc.ts in a child process, with a health client on its own connection and its CPU. */
+async function bareGrpcServer(): Promise<{ measure: Measure; cpuUs(): Promise<number>; close(): void }> {
+  const bare = await startBareHttp2();
+  const health = createClient(Health, createGrpcTransport({ baseUrl: `http://127.0.0.1:${bare.port}` }));
   return {
     measure: timed(
       () => health.check({ service: "" }),
@@ -252,12 +266,8 @@ async function bareGrpcServer(): Promise<{ measure: Measure; cpuUs(): Promise<nu
         if (r.status !== ServingStatus.SERVING) throw new Error(`bare Health/Check: status ${r.status}`);
       },
     ),
-    async cpuUs() {
-      child.stdin!.write("\n");
-      const { user, system } = await next();
-      return user + system;
-    },
-    close: () => child.kill(),
+    cpuUs: () => bare.cpuUs(),
+    close: () => bare.close(),
   };
 }
 

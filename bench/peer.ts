@@ -11,6 +11,13 @@
  * - list a 200-entry directory: ListFiles (which returns sizes and mtimes) vs
  *   `list_directory_with_sizes`, and ListFiles with `names_only` vs `list_directory`.
  * Goal: ours at most 1.0× the peer at p50.
+ *
+ * First, for information, each side's floor: a no-op round trip on its transport, interleaved the
+ * same way: the peer's MCP `ping` over its stdio, against a bare `node:http2` server in a child
+ * process (bare-grpc.ts: nothing decoded or checked) called by the lean client, and our own health
+ * check. Each operation then gets an information row of what it costs beyond its side's floor
+ * (ours through the lean client less the bare server's round trip, against the peer's call less its
+ * ping): the part of the call that is the server's work rather than the transport's.
  */
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -22,6 +29,7 @@ import type { Row } from "./report.ts";
 import { round, roundSummary, summarize, type Summary } from "./stats.ts";
 import { textOfSize } from "./tree.ts";
 import { LeanUnary } from "./lean-client.ts";
+import { startBareHttp2 } from "./latency.ts";
 
 /** Options of section (e). */
 export interface PeerOptions {
@@ -40,6 +48,10 @@ const EDITABLE = `${SMALL.slice(0, 2048)}\n${MARKERS[0]}\n${SMALL.slice(2048)}`;
 const LIST_ENTRIES = 200;
 /** Ours again, through a lean Connect JSON client over HTTP/2 (lean-client.ts), interleaved. */
 const LEAN = "ours, Connect JSON/h2, lean client";
+/** The floors: a no-op round trip on each side's transport. */
+const FLOOR = "no-op round trip";
+const PING = "MCP ping";
+const BARE = "bare node:http2 server, lean client";
 
 /** A running peer server and its MCP client. */
 export interface Peer {
@@ -47,6 +59,8 @@ export interface Peer {
   tools: Set<string>;
   /** Calls one tool; an `isError` result throws. */
   call(name: string, args: Record<string, unknown>): Promise<void>;
+  /** MCP's `ping`: a round trip that does nothing. */
+  ping(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -74,6 +88,9 @@ export async function startPeer(allowedDir: string): Promise<Peer> {
     async call(name, args) {
       const r = await client.callTool({ name, arguments: args });
       if (r.isError) throw new Error(`peer ${name}: ${JSON.stringify(r.content)}`);
+    },
+    async ping() {
+      await client.ping();
     },
     close: () => client.close(),
   };
@@ -104,6 +121,8 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
   const ws = created.workspace;
   let peer: Peer | undefined;
   let lean: LeanUnary | undefined;
+  let bare: Awaited<ReturnType<typeof startBareHttp2>> | undefined;
+  let bareLean: LeanUnary | undefined;
   try {
     const tools = ctx.clients.grpc.tools;
     const workspaceId = ws.id;
@@ -124,7 +143,15 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
     let edits = 0;
     const flip = () => [MARKERS[edits % 2], MARKERS[++edits % 2]] as const;
 
+    const b = (bare = await startBareHttp2());
+    const bl = (bareLean = await LeanUnary.connect(`http://127.0.0.1:${b.port}`));
     const operations: Record<string, Record<string, Measure>> = {
+      [FLOOR]: {
+        ours: timed(() => ctx.clients.grpc.health.check({})),
+        [PING]: timed(() => p.ping()),
+        [BARE]: timed(() => bl.call("/grpc.health.v1.Health/Check", "{}")),
+        [LEAN]: timed(() => l.call("/grpc.health.v1.Health/Check", "{}")),
+      },
       "read 4 KiB": {
         ours: timed(
           () => tools.readFile({ workspaceId, path: "read.txt" }),
@@ -211,15 +238,32 @@ export async function benchPeer(ctx: BenchContext, options: PeerOptions): Promis
       const stats = Object.fromEntries(Object.entries(samples).map(([name, v]) => [name, summarize(v)]));
       // The first peer series is the comparison held to the goal; any other is a p50 for information.
       const [peerTool, ...others] = Object.keys(series).filter((n) => n !== "ours" && n !== LEAN);
-      rows.push(...rowsFor(label, peerTool, stats.ours, stats[peerTool], { note: `our server's CPU ${cpuPerCallMs.toFixed(2)} ms/call` }));
-      for (const other of others) rows.push(rowsFor(label, other, stats.ours, stats[other], { info: true })[0]);
-      rows.push(rowsFor(`${label} (${LEAN})`, peerTool, stats[LEAN], stats[peerTool], { info: true })[0]);
+      const floor = label === FLOOR;
+      if (floor) {
+        rows.push(
+          rowsFor(`${FLOOR}: our health check`, PING, stats.ours, stats[PING], { info: true, note: `peer: ${PEER_PACKAGE} ${p.version} over stdio (MCP SDK client); ours: gRPC, one HTTP/2 connection` })[0],
+          rowsFor(`${FLOOR}: ${BARE}`, PING, stats[BARE], stats[PING], { info: true, note: "the least an HTTP/2 round trip costs here, against the peer's stdio" })[0],
+        );
+      } else {
+        rows.push(...rowsFor(label, peerTool, stats.ours, stats[peerTool], { note: `our server's CPU ${cpuPerCallMs.toFixed(2)} ms/call` }));
+        for (const other of others) rows.push(rowsFor(label, other, stats.ours, stats[other], { info: true })[0]);
+      }
+      rows.push(rowsFor(`${floor ? `${FLOOR}: our health check` : label} (${LEAN})`, peerTool, stats[LEAN], stats[peerTool], { info: true })[0]);
       data[label] = { serverCpuMsPerCall: round(cpuPerCallMs), ...Object.fromEntries(Object.entries(stats).map(([name, s]) => [name, roundSummary(s)])) };
+      if (!floor) {
+        // Beyond each side's floor: the lean call less the bare server's round trip, the peer's call less its ping.
+        const f = data[FLOOR] as Record<string, Summary>;
+        const ours = stats[LEAN].p50 - f[BARE].p50;
+        const theirs = stats[peerTool].p50 - f[PING].p50;
+        rows.push({ section: "e peer", unit: "ms", metric: `${label} beyond each transport's floor (${LEAN} − ${BARE}), vs ${peerTool} − ${PING}`, server: ours, baseline: theirs, ratio: ours / theirs, goal: "" });
+        data[label].beyondFloorMs = { ours: round(ours), peer: round(theirs) };
+      }
     }
-    rows[0].note = `${rows[0].note}; peer: ${PEER_PACKAGE} ${p.version} over stdio (MCP SDK client); ours: gRPC, one HTTP/2 connection`;
     return { rows, data: { peer: `${PEER_PACKAGE}@${p.version}`, iterations: options.iterations, warmup: options.warmup, stats: data }, skipped: [] };
   } finally {
     lean?.close();
+    bareLean?.close();
+    bare?.close();
     await peer?.close().catch(() => undefined);
     await ws.delete();
   }
