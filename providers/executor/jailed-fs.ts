@@ -264,7 +264,10 @@ export class JailedFs {
           max_bytes: String(maxBytes),
         });
       }
-      // Read to EOF (the file may grow between fstat and read), never past maxBytes + 1.
+      // Read to EOF (the file may grow between fstat and read), never past maxBytes + 1. The first
+      // read asks for one byte more than fstat's size: when it brings exactly that size, the file
+      // ended there and no second read is needed (a filesystem that reads short mid-file brings
+      // less, and the loop goes on).
       const chunks: Buffer[] = [];
       let total = 0;
       let want = Math.min(st.size + 1, maxBytes + 1);
@@ -277,6 +280,7 @@ export class JailedFs {
         if (total > maxBytes) {
           throw new Fault("FILE_TOO_LARGE", `'${displayPath(rel)}' is more than the ${maxBytes} bytes this tool reads`, { path: rel, max_bytes: String(maxBytes) });
         }
+        if (chunks.length === 1 && n === st.size && n < buf.length) break;
         want = 64 * 1024;
       }
       return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, total);
