@@ -47,20 +47,27 @@ trap "" TERM
 echo "$t0 $$ $p1 $p2 $p3" > ${file}.tmp && mv ${file}.tmp ${file}
 wait`;
 
-/** The watcher: prints "start-µs sleeps-gone-µs rest-gone-µs [survivor pids…]" ("-" for never). */
-const watcher = (file: string) => `alive() { local a b s; { read -r a b s _ < /proc/$1/stat; } 2>/dev/null || return 1; [ "$s" != Z ]; }
+/**
+ * The watcher: prints "start-µs sleeps-gone-µs rest-gone-µs [survivor pids…]" ("-" for never). A
+ * process is the one it watches only while its start time (field 22 of /proc/<pid>/stat) is the one
+ * read first: the watcher's own `sleep`s come and go by the thousand, and a freed pid can be handed
+ * out again, so a pid alone could make a later process count as a survivor.
+ */
+const watcher = (file: string) => `started() { local f; { read -r -a f < /proc/$1/stat; } 2>/dev/null && echo "\${f[21]}"; }
+alive() { local f; { read -r -a f < /proc/$1/stat; } 2>/dev/null || return 1; [ "\${f[2]}" != Z ] && [ "\${f[21]}" = "$2" ]; }
 until [ -s ${file} ]; do sleep 0.005; done
 read -r t0 main p1 p2 p3 < ${file}
+s0=$(started $main) s1=$(started $p1) s2=$(started $p2) s3=$(started $p3)
 limit=$(( t0 + ${(TIMEOUT_MS + GRACE_MS + WATCH_AFTER_MS) * 1000} ))
 term= kill=
 while :; do
   t=\${EPOCHREALTIME/[.,]/}
-  [ -z "$term" ] && ! alive $p1 && ! alive $p2 && term=$t
-  [ -z "$kill" ] && ! alive $p3 && ! alive $main && kill=$t
+  [ -z "$term" ] && ! alive $p1 "$s1" && ! alive $p2 "$s2" && term=$t
+  [ -z "$kill" ] && ! alive $p3 "$s3" && ! alive $main "$s0" && kill=$t
   { [ -n "$term" ] && [ -n "$kill" ]; } || [ "$t" -gt "$limit" ] && break
   sleep 0.005
 done
-left=; for p in $main $p1 $p2 $p3; do alive $p && left="$left $p"; done
+left=; alive $main "$s0" && left="$left $main"; alive $p1 "$s1" && left="$left $p1"; alive $p2 "$s2" && left="$left $p2"; alive $p3 "$s3" && left="$left $p3"
 echo "$t0 \${term:--} \${kill:--}$left"`;
 
 interface KillRun {
