@@ -51,10 +51,11 @@ wait`;
  * The watcher: prints "start-µs sleeps-gone-µs rest-gone-µs [survivor pids…]" ("-" for never). A
  * process is the one it watches only while its start time (field 22 of /proc/<pid>/stat) is the one
  * read first: the watcher's own `sleep`s come and go by the thousand, and a freed pid can be handed
- * out again, so a pid alone could make a later process count as a survivor.
+ * out again, so a pid alone could make a later process count as a survivor. A process whose start
+ * time could not be read is watched by its pid alone, so a failed first read never hides a survivor.
  */
 const watcher = (file: string) => `started() { local f; { read -r -a f < /proc/$1/stat; } 2>/dev/null && echo "\${f[21]}"; }
-alive() { local f; { read -r -a f < /proc/$1/stat; } 2>/dev/null || return 1; [ "\${f[2]}" != Z ] && [ "\${f[21]}" = "$2" ]; }
+alive() { local f; { read -r -a f < /proc/$1/stat; } 2>/dev/null || return 1; [ "\${f[2]}" != Z ] && { [ -z "$2" ] || [ "\${f[21]}" = "$2" ]; }; }
 until [ -s ${file} ]; do sleep 0.005; done
 read -r t0 main p1 p2 p3 < ${file}
 s0=$(started $main) s1=$(started $p1) s2=$(started $p2) s3=$(started $p3)
