@@ -5,7 +5,8 @@
  * JSON client over HTTP/2 (lean-client.ts, the way issue 29 measured calls). For each tool the N
  * calls are split into B blocks that alternate between the two servers, so that load on the host
  * falls on both alike; it prints, per side, the median over the blocks of each block's p50 and of
- * its server CPU per call, and in how many blocks B was the faster and the cheaper. bench/ab-cpu.ts
+ * its server CPU per call, and in how many blocks B was the faster and the cheaper; besides, the CPU
+ * of the server's helper processes (the local executors and launchers, tree-cpu.ts). bench/ab-cpu.ts
  * is the same comparison through connect-node's client, in rounds.
  */
 import { mkdtemp, rm } from "node:fs/promises";
@@ -13,6 +14,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { LeanUnary } from "./lean-client.ts";
+import { descendantsCpuUs } from "./tree-cpu.ts";
 import { textOfSize } from "./tree.ts";
 
 const { values } = parseArgs({ options: { a: { type: "string" }, b: { type: "string" }, calls: { type: "string", default: "6000" }, blocks: { type: "string", default: "20" }, tools: { type: "string", default: "health,read,names,bash" } } });
@@ -28,6 +30,8 @@ interface Side {
   name: string;
   ops: Record<Tool, () => Promise<unknown>>;
   cpuUs(): Promise<number>;
+  /** CPU of the server's live helper processes (executors, launchers; tree-cpu.ts). */
+  helpersUs(): number;
   stop(): Promise<void>;
 }
 
@@ -54,6 +58,7 @@ async function side(name: string, dir: string): Promise<Side> {
       const s = await server.stats();
       return s.cpuUserUs + s.cpuSystemUs;
     },
+    helpersUs: () => descendantsCpuUs(server.pid),
     async stop() {
       lean.close();
       await clients.grpc.workspaces.deleteWorkspace({ id: workspaceId });
@@ -70,10 +75,13 @@ for (const t of tools) {
   for (const s of sides) for (let i = 0; i < 200; i++) await s.ops[t]();
   const p50s = sides.map(() => [] as number[]);
   const cpus = sides.map(() => [] as number[]);
+  /** The helpers' CPU over all blocks (their clock ticks are 10 ms: summed, not per block). */
+  const helpers = sides.map(() => 0);
   for (let block = 0; block < blocks; block++) {
     for (const i of block % 2 === 0 ? [0, 1] : [1, 0]) {
       const s = sides[i];
       const before = await s.cpuUs();
+      const helpersBefore = s.helpersUs();
       const times: number[] = [];
       for (let n = 0; n < perBlock; n++) {
         const t0 = performance.now();
@@ -81,10 +89,15 @@ for (const t of tools) {
         times.push(performance.now() - t0);
       }
       cpus[i].push(((await s.cpuUs()) - before) / 1000 / perBlock);
+      helpers[i] += s.helpersUs() - helpersBefore;
       p50s[i].push(median(times));
     }
   }
-  sides.forEach((s, i) => console.log(`${t} ${s.name}: p50 ${median(p50s[i]).toFixed(3)} ms, server CPU ${median(cpus[i]).toFixed(3)} ms per call (medians of ${blocks} blocks of ${perBlock} calls)`));
+  sides.forEach((s, i) =>
+    console.log(
+      `${t} ${s.name}: p50 ${median(p50s[i]).toFixed(3)} ms, server CPU ${median(cpus[i]).toFixed(3)} ms per call (medians of ${blocks} blocks of ${perBlock} calls); its helper processes ${(helpers[i] / 1000 / (blocks * perBlock)).toFixed(3)} ms per call more (over all blocks)`,
+    ),
+  );
   const faster = p50s[1].filter((x, b) => x < p50s[0][b]).length;
   const cheaper = cpus[1].filter((x, b) => x < cpus[0][b]).length;
   console.log(`${t}: B faster in ${faster} of ${blocks} blocks, cheaper in ${cheaper}`);

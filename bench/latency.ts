@@ -28,6 +28,7 @@ import { mkdir } from "node:fs/promises";
 import { HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { createLocalProvider } from "../providers/local.ts";
 import { LeanUnary } from "./lean-client.ts";
+import { descendantsCpuUs } from "./tree-cpu.ts";
 import type { WorkspaceHandle } from "../providers/types.ts";
 import path from "node:path";
 import { createClients, startServerProcess, type Clients, type ServerProcess } from "./server-process.ts";
@@ -132,7 +133,14 @@ function dockerExecTrue(container: Docker.Container): Measure {
   );
 }
 
-function rowsFor(provider: string, baselineName: string, stats: Record<string, Summary>, cpuPerCallMs: Record<string, number>, systemPerCallMs: Record<string, number>): Row[] {
+function rowsFor(
+  provider: string,
+  baselineName: string,
+  stats: Record<string, Summary>,
+  cpuPerCallMs: Record<string, number>,
+  systemPerCallMs: Record<string, number>,
+  helpersPerCallMs: Record<string, number>,
+): Row[] {
   const base = stats[baselineName];
   const rows: Row[] = [];
   for (const transport of ["grpc", "connect"]) {
@@ -172,6 +180,20 @@ function rowsFor(provider: string, baselineName: string, stats: Record<string, S
       pass: local ? cpuPerCallMs[transport] <= CPU_GOAL_MS : undefined,
       note: `the server process alone (user + system), ${CPU_CALLS} calls in a row; of it in the kernel (system time) ${systemPerCallMs[transport].toFixed(2)} ms`,
     });
+    if (local) {
+      const helpers = helpersPerCallMs[transport];
+      rows.push({
+        section: "a latency",
+        metric: `Bash no-op CPU per call, the server with its helper processes, ${label} (${provider})`,
+        server: cpuPerCallMs[transport] + helpers,
+        baseline: Number.NaN,
+        unit: "ms",
+        ratio: Number.NaN,
+        goal: "",
+        pass: undefined,
+        note: `the same calls: the server ${cpuPerCallMs[transport].toFixed(2)} ms, its executors and workspace launchers ${helpers.toFixed(2)} ms (their own time, from /proc; a command's own is not counted)`,
+      });
+    }
   }
   return rows;
 }
@@ -213,7 +235,7 @@ function partRows(provider: string, stats: Record<string, Summary>, baselineName
     },
     {
       section: "a latency",
-      metric: `Bash no-op, its parts (${provider}): the sandbox's part p50 (executor + launcher + bash, no RPC)`,
+      metric: `Bash no-op, its parts (${provider}): the sandbox's part p50 (launcher + bash, no RPC)`,
       server: sandbox,
       baseline: base,
       unit: "ms",
@@ -346,10 +368,14 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
       const cpuPerCallMs: Record<string, number> = {};
       /** The kernel's share of it (system time), per call. */
       const systemPerCallMs: Record<string, number> = {};
+      /** The server's helper processes' CPU (executors, launchers; tree-cpu.ts), per call. */
+      const helpersPerCallMs: Record<string, number> = {};
       for (const transport of ["grpc", "connect", ...(series[NOOP_RPC] ? [NOOP_RPC] : [])]) {
         const before = await ctx.server.stats();
+        const helpersBefore = descendantsCpuUs(ctx.server.pid);
         for (let i = 0; i < CPU_CALLS; i++) await series[transport]();
         const after = await ctx.server.stats();
+        helpersPerCallMs[transport] = (descendantsCpuUs(ctx.server.pid) - helpersBefore) / 1000 / CPU_CALLS;
         cpuPerCallMs[transport] = serverCpuMs(before, after) / CPU_CALLS;
         systemPerCallMs[transport] = (after.cpuSystemUs - before.cpuSystemUs) / 1000 / CPU_CALLS;
       }
@@ -368,7 +394,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
         stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, roundSummary(s)])),
       };
       if (baselineName) {
-        rows.push(...rowsFor(provider, baselineName, stats, cpuPerCallMs, systemPerCallMs));
+        rows.push(...rowsFor(provider, baselineName, stats, cpuPerCallMs, systemPerCallMs, helpersPerCallMs));
         if (stats[IN_BENCH_SPAWN]) rows.push(...inBenchRows(provider, stats));
         if (stats[SPAWN_MODE]) {
           rows.push({

@@ -27,6 +27,18 @@ export class LocalFs implements WorkspaceFs {
     this.#fs.jail.close();
   }
 
+  /**
+   * Opens the directory `rel` for a command to start in (the caller closes the descriptor): the
+   * one the jail resolved, whatever happens to its path afterwards. Checked against the server's
+   * own sensitive-file lists only, as the executor checks a command's directory.
+   */
+  openDirectory(rel: string): number {
+    this.#dirs ??= new JailedFs(this.#fs.jail, guardFor(undefined));
+    const dirs = this.#dirs;
+    return domain(() => dirs.openDirectory(rel));
+  }
+  #dirs: JailedFs | undefined;
+
   async resolve(rel: string): Promise<string> {
     return domain(() => this.#fs.resolve(rel));
   }

@@ -4,15 +4,16 @@
  * embedded default for development; it isolates paths (the jail) but not processes, so use a
  * container provider for untrusted agents.
  *
- * Commands are supervised by resident executor child processes (the same executor/ the container
- * providers run; one per CPU, each workspace always on the same one), not by the server itself, and
- * started by the workspace's launcher (executor/launcher.ts), a small process the executor keeps in
- * the workspace's cgroups: forking it is cheaper than forking Node, and keeps the fork and the process
- * supervision off the server's event loop.
+ * Commands are started by the workspace's launcher (executor/launcher.ts), a small process kept in
+ * the workspace's cgroups: forking it is cheaper than forking Node. A command with no stdin, no
+ * terminal, no process control and no stdout handed on is asked of the launcher and supervised by
+ * the server itself (local-commands.ts); the others by resident executor child processes (the same
+ * executor/ the container providers run; one per CPU, each workspace always on the same one),
+ * which keep a launcher of their own for the workspace, or spawn each command where there is no Perl.
  *
  * File operations run in the server process through the executor's jail (local-fs.ts), beneath a
  * descriptor of the workspace directory opened when the workspace is opened; commands start in a
- * directory the executor opened the same way. Commands run with the real directory as their
+ * directory opened the same way. Commands run with the real directory as their
  * working directory and $HOME; tool paths written as /workspace/... are mapped by the jail, but a
  * command that names "/workspace" literally only finds it on container providers.
  *
@@ -26,6 +27,7 @@ import { availableParallelism } from "node:os";
 import path from "node:path";
 import { rgPath } from "@vscode/ripgrep";
 import { LocalFs } from "./local-fs.ts";
+import { LocalCommands, type WorkspaceCommands } from "./local-commands.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import { type AddressInfo, createServer, Socket } from "node:net";
 import type { Duplex, Readable } from "node:stream";
@@ -158,6 +160,9 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
   // thread, so concurrent workspaces spread over all of them. Each workspace stays on one (by a
   // hash of its directory), which keeps its commands and its release on the same process.
   const pool = Array.from({ length: Math.max(1, Math.min(availableParallelism(), 8)) }, () => new LocalExecutor(log, build, options.launcher ?? "launcher"));
+  // Commands a launcher can run start from this process, through the workspace's launcher
+  // (local-commands.ts); the executors keep the rest (stdin, terminals, process control, handed-on stdout).
+  const commands = new LocalCommands(options.launcher ?? "launcher", log);
   const executorFor = (root: string) => pool[createHash("sha1").update(root).digest().readUInt32BE(0) % pool.length];
   // Per-workspace cgroups and rlimits: what this host allows (local-limits.ts), said once.
   const limiter = new LocalLimits(createHash("sha1").update(baseDir).digest("hex").slice(0, 12));
@@ -193,7 +198,7 @@ export function createLocalProvider(options: LocalProviderOptions): Provider {
       }
       const limits = await limiter.prepare(record.id, record.limits);
       const proxy = openOptions?.egress ? await hostProxyEndpoint(openOptions.egress) : undefined;
-      return openLocalWorkspace(record.id, root, rg, executorFor(root), openOptions?.fileRules, limits, proxy, () => limiter.remove(record.id), () => limiter.processes(record.id));
+      return openLocalWorkspace(record.id, root, rg, executorFor(root), commands, openOptions?.fileRules, limits, proxy, () => limiter.remove(record.id), () => limiter.processes(record.id));
     },
     async destroy(record: WorkspaceRecord): Promise<void> {
       opened.delete(record.id);
@@ -238,6 +243,7 @@ function openLocalWorkspace(
   root: string,
   rg: string,
   executor: LocalExecutor,
+  commands: LocalCommands,
   fileRules: FileRules | undefined,
   limits: WorkspaceLimits,
   proxy: { url: string; close(): void } | undefined,
@@ -248,6 +254,7 @@ function openLocalWorkspace(
   // so nothing keeps running in a directory that is about to disappear.
   const running = new Set<AbortController>();
   const fs = new LocalFs(root, fileRules);
+  const own: WorkspaceCommands = commands.workspace(root, (rel) => fs.openDirectory(rel), limits.prefix());
   return {
     id,
     fs,
@@ -284,7 +291,11 @@ function openLocalWorkspace(
         running.add(closing);
         try {
           const signal = closing.signal;
-          const events = spec.directStdout && !spec.control ? executor.execDirect(request, signal) : executor.connection().exec(request, signal, spec.control);
+          const events = commands.handles(spec)
+            ? own.run(request, signal)
+            : spec.directStdout && !spec.control
+              ? executor.execDirect(request, signal)
+              : executor.connection().exec(request, signal, spec.control);
           // `oomKilled` is set on the exit when the workspace's memory cgroup counted an OOM kill
           // while the command ran (the kernel may kill any process of the tree; bash then reports
           // 137 for it). Here, not in a generator of its own: each layer costs every event.
@@ -312,6 +323,7 @@ function openLocalWorkspace(
     },
     async close(): Promise<void> {
       for (const c of running) c.abort();
+      own.close();
       proxy?.close();
       fs.close();
       // The executor closes its descriptor of this root (the workspace may be deleted next).

@@ -1,8 +1,8 @@
 /**
  * The server as a user starts it: `npm start` (which execs `agent-workspace serve`) and the bin
  * itself, as real processes. SIGTERM stops them gracefully within a bounded time even while
- * clients hold connections and streams open; a bad setting stops the server at start with a
- * message naming the variable.
+ * clients hold connections and streams open; SIGKILL leaves no command it ran behind; a bad
+ * setting stops the server at start with a message naming the variable.
  */
 import { mkdtemp, rm } from "node:fs/promises";
 import http2 from "node:http2";
@@ -121,6 +121,26 @@ for (const [how, command, args] of [
     });
   }
 }
+
+test("SIGKILL to the server: the commands it was running do not outlive it (each workspace's launcher and each executor end theirs when the server's pipe closes)", async (t) => {
+  const dataDir = await mkdtemp(path.join(tmpdir(), "aw-cli-"));
+  const s = await startServerProcess({ dataDir, command: process.execPath, args: ["--liftoff-only", "bin/agent-workspace.js", "serve"] });
+  const { release, commandPid, unaryPid } = await holdConnections(s.url);
+  try {
+    // The unary call's command was started by the workspace's launcher for the server itself; the
+    // streamed one by an executor.
+    t.true(commandPid > 0 && alive(commandPid), "the held command runs");
+    t.true(unaryPid > 0 && alive(unaryPid), `the unary call's command runs (pid ${unaryPid})`);
+    process.kill(s.serverPid, "SIGKILL");
+    t.true(await waitDead([s.serverPid], STOP_WITHIN_MS));
+    t.true(await waitDead([commandPid, unaryPid], 5000), "a running command outlived the killed server");
+  } finally {
+    release();
+    for (const p of [commandPid, unaryPid]) if (p > 0 && alive(p)) process.kill(p, "SIGKILL");
+    for (const p of [s.child.pid as number, s.serverPid]) if (alive(p)) process.kill(p, "SIGKILL");
+    await rm(dataDir, { recursive: true, force: true });
+  }
+});
 
 test("a bad setting stops the server at start with a message naming the variable", async (t) => {
   const cases: Array<[Record<string, string>, string[], RegExp]> = [

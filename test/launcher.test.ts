@@ -205,3 +205,116 @@ test("launcher: a command's exit is reported even when no SIGCHLD reaches the la
     t.deepEqual(exited, [i % 4, null], `command ${i}`);
   }
 });
+
+/** A captured command's output and exit: what the launcher sent of each stream, and its exit. */
+async function captured(l: Launcher, argv: string[], keep: number, marker = "") {
+  const c = await l.launch({ argv, env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker, keep });
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  c.stdout.on("data", (d: Buffer) => out.push(d));
+  c.stderr.on("data", (d: Buffer) => err.push(d));
+  const exited = new Promise<[number | null, string | null]>((r) => c.once("exit", (code, sig) => r([code, sig])));
+  await Promise.all([new Promise((r) => c.stdout.once("end", r)), new Promise((r) => c.stderr.once("end", r))]);
+  return { child: c, exit: await exited, out: Buffer.concat(out), err: Buffer.concat(err) };
+}
+
+test("launcher, captured: at most `keep` bytes of each stream come back, every byte value intact, and all of it is counted", async (t) => {
+  t.not(perl, undefined);
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  // Every byte value, newlines and NULs among them, on both streams; 300 kB of stdout beyond it.
+  const all = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+  const script = `printf '${[...all].map((b) => `\\${b.toString(8).padStart(3, "0")}`).join("")}'; printf '${[...all].map((b) => `\\${b.toString(8).padStart(3, "0")}`).join("")}' >&2; head -c 300000 /dev/zero; exit 3`;
+  const r = await captured(l, ["bash", "-c", script], 1000);
+  t.deepEqual(r.exit, [3, null]);
+  t.is(r.out.length, 1000);
+  t.deepEqual(r.out.subarray(0, 256), all);
+  t.true(r.out.subarray(256).every((b) => b === 0));
+  t.deepEqual(r.err, all);
+  t.deepEqual(r.child.outputBytes, { stdout: 256 + 300000, stderr: 256 });
+  // keep 0: nothing sent, all counted.
+  const none = await captured(l, ["sh", "-c", "echo out; echo err >&2"], 0);
+  t.is(none.out.length + none.err.length, 0);
+  t.deepEqual(none.child.outputBytes, { stdout: 4, stderr: 4 });
+  // Many at once, each with its own output and status.
+  const many = await Promise.all(Array.from({ length: 40 }, (_, i) => captured(l, ["sh", "-c", `printf 'out%s' ${i}; printf 'err%s' ${i} >&2; exit ${i % 5}`], 64)));
+  many.forEach((m, i) => {
+    t.deepEqual(m.exit, [i % 5, null]);
+    t.is(m.out.toString(), `out${i}`);
+    t.is(m.err.toString(), `err${i}`);
+  });
+});
+
+test("launcher: a marker it makes itself is the command's fd 3, and /proc names it as the child says", async (t) => {
+  t.not(perl, undefined);
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  for (const keep of [100, undefined]) {
+    const c = await l.launch({ argv: ["sh", "-c", "readlink /proc/self/fd/3; env -i readlink /proc/self/fd/3"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "+", keep });
+    const out: Buffer[] = [];
+    c.stdout.on("data", (d: Buffer) => out.push(d));
+    await new Promise((r) => c.stdout.once("end", r));
+    t.regex(c.markerLink ?? "", /^pipe:\[\d+\]$/);
+    t.is(Buffer.concat(out).toString(), `${c.markerLink}\n${c.markerLink}\n`);
+  }
+});
+
+test("launcher, captured: output given up on (a process kept the pipe) stops being read, and the launcher goes on serving", async (t) => {
+  t.not(perl, undefined);
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  // Its pid, its launcher's pid, and its stdout pipe as /proc names it.
+  const c = await l.launch({ argv: ["sh", "-c", "echo $$ $PPID $(readlink /proc/$$/fd/1); (while :; do echo more; sleep 0.01; done) & exit 0"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "", keep: 1 << 20 });
+  let first = "";
+  await new Promise<void>((r) =>
+    c.stdout.on("data", (d: Buffer) => {
+      first += d.toString();
+      if (first.includes("more")) r();
+    }),
+  );
+  const [pid, launcher, pipe] = first.split("\n")[0].split(" ");
+  const held = () => readdirSync(`/proc/${launcher}/fd`).some((fd) => {
+    try {
+      return readlinkSync(`/proc/${launcher}/fd/${fd}`) === pipe;
+    } catch {
+      return false;
+    }
+  });
+  t.true(held(), "the launcher reads the command's stdout");
+  // The caller gives up on the streams: the launcher is told and closes its read ends.
+  c.stdout.destroy();
+  c.stderr.destroy();
+  for (let i = 0; i < 100 && held(); i++) await new Promise((r) => setTimeout(r, 20));
+  t.false(held(), "the launcher still holds the pipe given up on");
+  try {
+    process.kill(-Number(pid), "SIGKILL");
+  } catch {
+    // Gone.
+  }
+  const next = await captured(l, ["sh", "-c", "echo next"], 100);
+  t.is(next.out.toString(), "next\n");
+  t.deepEqual(next.exit, [0, null]);
+});
+
+test("launcher: when its stdin ends (its caller died), it kills the commands still running", async (t) => {
+  t.not(perl, undefined);
+  const { spawn } = await import("node:child_process");
+  const { alive, waitDead } = await import("./helpers/process.ts");
+  // A caller that dies without a word: the launcher's stdin ends, nothing else happens.
+  const caller = spawn(process.execPath, ["-e", `
+    const { Launcher, findPerl } = await import(${JSON.stringify(new URL("../providers/executor/launcher.ts", import.meta.url).href)});
+    const l = new Launcher(findPerl(), [], "/usr/bin:/bin", () => {});
+    for (const keep of [100, undefined]) {
+      const c = await l.launch({ argv: ["sleep", "300"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "", keep });
+      console.log(c.pid);
+    }
+  `], { stdio: ["ignore", "pipe", "inherit"] });
+  const pids: number[] = [];
+  await new Promise<void>((resolve) => caller.stdout.on("data", (d: Buffer) => {
+    pids.push(...d.toString().trim().split("\n").map(Number));
+    if (pids.length === 2) resolve();
+  }));
+  t.true(pids.every((p) => alive(p)));
+  caller.kill("SIGKILL");
+  t.true(await waitDead(pids, 5000), "a command outlived its launcher's caller");
+});

@@ -19,18 +19,31 @@
  * a fresh fork of it, and everything a command could change (environment, directory, umask,
  * limits, signal state, descriptors) is set from the request or is the launcher's unchanged own.
  *
+ * When its stdin ends (whoever started it is gone: the server or executor died without stopping
+ * its commands) it kills the process group of every command still running, then exits.
+ *
  * Exits are reaped in the launcher's main loop, never only in its SIGCHLD handler: Perl runs a
  * handler at its next safe point, so a signal that lands between that check and a blocking read()
  * would leave the exit unreported until the next request (a command hung as a zombie). The handler
  * only interrupts the read, and while commands run the loop also wakes every 50 ms to reap.
  *
+ * A command's output reaches its caller one of two ways. Through a slot: a pipe pair the launcher
+ * made ahead and whose read ends the caller opened through /proc before the command was asked
+ * for, so the caller reads the command's pipes itself (any amount, at its own pace). Or captured,
+ * for a caller that keeps only a head of each stream (a unary `Bash`): the launcher reads the
+ * command's pipes in its own loop, sends at most `keep` bytes of each, counts the rest, and says
+ * when both pipes ended. Opening, polling and closing two pipes in Node costs the caller more
+ * than the command's start itself; a captured command costs it three short messages.
+ *
  * Only outside a sandbox (the local provider): it needs a Perl (perl-base is on every Debian) and
- * commands that run as the executor's own user. Where either is missing the executor spawns as
- * before. Protocol, over the launcher's stdin and stdout:
- *   request  `<bytes>\n` then `r\0<id>\0<cwd>\0<marker>\0<env count>\0<NAME=value>…\0<argv>…`, or `c\0<id>`
- *            (close the read ends it still holds for command <id>: the executor opened its own; sent
- *            in front of the next request);
- *   answers  `s <id> <pid> <stdout fd> <stderr fd>` started, `f <id> <errno> <pid>` failed,
+ * commands that run as the caller's own user. Where either is missing commands are spawned.
+ * Protocol, over the launcher's stdin and stdout:
+ *   request  `<bytes>\n` then `r\0<id>\0<slot>\0<cwd>\0<marker>\0<env count>\0<NAME=value>…\0<argv>…`
+ *            (through a slot), `k\0<id>\0<keep>\0<cwd>\0…` (captured), or `c\0<id>` (stop reading
+ *            a captured command's pipes: its caller gave up on them);
+ *   answers  `p <slot> <stdout fd> <stderr fd>` a slot is ready, `s <id> <pid> [<marker link>]` started,
+ *            `f <id> <errno> <pid>` failed, `o <id> <1|2> <bytes>\n<raw bytes>` captured output
+ *            (stdout 1, stderr 2), `d <id> <stdout total> <stderr total>` both its pipes ended,
  *            `x <pid> <code> <signal>` a command exited.
  */
 import { type ChildProcess, spawn } from "node:child_process";
@@ -39,7 +52,7 @@ import { accessSync, closeSync, constants as fsConstants, openSync } from "node:
 import { Socket } from "node:net";
 import path from "node:path";
 import { constants as osConstants } from "node:os";
-import type { Readable } from "node:stream";
+import { Readable } from "node:stream";
 
 /** The launcher, as Perl (core modules only: POSIX, Errno). */
 const SCRIPT = String.raw`
@@ -47,8 +60,9 @@ use strict; use warnings; use POSIX (); use Errno ();
 binmode STDIN; binmode STDOUT;
 sub say_ { my $line = shift; my $off = 0; while ($off < length $line) { my $n = syswrite(STDOUT, $line, length($line) - $off, $off); if (!defined $n) { next if $!{EINTR}; POSIX::_exit(0) } $off += $n } }
 my $running = 0;
+my %kids;
 sub reap_ {
-  while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { $running--; my $st = $?; say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n") }
+  while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { $running--; delete $kids{$pid}; my $st = $?; say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n") }
 }
 $SIG{CHLD} = sub { };
 $SIG{PIPE} = 'DEFAULT';
@@ -61,19 +75,52 @@ sub slot_ {
   $slot{$s} = [$or, $ow, $er, $ew];
   say_("p $s " . fileno($or) . " " . fileno($er) . "\n");
 }
+my %cap;
+my %cmd;
+sub cap_ {
+  my $fd = shift;
+  my ($fh, $id, $st) = @{$cap{$fd}};
+  my $m = $cmd{$id};
+  my $n = sysread($fh, my $b, 65536);
+  if (!defined $n) { return if $!{EINTR} || $!{EAGAIN}; $n = 0 }
+  if ($n > 0) {
+    $m->[2 * $st] += $n;
+    my $room = $m->[0] - $m->[2 * $st - 1];
+    if ($room > 0) { my $part = $n <= $room ? $b : substr($b, 0, $room); $m->[2 * $st - 1] += length($part); say_("o $id $st " . length($part) . "\n" . $part) }
+    return;
+  }
+  close($fh); delete $cap{$fd};
+  if (--$m->[5] == 0) { delete $cmd{$id}; say_("d $id $m->[2] $m->[4]\n") }
+}
+sub drop_ {
+  my $id = shift;
+  return unless delete $cmd{$id};
+  for my $fd (keys %cap) { if ($cap{$fd}[1] == $id) { close($cap{$fd}[0]); delete $cap{$fd} } }
+}
 sub run_ {
-  my ($id, $s, $cwd, $marker, $nenv, @rest) = @_;
+  my ($keep, $id, $s, $cwd, $marker, $nenv, @rest) = @_;
   my @env = splice(@rest, 0, $nenv);
   my @argv = @rest;
-  my $pipes = delete $slot{$s};
-  if (!$pipes) { say_("f $id 9 0\n"); return }
-  my ($or, $ow, $er, $ew) = @$pipes;
-  close($or); close($er);
+  my ($or, $ow, $er, $ew, $mr, $mw);
+  my $mlink = '';
+  my $again = sub { close($_) for grep { defined } ($mr, $mw); if ($keep) { close($_) for grep { defined } ($or, $ow, $er, $ew) } else { slot_($s) } };
+  if ($marker eq '+') {
+    if (!pipe($mr, $mw)) { say_("f $id " . ($! + 0) . " 0\n"); $again->(); return }
+    $mlink = ' pipe:[' . (stat($mr))[1] . ']';
+  }
+  if ($keep) {
+    if (!pipe($or, $ow) || !pipe($er, $ew)) { say_("f $id " . ($! + 0) . " 0\n"); $again->(); return }
+  } else {
+    my $pipes = delete $slot{$s};
+    if (!$pipes) { say_("f $id 9 0\n"); return }
+    ($or, $ow, $er, $ew) = @$pipes;
+    close($or); close($er);
+  }
   my ($xr, $xw);
-  if (!pipe($xr, $xw)) { say_("f $id " . ($! + 0) . " 0\n"); slot_($s); return }
+  if (!pipe($xr, $xw)) { say_("f $id " . ($! + 0) . " 0\n"); $again->(); return }
   my $pid = fork();
-  if (!defined $pid) { say_("f $id " . ($! + 0) . " 0\n"); slot_($s); return }
-  $running++ if $pid > 0;
+  if (!defined $pid) { say_("f $id " . ($! + 0) . " 0\n"); $again->(); return }
+  if ($pid > 0) { $running++; $kids{$pid} = 1 }
   if ($pid == 0) {
     my $die = sub { my $e = ($! + 0) || 5; syswrite($xw, pack("N", $e)); POSIX::_exit(127) };
     $SIG{CHLD} = 'DEFAULT';
@@ -85,7 +132,8 @@ sub run_ {
     defined(POSIX::dup2(fileno($ow), 1)) or $die->();
     defined(POSIX::dup2(fileno($ew), 2)) or $die->();
     if ($marker ne '') {
-      open(my $m, '<', $marker) or $die->();
+      my $m = $mr;
+      if ($marker ne '+') { open($m, '<', $marker) or $die->() }
       if (fileno($m) == 3) { fcntl($m, POSIX::F_SETFD(), 0) or $die->() } else { defined(POSIX::dup2(fileno($m), 3)) or $die->() }
     }
     %ENV = ();
@@ -94,20 +142,26 @@ sub run_ {
     $die->();
   }
   close($ow); close($ew); close($xw);
+  close($mr), close($mw) if defined $mr;
   my $got = '';
   while (length($got) < 4) { my $n = sysread($xr, $got, 4 - length($got), length($got)); if (!defined $n) { next if $!{EINTR}; last } last if $n == 0 }
   close($xr);
-  if (length($got) == 4) { say_("f $id " . unpack("N", $got) . " $pid\n") } else { say_("s $id $pid\n") }
-  slot_($s);
+  if (length($got) == 4) { say_("f $id " . unpack("N", $got) . " $pid\n"); if ($keep) { close($or); close($er) } }
+  else {
+    say_("s $id $pid$mlink\n");
+    if ($keep) { $cap{fileno($or)} = [$or, $id, 1]; $cap{fileno($er)} = [$er, $id, 2]; $cmd{$id} = [$s, 0, 0, 0, 0, 2] }
+  }
+  slot_($s) unless $keep;
 }
 slot_($_) for 1 .. $SLOTS;
 my $buf = '';
 for (;;) {
   reap_();
-  if ($running > 0) {
-    my $rin = ''; vec($rin, fileno(STDIN), 1) = 1;
-    next if select(my $rout = $rin, undef, undef, 0.05) <= 0;
-  }
+  my $rin = ''; vec($rin, fileno(STDIN), 1) = 1; vec($rin, $_, 1) = 1 for keys %cap;
+  my $rout;
+  next if select($rout = $rin, undef, undef, $running > 0 ? 0.05 : undef) <= 0;
+  vec($rout, $_, 1) && cap_($_) for keys %cap;
+  next unless vec($rout, fileno(STDIN), 1);
   my $n = sysread(STDIN, $buf, 65536, length($buf));
   if (!defined $n) { next if $!{EINTR}; last }
   last if $n == 0;
@@ -119,9 +173,10 @@ for (;;) {
     my @f = split(/\0/, substr($buf, $nl + 1, $len), -1);
     substr($buf, 0, $nl + 1 + $len) = '';
     my $op = shift @f;
-    run_(@f) if $op eq 'r';
+    if ($op eq 'r') { run_(0, @f) } elsif ($op eq 'k') { run_(1, @f) } elsif ($op eq 'c') { drop_($f[0]) }
   }
 }
+kill('-KILL', $_) for keys %kids;
 POSIX::_exit(0);
 `;
 
@@ -171,8 +226,16 @@ export interface LaunchRequest {
   env: Record<string, string>;
   /** A path that opens the working directory (here `/proc/<pid>/fd/<n>`). */
   cwd: string;
-  /** A path the command opens as fd 3, or "" for none. */
+  /**
+   * A path the command opens as fd 3, "" for none, or "+": the launcher gives it the read end of a
+   * pipe of its own, and the child's `markerLink` says what /proc shows for it (`pipe:[<inode>]`).
+   */
   marker: string;
+  /**
+   * Captured: the launcher reads the command's output and sends at most this many bytes of each
+   * stream; the child's `outputBytes` then counts all of it. Otherwise the output comes through a slot.
+   */
+  keep?: number;
 }
 
 /**
@@ -183,6 +246,15 @@ export class LaunchedChild extends EventEmitter {
   pid: number | undefined;
   stdout!: Readable;
   stderr!: Readable;
+  /** A captured command's byte counts of each stream, set when both its pipes ended. */
+  outputBytes?: { stdout: number; stderr: number };
+  /** What /proc shows for its marker descriptor when the launcher made it (marker "+"). */
+  markerLink?: string;
+}
+
+/** A stream fed by the launcher's messages (a captured command's stdout or stderr). */
+function fed(): Readable {
+  return new Readable({ read() {} });
 }
 
 const errnoNames = new Map(Object.entries(osConstants.errno).map(([name, n]) => [n, name]));
@@ -206,6 +278,8 @@ export class Launcher {
   readonly #early = new Map<number, [number, number]>();
   /** Pids of failed launches whose child's exit is still to come, to be ignored. */
   readonly #failed = new Set<number>();
+  /** Captured commands whose pipes have not both ended yet, by request id. */
+  readonly #captured = new Map<number, LaunchedChild>();
   #alive = true;
 
   /**
@@ -240,6 +314,26 @@ export class Launcher {
     for (const k of Object.keys(req.env)) {
       if (k === "" || k.includes("=")) throw Object.assign(new TypeError(`invalid environment variable name '${k}'`), { code: "ERR_INVALID_ARG_VALUE" });
     }
+    const keep = req.keep;
+    if (keep !== undefined) {
+      if (!Number.isSafeInteger(keep) || keep < 0) throw Object.assign(new TypeError("keep must be a byte count"), { code: "ERR_INVALID_ARG_VALUE" });
+      return new Promise((resolve, reject) => {
+        if (!this.#alive) return reject(exitedError());
+        const id = this.#nextId++;
+        const child = new LaunchedChild();
+        child.stdout = fed();
+        child.stderr = fed();
+        // Given up on before both ended (the caller destroyed a stream): the launcher stops reading them.
+        const drop = () => {
+          if (this.#captured.delete(id) && this.#alive) this.#send(["c", String(id)]);
+        };
+        child.stdout.once("close", drop);
+        child.stderr.once("close", drop);
+        this.#captured.set(id, child);
+        this.#starting.set(id, { resolve, reject, child });
+        this.#send(["k", String(id), String(keep), req.cwd, req.marker, String(env.length), ...env, ...req.argv]);
+      });
+    }
     return new Promise((resolve, reject) => {
       const go = () => {
         if (!this.#alive) return reject(exitedError());
@@ -270,19 +364,45 @@ export class Launcher {
     this.#child.stdin!.write(Buffer.concat([Buffer.from(`${body.length}\n`), body]));
   }
 
+  /** The launcher's answers, read as latin1 (one character per byte, so output bytes survive). */
   #read(data: string): void {
-    this.#out += data;
+    const buf = this.#out === "" ? data : this.#out + data;
+    let pos = 0;
     let at: number;
-    while ((at = this.#out.indexOf("\n")) >= 0) {
-      const [kind, ...rest] = this.#out.slice(0, at).split(" ");
-      this.#out = this.#out.slice(at + 1);
+    while ((at = buf.indexOf("\n", pos)) >= 0) {
+      const [kind, ...rest] = buf.slice(pos, at).split(" ");
       const n = rest.map(Number);
+      if (kind === "o") {
+        // Output: its bytes follow the line.
+        if (buf.length < at + 1 + n[2]) break;
+        this.#output(n[0], n[1], buf.slice(at + 1, at + 1 + n[2]));
+        pos = at + 1 + n[2];
+        continue;
+      }
+      pos = at + 1;
       if (kind === "p") this.#slot(n[0], n[1], n[2]);
-      else if (kind === "s") this.#started(n[0], n[1]);
+      else if (kind === "s") this.#started(n[0], n[1], rest[2]);
       else if (kind === "f") this.#failedStart(n[0], n[1], n[2]);
       else if (kind === "x") this.#exited(n[0], n[1], n[2]);
+      else if (kind === "d") this.#drained(n[0], n[1], n[2]);
       else if (kind === "e") this.#log(`the launcher cannot make pipes: ${errnoNames.get(n[0]) ?? n[0]}`);
     }
+    this.#out = pos === buf.length ? "" : buf.slice(pos);
+  }
+
+  #output(id: number, stream: number, bytes: string): void {
+    const child = this.#captured.get(id);
+    const to = stream === 1 ? child?.stdout : child?.stderr;
+    if (to !== undefined && !to.destroyed) to.push(Buffer.from(bytes, "latin1"));
+  }
+
+  #drained(id: number, stdout: number, stderr: number): void {
+    const child = this.#captured.get(id);
+    if (child === undefined) return;
+    this.#captured.delete(id);
+    child.outputBytes = { stdout, stderr };
+    child.stdout.push(null);
+    child.stderr.push(null);
   }
 
   /** A new pipe pair: its read ends are opened here (through /proc) before any command may use it. */
@@ -311,12 +431,13 @@ export class Launcher {
     }
   }
 
-  #started(id: number, pid: number): void {
+  #started(id: number, pid: number, markerLink: string | undefined): void {
     const waiter = this.#starting.get(id);
     this.#starting.delete(id);
     if (!waiter) return;
     const child = waiter.child;
     child.pid = pid;
+    if (markerLink !== undefined) child.markerLink = markerLink;
     this.#running.set(pid, child);
     waiter.resolve(child);
     const early = this.#early.get(pid);
@@ -330,6 +451,7 @@ export class Launcher {
     const waiter = this.#starting.get(id);
     this.#starting.delete(id);
     if (pid > 0 && !this.#early.delete(pid)) this.#failed.add(pid);
+    this.#captured.delete(id);
     waiter?.child.stdout.destroy();
     waiter?.child.stderr.destroy();
     const code = errnoNames.get(errno) ?? "SPAWN_FAILED";
@@ -360,6 +482,13 @@ export class Launcher {
       stderr.destroy();
     }
     this.#ready.clear();
+    // Captured output ends with the launcher that read it.
+    for (const [id, child] of this.#captured) {
+      this.#captured.delete(id);
+      if (this.#starting.has(id)) continue;
+      child.stdout.push(null);
+      child.stderr.push(null);
+    }
     for (const [id, w] of this.#starting) {
       this.#starting.delete(id);
       w.child.stdout.destroy();

@@ -19,7 +19,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { PassThrough } from "node:stream";
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { readFileSync, readlinkSync } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
@@ -87,6 +87,16 @@ export interface LaunchSpec {
   spawnArgv?: () => string[];
   /** Give the process a pipe for its stdin (otherwise /dev/null). Not through a launcher, which has none. */
   stdin?: boolean;
+  /**
+   * Through a launcher, without `marker`: the launcher makes the marker descriptor (a pipe's read
+   * end; launcher.ts). A spawn instead (`spawnArgv`) then has no marker descriptor, only the variable.
+   */
+  launcherMarker?: boolean;
+  /**
+   * Through a launcher: it reads the output itself and passes on at most this many bytes of each
+   * stream (launcher.ts, "captured"); the exit then carries `outputBytes`.
+   */
+  keepBytes?: number;
 }
 
 /** A running process, as its supervisor offers it to whoever feeds it (executor/main.ts). */
@@ -186,8 +196,14 @@ async function launchVia(launcher: Launcher, argv: string[], spec: LaunchSpec): 
   const self = `/proc/${process.pid}/fd/`;
   const cwd = spec.cwd.startsWith("/proc/self/fd/") ? self + spec.cwd.slice("/proc/self/fd/".length) : spec.cwd;
   try {
-    const child = await launcher.launch({ argv, env: { ...spec.env, [EXEC_MARKER_VAR]: marker }, cwd, marker: spec.marker ? self + spec.marker.fd : "" });
-    return { child: child as unknown as Child, marker, markerLink: spec.marker?.link };
+    const child = await launcher.launch({
+      argv,
+      env: { ...spec.env, [EXEC_MARKER_VAR]: marker },
+      cwd,
+      marker: spec.marker ? self + spec.marker.fd : spec.launcherMarker ? "+" : "",
+      keep: spec.keepBytes,
+    });
+    return { child: child as unknown as Child, marker, markerLink: spec.marker?.link ?? child.markerLink };
   } catch (err) {
     if (err instanceof TypeError) throw err;
     const code = (err as { code?: unknown }).code;
@@ -229,13 +245,8 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
    * ends of a command that just exited), so it does not stand between an exit and its answer.
    */
   const killTree = (sig: NodeJS.Signals, later = false) => {
-    if (child.pid !== undefined) {
-      try {
-        process.kill(-child.pid, sig);
-      } catch {
-        // ESRCH: the group is already gone.
-      }
-    }
+    // ESRCH (the group is already gone) is the usual answer once the command exited.
+    if (child.pid !== undefined) quietly(() => process.kill(-(child.pid as number), sig));
     // A catchable signal reaches the group's members once, from the group signal above: a second
     // copy from the sweep would run a shell's trap twice. SIGKILL goes to every marked process.
     const skipGroup = sig === "SIGKILL" ? undefined : child.pid;
@@ -319,6 +330,9 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     }
     await exited;
     const exit = buildExit(exitInfo, spawnError, timedOut, performance.now() - started);
+    // A launcher that captured the output counted all of it (only a head came here).
+    const counted = (child as { outputBytes?: ExecExit["outputBytes"] }).outputBytes;
+    if (counted !== undefined) exit.outputBytes = counted;
     // The kernel's OOM killer may hit any process of the tree (bash then reports 137 for a killed
     // pipeline stage), so any OOM kill in the sandbox's cgroup during the run counts.
     if (spec.detectOom && !timedOut && !aborted && exit.exitCode >= 128) {
@@ -384,6 +398,24 @@ async function killMarked(
   skipGroup?: number,
 ): Promise<void> {
   const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marks.env}\0`);
+  const last = lastPid();
+  // The usual case: the command forked nothing that outlived it, and the window holds a few pids,
+  // most of them gone. Checked at once: a failed system call costs a few microseconds, and the
+  // error an asynchronous one builds (with its stack) far more.
+  if (last >= since && last - since < SYNC_PROBE_LIMIT) {
+    quietly(() => {
+      for (let pid = since; pid <= last; pid++) {
+        if (pid === process.pid || !markedNow(pid, marks.link, needle)) continue;
+        if (skipGroup !== undefined && processGroupNow(pid) === skipGroup) continue;
+        try {
+          process.kill(pid, sig);
+        } catch {
+          // Gone, or not ours to signal.
+        }
+      }
+    });
+    return;
+  }
   const isMarked = async (pid: number): Promise<boolean> => {
     // The descriptor first (one readlink); the environment only when that does not tell.
     if (marks.link !== undefined && (await readlink(`/proc/${pid}/fd/3`).catch(() => "")) === marks.link) return true;
@@ -392,7 +424,6 @@ async function killMarked(
   // Linux hands out pids in increasing order, so every descendant of the command has a pid in
   // [the command's own, the last one handed out], unless the pid counter wrapped around since.
   // Probe that window by number when it is small; scan all of /proc otherwise.
-  const last = lastPid();
   let pids: number[];
   if (last >= since && last - since <= WINDOW_PROBE_LIMIT) {
     pids = [];
@@ -432,6 +463,50 @@ async function processGroup(pid: number): Promise<number> {
 
 /** Largest pid window probed number by number; a wider one is found by listing /proc. */
 const WINDOW_PROBE_LIMIT = 512;
+/** A pid window smaller than this is probed synchronously (see killMarked). */
+const SYNC_PROBE_LIMIT = 8;
+
+/**
+ * Runs `fn` with errors built without a stack trace: for system calls whose failure is an
+ * expected answer (ESRCH, ENOENT), where capturing the stack is most of their cost.
+ */
+function quietly(fn: () => void): void {
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  try {
+    fn();
+  } catch {
+    // The expected failure.
+  } finally {
+    Error.stackTraceLimit = limit;
+  }
+}
+
+/** `isMarked` at once: the descriptor, then the environment; false for a process that is gone. */
+function markedNow(pid: number, link: string | undefined, needle: Buffer): boolean {
+  if (link !== undefined) {
+    try {
+      if (readlinkSync(`/proc/${pid}/fd/3`) === link) return true;
+    } catch {
+      // No fd 3, or no such process: the environment tells.
+    }
+  }
+  try {
+    return readFileSync(`/proc/${pid}/environ`).includes(needle);
+  } catch {
+    return false;
+  }
+}
+
+/** `processGroup` at once. */
+function processGroupNow(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
+  } catch {
+    return Number.NaN;
+  }
+}
 
 /** The most recently allocated pid of this pid namespace (from /proc/loadavg), NaN if unknown. */
 function lastPid(): number {
