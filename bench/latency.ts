@@ -385,6 +385,15 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
         cpuPerCallMs[BARE_RPC] = ((await bare.cpuUs()) - before) / 1000 / CPU_CALLS;
       }
       const stats = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
+      // The issue's own harness: the lean client and the minimal spawn alone, call by call. In the
+      // interleave above each call follows another series' (a second server's spawn, the bench
+      // process's own fork, the provider in this process), whose tail of work it shares the two
+      // cores with.
+      let pair: Record<string, Summary> | undefined;
+      if (series[LEAN] && series[MINIMAL_SPAWN]) {
+        const two = await interleave({ [LEAN]: series[LEAN], [MINIMAL_SPAWN]: series[MINIMAL_SPAWN] }, options.warmup, iterations);
+        pair = Object.fromEntries(Object.entries(two).map(([k, v]) => [k, summarize(v)]));
+      }
       data[provider] = {
         workspaceId: ws.id,
         iterations,
@@ -392,6 +401,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
         baseline: baselineName,
         serverCpuMsPerCall: Object.fromEntries(Object.entries(cpuPerCallMs).map(([k, v]) => [k, round(v)])),
         stats: Object.fromEntries(Object.entries(stats).map(([k, s]) => [k, roundSummary(s)])),
+        ...(pair ? { pair: Object.fromEntries(Object.entries(pair).map(([k, s]) => [k, roundSummary(s)])) } : {}),
       };
       if (baselineName) {
         rows.push(...rowsFor(provider, baselineName, stats, cpuPerCallMs, systemPerCallMs, helpersPerCallMs));
@@ -418,6 +428,20 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
             ratio: stats[LEAN].p50 / stats[baselineName].p50,
             goal: "",
             note: `node:http2 and JSON.parse, no connect-node client (against its ${stats.grpc.p50.toFixed(2)} ms over gRPC), interleaved`,
+          });
+        }
+        if (pair) {
+          const ratio = pair[LEAN].p50 / pair[MINIMAL_SPAWN].p50;
+          rows.push({
+            section: "a latency",
+            metric: `Bash no-op p50, the issue's harness: ${LEAN} against the minimal spawn, the two alone (${provider})`,
+            server: pair[LEAN].p50,
+            baseline: pair[MINIMAL_SPAWN].p50,
+            unit: "ms",
+            ratio,
+            goal: `≤ ${GOAL_RATIO}× spawn`,
+            pass: ratio <= GOAL_RATIO,
+            note: `${iterations} calls each, interleaved call by call with nothing else between them (p99 ${pair[LEAN].p99.toFixed(2)} against ${pair[MINIMAL_SPAWN].p99.toFixed(2)} ms)`,
           });
         }
         if (stats[NOOP_RPC] && stats[SANDBOX_PATH]) rows.push(...partRows(provider, stats, baselineName, cpuPerCallMs, systemPerCallMs));

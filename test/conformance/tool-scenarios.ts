@@ -98,13 +98,20 @@ function probe(pidFile: string): string {
   return `pid=$(cat ${pidFile}); [ -n "$pid" ] || { echo nopid; exit 0; }; if kill -0 "$pid" 2>/dev/null && ! grep -qs '^State:[[:space:]]*Z' "/proc/$pid/status" && tr '\\0' '\\n' < "/proc/$pid/environ" 2>/dev/null | grep -q '^AGENT_WORKSPACE_EXEC_ID='; then echo alive; else echo gone; fi`;
 }
 
-/** Polls until every process named by the pid files is gone; returns the last observation. */
+/**
+ * Polls until every process named by the pid files is gone; returns the last observation. Only an
+ * observation begun after the deadline ends the wait with a process alive: on a loaded host one
+ * begun earlier may have looked just before the kill landed (a cancel reaches the sandbox after
+ * the client has moved on) and come back past the deadline (seen under load here: a probe begun
+ * 0.5 s before the kill answered 12.6 s later, and the test failed with the command long gone).
+ */
 async function waitGone(ws: Ws, pidFiles: string[], timeoutMs = 10_000): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   let seen = "";
   for (;;) {
+    const last = Date.now() > deadline;
     seen = (await Promise.all(pidFiles.map(async (f) => `${f}=${(await ws.sh(probe(f))).trim()}`))).join(" ");
-    if (pidFiles.every((f) => seen.includes(`${f}=gone`)) || Date.now() > deadline) return seen;
+    if (pidFiles.every((f) => seen.includes(`${f}=gone`)) || last) return seen;
     await sleep(100);
   }
 }
