@@ -123,8 +123,11 @@ async function waitGone(clients: ClientSet, workspaceId: string, pidFile: string
   const command = `kill -0 "$(cat ${pidFile})" 2>/dev/null && echo alive || echo gone`;
   const until = Date.now() + withinMs;
   for (;;) {
+    // Only a look begun after the deadline ends the wait with the process alive: one begun before
+    // the kill landed may answer late on a loaded host (tool-scenarios.ts, waitGone).
+    const last = Date.now() > until;
     const state = (await clients.tools.bash({ workspaceId, command })).stdout.trim();
-    if (state === "gone" || Date.now() > until) return state;
+    if (state === "gone" || last) return state;
     await new Promise((r) => setTimeout(r, 100));
   }
 }
