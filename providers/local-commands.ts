@@ -20,13 +20,18 @@
  * with the launcher mode on. A launcher that cannot fork (the workspace's cgroup at its process
  * limit) hands its command to a spawn of the server, as the executor spawned it.
  */
-import { closeSync } from "node:fs";
 import path from "node:path";
 import { DomainError } from "../core/errors.ts";
 import type { ExecRequest } from "./executor/protocol.ts";
 import { findPerl, Launcher, wrapCommand } from "./executor/launcher.ts";
 import { runProcess } from "./executor/process-runner.ts";
 import type { ExecEvent, ExecSpec, ProviderLog } from "./types.ts";
+
+/** A working directory's descriptor for one launch, and what lets it go (nothing for the root's own). */
+export interface OpenDirectory {
+  fd: number;
+  close(): void;
+}
 
 /** The local provider's in-server command starter; one per provider. */
 export class LocalCommands {
@@ -45,7 +50,7 @@ export class LocalCommands {
   }
 
   /** The commands of one open workspace. */
-  workspace(root: string, openDirectory: (rel: string) => number, prefix: string[]): WorkspaceCommands {
+  workspace(root: string, openDirectory: (rel: string) => OpenDirectory, prefix: string[]): WorkspaceCommands {
     return new WorkspaceCommands(this, root, openDirectory, prefix);
   }
 
@@ -59,12 +64,12 @@ export class LocalCommands {
 export class WorkspaceCommands {
   readonly #owner: LocalCommands;
   readonly #root: string;
-  readonly #openDirectory: (rel: string) => number;
+  readonly #openDirectory: (rel: string) => OpenDirectory;
   readonly #prefix: string[];
   #launcher: Launcher | undefined;
   #closed = false;
 
-  constructor(owner: LocalCommands, root: string, openDirectory: (rel: string) => number, prefix: string[]) {
+  constructor(owner: LocalCommands, root: string, openDirectory: (rel: string) => OpenDirectory, prefix: string[]) {
     this.#owner = owner;
     this.#root = root;
     this.#openDirectory = openDirectory;
@@ -80,19 +85,19 @@ export class WorkspaceCommands {
     if (this.#closed) throw new DomainError("WORKSPACE_NOT_READY", "The workspace is closing");
     if (!this.#launcher?.alive) this.#launcher = this.#owner.launcher(this.#root, this.#prefix, PATH);
     const launcher = this.#launcher;
-    const dirFd = this.#openDirectory(request.cwd);
+    const dir = this.#openDirectory(request.cwd);
     let open = true;
     const release = () => {
       if (!open) return;
       open = false;
-      closeSync(dirFd);
+      dir.close();
     };
     let events: AsyncGenerator<ExecEvent>;
     let first: IteratorResult<ExecEvent>;
     try {
       events = runProcess({
         argv: request.argv,
-        cwd: `/proc/self/fd/${dirFd}`,
+        cwd: `/proc/self/fd/${dir.fd}`,
         env: request.env,
         launcherMarker: true,
         onSpawn: release,

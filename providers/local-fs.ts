@@ -4,6 +4,7 @@
  * root directory is opened once, when the workspace is opened, and every path is resolved beneath
  * that descriptor.
  */
+import { closeSync } from "node:fs";
 import { setImmediate as yieldToLoop } from "node:timers/promises";
 import { Jail } from "./executor/jail.ts";
 import { JailedFs } from "./executor/jailed-fs.ts";
@@ -32,10 +33,12 @@ export class LocalFs implements WorkspaceFs {
    * one the jail resolved, whatever happens to its path afterwards. Checked against the server's
    * own sensitive-file lists only, as the executor checks a command's directory.
    */
-  openDirectory(rel: string): number {
+  openDirectory(rel: string): { fd: number; close(): void } {
     this.#dirs ??= new JailedFs(this.#fs.jail, guardFor(undefined));
     const dirs = this.#dirs;
-    return domain(() => dirs.openDirectory(rel));
+    // The root (the usual working directory) is the jail's own descriptor: nothing to open or close.
+    const fd = domain(() => dirs.openDirectoryOrRoot(rel));
+    return { fd, close: fd === dirs.rootFd ? () => undefined : () => closeSync(fd) };
   }
   #dirs: JailedFs | undefined;
 

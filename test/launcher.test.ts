@@ -263,8 +263,10 @@ test("launcher, captured: output given up on (a process kept the pipe) stops bei
   t.not(perl, undefined);
   const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
   t.teardown(() => l.close());
-  // Its pid, its launcher's pid, and its stdout pipe as /proc names it.
-  const c = await l.launch({ argv: ["sh", "-c", "echo $$ $PPID $(readlink /proc/$$/fd/1); (while :; do echo more; sleep 0.01; done) & exit 0"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "", keep: 1 << 20 });
+  // Its pid, its launcher's pid, and its stdout pipe as /proc names it; then a writer in a session
+  // of its own (out of the group the launcher kills as it reaps the command: the command waits
+  // until it is), which says its pid.
+  const c = await l.launch({ argv: ["sh", "-c", "echo $$ $PPID $(readlink /proc/$$/fd/1); setsid sh -c 'echo writer $$; while :; do echo more; sleep 0.01; done' & w=$!; while [ \"$(cut -d' ' -f6 /proc/$w/stat)\" != $w ]; do sleep 0.01; done; exit 0"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "", keep: 1 << 20 });
   let first = "";
   await new Promise<void>((r) =>
     c.stdout.on("data", (d: Buffer) => {
@@ -272,7 +274,8 @@ test("launcher, captured: output given up on (a process kept the pipe) stops bei
       if (first.includes("more")) r();
     }),
   );
-  const [pid, launcher, pipe] = first.split("\n")[0].split(" ");
+  const [, launcher, pipe] = first.split("\n")[0].split(" ");
+  const writer = Number(/^writer (\d+)$/m.exec(first)?.[1]);
   const held = () => readdirSync(`/proc/${launcher}/fd`).some((fd) => {
     try {
       return readlinkSync(`/proc/${launcher}/fd/${fd}`) === pipe;
@@ -287,13 +290,34 @@ test("launcher, captured: output given up on (a process kept the pipe) stops bei
   for (let i = 0; i < 100 && held(); i++) await new Promise((r) => setTimeout(r, 20));
   t.false(held(), "the launcher still holds the pipe given up on");
   try {
-    process.kill(-Number(pid), "SIGKILL");
+    process.kill(-writer, "SIGKILL");
   } catch {
     // Gone.
   }
   const next = await captured(l, ["sh", "-c", "echo next"], 100);
   t.is(next.out.toString(), "next\n");
   t.deepEqual(next.exit, [0, null]);
+});
+
+test("launcher: as it reaps a command it kills what is left of its process group, before it reports the exit", async (t) => {
+  t.not(perl, undefined);
+  const { alive, waitDead } = await import("./helpers/process.ts");
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  for (const keep of [100, undefined]) {
+    // A background job in the command's group, its output sent elsewhere so the pipes end with the command.
+    const c = await l.launch({ argv: ["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "", keep });
+    let out = "";
+    c.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    const ended = new Promise((r) => c.stdout.once("end", r));
+    await new Promise((r) => c.once("exit", r));
+    t.true(c.groupKilled, "the child says its group was killed");
+    await ended;
+    const job = Number(out.trim());
+    t.true(job > 0);
+    t.true(await waitDead([job], 5000), `the background job survived its command (keep ${keep})`);
+    if (alive(job)) process.kill(job, "SIGKILL");
+  }
 });
 
 test("launcher: when its stdin ends (its caller died), it kills the commands still running", async (t) => {

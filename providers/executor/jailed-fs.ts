@@ -520,4 +520,17 @@ export class JailedFs {
       return fd === this.jail.rootFd ? openSync(at(fd), constants.O_RDONLY | constants.O_DIRECTORY) : fd;
     });
   }
+
+  /**
+   * `openDirectory`, except that the root is the jail's own descriptor, not a new one: the caller
+   * closes the descriptor only when it is not `rootFd` (and never keeps the root's past the jail).
+   */
+  openDirectoryOrRoot(rel: string): number {
+    return this.#at(rel, { followFinal: true }, false, (loc) => this.#openDir(loc, rel));
+  }
+
+  /** The jail's own descriptor of the root. */
+  get rootFd(): number {
+    return this.jail.rootFd;
+  }
 }

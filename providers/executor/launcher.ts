@@ -62,7 +62,7 @@ sub say_ { my $line = shift; my $off = 0; while ($off < length $line) { my $n = 
 my $running = 0;
 my %kids;
 sub reap_ {
-  while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { $running--; delete $kids{$pid}; my $st = $?; say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n") }
+  while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) { $running--; delete $kids{$pid}; my $st = $?; kill('-KILL', $pid); say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n") }
 }
 $SIG{CHLD} = sub { };
 $SIG{PIPE} = 'DEFAULT';
@@ -250,6 +250,8 @@ export class LaunchedChild extends EventEmitter {
   outputBytes?: { stdout: number; stderr: number };
   /** What /proc shows for its marker descriptor when the launcher made it (marker "+"). */
   markerLink?: string;
+  /** True once it exited: the launcher killed what was left of its process group as it reaped it. */
+  groupKilled?: boolean;
 }
 
 /** A stream fed by the launcher's messages (a captured command's stdout or stderr). */
@@ -360,8 +362,8 @@ export class Launcher {
   }
 
   #send(fields: string[]): void {
-    const body = Buffer.from(fields.join("\0"));
-    this.#child.stdin!.write(Buffer.concat([Buffer.from(`${body.length}\n`), body]));
+    const body = fields.join("\0");
+    this.#child.stdin!.write(`${Buffer.byteLength(body)}\n${body}`);
   }
 
   /** The launcher's answers, read as latin1 (one character per byte, so output bytes survive). */
@@ -466,11 +468,16 @@ export class Launcher {
       return;
     }
     this.#running.delete(pid);
-    // Not before the launch's caller had its turn to listen (its start and its exit may come in one read).
-    setImmediate(() => {
+    child.groupKilled = true;
+    const emit = () => {
       if (signal !== 0) child.emit("exit", null, signalNames.get(signal) ?? "SIGKILL");
       else child.emit("exit", code, null);
-    });
+    };
+    // At once when the launch's caller listens already (the usual case: its start came in an
+    // earlier read); otherwise not before it had its turn to (its start and its exit may come in
+    // one read).
+    if (child.listenerCount("exit") > 0) emit();
+    else setImmediate(emit);
   }
 
   #died(): void {

@@ -19,7 +19,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { PassThrough } from "node:stream";
 import { randomUUID } from "node:crypto";
-import { readFileSync, readlinkSync } from "node:fs";
+import { closeSync, openSync, readFileSync, readlinkSync, readSync } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
@@ -244,9 +244,9 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
    * starts that /proc scan one turn of the loop later, after I/O already queued (the pipes'
    * ends of a command that just exited), so it does not stand between an exit and its answer.
    */
-  const killTree = (sig: NodeJS.Signals, later = false) => {
+  const killTree = (sig: NodeJS.Signals, later = false, groupDone = false) => {
     // ESRCH (the group is already gone) is the usual answer once the command exited.
-    if (child.pid !== undefined) quietly(() => process.kill(-(child.pid as number), sig));
+    if (child.pid !== undefined && !groupDone) quietly(() => process.kill(-(child.pid as number), sig));
     // A catchable signal reaches the group's members once, from the group signal above: a second
     // copy from the sweep would run a shell's trap twice. SIGKILL goes to every marked process.
     const skipGroup = sig === "SIGKILL" ? undefined : child.pid;
@@ -275,8 +275,9 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
 
   const onExit = (code: number | null, signal: NodeJS.Signals | null) => {
     exitInfo = { code, signal };
-    // Whatever the command left behind (background jobs, setsid/nohup children) dies with it.
-    killTree("SIGKILL", true);
+    // Whatever the command left behind (background jobs, setsid/nohup children) dies with it. A
+    // launcher killed its group as it reaped it (executor/launcher.ts), before it said so.
+    killTree("SIGKILL", true, (child as { groupKilled?: boolean }).groupKilled === true);
     spec.sweepAll?.();
   };
   const exited = new Promise<void>((resolve) => {
@@ -294,8 +295,9 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
   let over = false;
   void exited.then(() => {
     exitedDone = true;
-    // Pipes held open by a process that escaped every kill must not keep the call open forever.
-    if (!over) stopDrain = giveUpWhenQuiet(pipes, queue, () => pipes.forEach((pipe) => pipe.destroy()), PIPE_DRAIN_MS, PIPE_DRAIN_CAP_MS);
+    // Pipes held open by a process that escaped every kill must not keep the call open forever
+    // (pipes that ended already need no watch).
+    if (!over && !pumpsDone) stopDrain = giveUpWhenQuiet(pipes, queue, () => pipes.forEach((pipe) => pipe.destroy()), PIPE_DRAIN_MS, PIPE_DRAIN_CAP_MS);
     queue.notify();
   });
 
@@ -508,14 +510,24 @@ function processGroupNow(pid: number): number {
   }
 }
 
-/** The most recently allocated pid of this pid namespace (from /proc/loadavg), NaN if unknown. */
+/**
+ * The most recently allocated pid of this pid namespace (the last field of /proc/loadavg), NaN if
+ * unknown. The file stays open and is read again from its start: one system call, not four.
+ */
 function lastPid(): number {
   try {
-    return Number(readFileSync("/proc/loadavg", "utf8").trim().split(/\s+/)[4]);
+    loadavgFd ??= openSync("/proc/loadavg", "r");
+    const n = readSync(loadavgFd, loadavgBuffer, 0, loadavgBuffer.length, 0);
+    const text = loadavgBuffer.toString("latin1", 0, n).trimEnd();
+    return Number(text.slice(text.lastIndexOf(" ") + 1));
   } catch {
+    if (loadavgFd !== undefined) closeSync(loadavgFd);
+    loadavgFd = undefined;
     return Number.NaN;
   }
 }
+let loadavgFd: number | undefined;
+const loadavgBuffer = Buffer.alloc(256);
 
 /** The cgroup's cumulative OOM-kill count, 0 when unknown. */
 function readOomKills(): number {

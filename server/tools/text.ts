@@ -44,7 +44,9 @@ export class BoundedBuffer {
   }
 
   text(): string {
-    return decodeCut(Buffer.concat(this.#chunks));
+    // Most commands leave a stream empty, or write it in one chunk.
+    if (this.#chunks.length === 0) return "";
+    return decodeCut(this.#chunks.length === 1 ? this.#chunks[0] : Buffer.concat(this.#chunks));
   }
 }
 
