@@ -150,6 +150,10 @@ function compileTree(pattern: string): RegExp | undefined {
   return new RegExp(`${body}(?:/.*)?$`, "u");
 }
 
+/** How many answers a FileGuard remembers, and the longest path it remembers one for. */
+const MEMO_MAX = 2048;
+const MEMO_PATH_MAX = 512;
+
 /** Checks one compiled list. */
 class PatternList {
   readonly #res: RegExp[];
@@ -190,8 +194,26 @@ export class FileGuard {
     this.#protected = new PatternList([...DEFAULT_WRITE_PROTECTED, ...extra.writeProtected]);
   }
 
+  /**
+   * Answers of `check` by access and path: an agent reads and writes the same few paths over and
+   * over, and the answer for a path never changes (the lists are fixed). Bounded: emptied when full,
+   * long paths not kept.
+   */
+  readonly #memo = new Map<string, SensitiveMatch | null>();
+
   /** Why `path` (workspace-relative or absolute) may not be accessed for `access`, or undefined. */
   check(path: string, access: FileAccess): SensitiveMatch | undefined {
+    if (path.length > MEMO_PATH_MAX) return this.#check(path, access);
+    const key = `${access === "write" ? "w" : "r"}${path}`;
+    const known = this.#memo.get(key);
+    if (known !== undefined) return known ?? undefined;
+    const answer = this.#check(path, access);
+    if (this.#memo.size >= MEMO_MAX) this.#memo.clear();
+    this.#memo.set(key, answer === undefined ? null : Object.freeze(answer));
+    return answer;
+  }
+
+  #check(path: string, access: FileAccess): SensitiveMatch | undefined {
     const canonical = canonicalForMatch(path);
     if (canonical === "") return undefined;
     const denied = this.#deny.match(canonical);
