@@ -283,6 +283,8 @@ export class Launcher {
   /** Captured commands whose pipes have not both ended yet, by request id. */
   readonly #captured = new Map<number, LaunchedChild>();
   #alive = true;
+  /** True once it said anything: it had begun serving (its slots come before it reads a request). */
+  #heard = false;
 
   /**
    * Starts a launcher with `perl`, through `prefix` (the command that joins the workspace's
@@ -299,7 +301,10 @@ export class Launcher {
       this.#log(`launcher failed: ${err.message}`);
       this.#died();
     });
-    this.#child.on("exit", () => this.#died());
+    // Once its output is read to the end, not at its exit: a launcher killed just after it started a
+    // command (by that command, say) may have said so in a message still in the pipe. Taken at the
+    // exit, that launch would fail as never started and be spawned again: the command run twice.
+    this.#child.on("close", () => this.#died());
   }
 
   get alive(): boolean {
@@ -368,6 +373,7 @@ export class Launcher {
 
   /** The launcher's answers, read as latin1 (one character per byte, so output bytes survive). */
   #read(data: string): void {
+    this.#heard = true;
     const buf = this.#out === "" ? data : this.#out + data;
     let pos = 0;
     let at: number;
@@ -496,11 +502,14 @@ export class Launcher {
       child.stdout.push(null);
       child.stderr.push(null);
     }
+    // A launch it may have read and started (it had begun serving: it announces its slots before it
+    // reads a request) must not be started again elsewhere: it ends as killed, like its running
+    // commands. One it never began serving can be spawned instead.
     for (const [id, w] of this.#starting) {
       this.#starting.delete(id);
       w.child.stdout.destroy();
       w.child.stderr.destroy();
-      w.reject(exitedError());
+      w.reject(this.#heard ? diedError() : exitedError());
     }
     // Commands it started can no longer be waited for: their groups are killed, and they end as
     // killed (their output, in pipes this process holds, is still read to its end).
@@ -518,4 +527,9 @@ export class Launcher {
 
 function exitedError(): Error {
   return Object.assign(new Error("the workspace's launcher exited"), { code: "LAUNCHER_EXITED" });
+}
+
+/** The launcher died with the launch in its hands: the command may have started, and is not started again. */
+function diedError(): Error {
+  return Object.assign(new Error("the workspace's launcher died while starting the command"), { code: "LAUNCHER_DIED" });
 }

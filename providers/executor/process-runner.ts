@@ -215,7 +215,11 @@ async function launchVia(launcher: Launcher, argv: string[], spec: LaunchSpec): 
     const child = new LaunchedChild();
     child.stdout = new PassThrough().end();
     child.stderr = new PassThrough().end();
-    process.nextTick(() => child.emit("error", err));
+    // The launcher died with the command in its hands (maybe started, never to be started twice):
+    // it ends as killed, as the launcher's running commands do; the sweep by its marker variable
+    // ends it if it did start.
+    if (code === "LAUNCHER_DIED") process.nextTick(() => child.emit("exit", null, "SIGKILL"));
+    else process.nextTick(() => child.emit("error", err));
     return { child: child as unknown as Child, marker, markerLink: undefined };
   } finally {
     spec.onSpawn?.();
@@ -250,7 +254,9 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     // A catchable signal reaches the group's members once, from the group signal above: a second
     // copy from the sweep would run a shell's trap twice. SIGKILL goes to every marked process.
     const skipGroup = sig === "SIGKILL" ? undefined : child.pid;
-    const sweep = () => void killMarked({ env: marker, link: launched.markerLink }, sig, child.pid ?? 0, skipGroup);
+    // A command its launcher reaped is gone itself: the window starts after it.
+    const since = (child.pid ?? 0) + (groupDone ? 1 : 0);
+    const sweep = () => void killMarked({ env: marker, link: launched.markerLink }, sig, since, skipGroup);
     if (later) setImmediate(sweep);
     else sweep();
   };
@@ -401,6 +407,8 @@ async function killMarked(
 ): Promise<void> {
   const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marks.env}\0`);
   const last = lastPid();
+  // No pid was handed out since `since` was (a window that starts after the command itself).
+  if (last === since - 1) return;
   // The usual case: the command forked nothing that outlived it, and the window holds a few pids,
   // most of them gone. Checked at once: a failed system call costs a few microseconds, and the
   // error an asynchronous one builds (with its stack) far more.
