@@ -116,15 +116,19 @@ test("local: a command that kills its launcher as soon as it runs is run once, n
   t.not(perl, undefined);
   const { tools } = t.context.server.clients.grpc;
   const workspaceId = await newWorkspace(t.context.server.clients.grpc);
-  // Each run leaves a line, then kills its launcher at once: the launcher's word that it started
-  // the command may still be in its pipe when its exit is seen.
+  const { waitDead } = await import("./helpers/process.ts");
+  // Each run leaves a line (its pid and its parent's name), then kills its launcher at once: the
+  // launcher's word that it started the command may still be in its pipe when its exit is seen.
   for (let i = 0; i < 12; i++) {
-    const r = await tools.bash({ workspaceId, command: 'echo "$(cat /proc/$PPID/comm)" >> runs.txt; kill -9 $PPID; sleep 30' });
+    const r = await tools.bash({ workspaceId, command: 'echo "$$ $(cat /proc/$PPID/comm)" >> runs.txt; kill -9 $PPID; sleep 30' });
     t.is(r.exitCode, 137, `run ${i}: ${r.stdout}${r.stderr}`);
   }
   const runs = await tools.readFile({ workspaceId, path: "runs.txt" });
-  t.is(runs.content.split("\n").filter((l) => /^\d+: perl$/.test(l)).length, 12, runs.content);
+  const lines = runs.content.split("\n").map((l) => /^\d+: (\d+) perl$/.exec(l)).filter((m) => m !== null);
+  t.is(lines.length, 12, runs.content);
   t.is(runs.totalLines, 12, runs.content);
+  // And none of them lives on (its launcher gone, it was killed all the same).
+  t.true(await waitDead(lines.map((m) => Number(m[1])), 5000), runs.content);
 });
 
 test("local: AGENT_WORKSPACE_LOCAL_LAUNCHER=spawn starts each command from the executor, with the same results", async (t) => {
