@@ -1,5 +1,5 @@
 /**
- * `node bench/profile-call.ts [--calls=N] [--transport=grpc|connect] [--tool=bash|read|list|names|health] [--whole]`:
+ * `node bench/profile-call.ts [--calls=N] [--transport=grpc|connect|lean] [--tool=bash|read|list|names|health] [--whole]`:
  * profiles one kind of call end to end. It makes N sequential calls in a local workspace with the
  * server's main thread profiled over those calls alone (not the server's start or the warm-up), and
  * prints the profile's self time by function, by package or file, and by owner: our code, the
@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
+import { LeanUnary } from "./lean-client.ts";
 import { createClients, startServerProcess } from "./server-process.ts";
 
 const { values } = parseArgs({ options: { calls: { type: "string", default: "3000" }, transport: { type: "string", default: "grpc" }, tool: { type: "string", default: "bash" }, top: { type: "string", default: "30" }, whole: { type: "boolean", default: false } } });
@@ -27,7 +28,21 @@ const c = values.transport === "connect" ? clients.connect : clients.grpc;
 const ws = await clients.grpc.workspaces.createWorkspace({ provider: "local" });
 const workspaceId = ws.workspace!.id;
 for (let i = 0; i < 200; i++) await c.tools.writeFile({ workspaceId, path: `d/f${i}.txt`, content: "x".repeat(4096) });
-const call = () =>
+// lean: Connect JSON over HTTP/2 with the lean client, the path of the issue's harness and of bench (e).
+const lean = values.transport === "lean" ? await LeanUnary.connect(server.url) : undefined;
+const leanCall = (path: string, body: object) => lean!.call(path, JSON.stringify(body));
+const call = lean
+  ? () =>
+      values.tool === "read"
+        ? leanCall("/agentworkspace.v1.ToolService/ReadFile", { workspaceId, path: "d/f1.txt" })
+        : values.tool === "list"
+          ? leanCall("/agentworkspace.v1.ToolService/ListFiles", { workspaceId, path: "d" })
+          : values.tool === "names"
+            ? leanCall("/agentworkspace.v1.ToolService/ListFiles", { workspaceId, path: "d", namesOnly: true })
+            : values.tool === "health"
+              ? leanCall("/grpc.health.v1.Health/Check", {})
+              : leanCall("/agentworkspace.v1.ToolService/Bash", { workspaceId, command: "true" })
+  : () =>
   values.tool === "read"
     ? c.tools.readFile({ workspaceId, path: "d/f1.txt" })
     : values.tool === "list"
@@ -48,6 +63,7 @@ const ms = performance.now() - t0;
 const after = await server.stats();
 if (!values.whole) await server.profileStop(path.join(dir, "window.cpuprofile"));
 console.log(`${calls} ${values.tool} calls over ${values.transport}: ${(ms / calls).toFixed(3)} ms each, server CPU ${(((after.cpuUserUs - before.cpuUserUs) + (after.cpuSystemUs - before.cpuSystemUs)) / 1000 / calls).toFixed(3)} ms per call`);
+lean?.close();
 await clients.grpc.workspaces.deleteWorkspace({ id: workspaceId });
 clients.close();
 await server.stop();

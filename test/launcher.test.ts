@@ -6,7 +6,7 @@
  * Directly: a failed exec reports its errno as spawn does, and output and exits are never lost or
  * crossed when commands end as fast as they start.
  */
-import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import anyTest, { type TestFn } from "ava";
@@ -360,4 +360,114 @@ test("launcher: when its stdin ends (its caller died), it kills the commands sti
   t.true(pids.every((p) => alive(p)));
   caller.kill("SIGKILL");
   t.true(await waitDead(pids, 5000), "a command outlived its launcher's caller");
+});
+
+/** The launcher's children that are Perl (its spare: forked ahead, not yet a command), by pid. */
+function perlChildren(launcher: number): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "latin1");
+      const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (Number(f[1]) === launcher && stat.includes("(perl)")) out.push(Number(entry));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return out;
+}
+
+/** What each descriptor of `pid` points at, as `fd -> target`. */
+function descriptorsOf(pid: number): Map<number, string> {
+  const out = new Map<number, string>();
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    try {
+      out.set(Number(fd), readlinkSync(`/proc/${pid}/fd/${fd}`));
+    } catch {
+      // Closed meanwhile.
+    }
+  }
+  return out;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+test("launcher, spare: a captured command starts from a child forked ahead, which keeps nothing of the launcher's but its own pipes, so a command in a slot still ends when it does", async (t) => {
+  t.not(perl, undefined);
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  const first = await captured(l, ["sh", "-c", "echo $PPID"], 100);
+  const launcher = Number(first.out.toString().trim());
+  t.true(launcher > 0);
+  // The spare forked after that command: it closes what it inherited (the slots' pipes, the
+  // launcher's stdin and stdout) before it waits for a command.
+  let spare: number | undefined;
+  let fds = new Map<number, string>();
+  for (let i = 0; i < 250; i++) {
+    [spare] = perlChildren(launcher);
+    if (spare !== undefined) {
+      fds = descriptorsOf(spare);
+      if (fds.size <= 6) break;
+    }
+    await sleep(20);
+  }
+  t.not(spare, undefined, "no spare child of the launcher");
+  const launcherOwn = descriptorsOf(launcher);
+  // stdin from /dev/null, stdout, stderr and the marker as pipes; its instruction pipe and the pipe
+  // its failed exec would be reported on: six, none the launcher's own stdin or stdout.
+  t.is(fds.size, 6, [...fds].map(([fd, to]) => `${fd} -> ${to}`).join(", "));
+  t.is(fds.get(0), "/dev/null");
+  for (const fd of [1, 2, 3]) t.regex(fds.get(fd) ?? "", /^pipe:/);
+  const targets = new Set(fds.values());
+  t.false(targets.has(launcherOwn.get(0) ?? "-"), "the spare holds the launcher's stdin");
+  t.false(targets.has(launcherOwn.get(1) ?? "-"), "the spare holds the launcher's stdout");
+  // A command in a slot (its pipes made before the spare was forked) ends when it does: a spare
+  // that kept the slot's write end would hold its stdout open.
+  const slotted = await l.launch({ argv: ["sh", "-c", "echo slot"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "" });
+  let out = "";
+  slotted.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  const ended = await Promise.race([new Promise((r) => slotted.stdout.once("end", () => r(true))), sleep(5000).then(() => false)]);
+  t.true(ended, "a slot command's stdout did not end");
+  t.is(out, "slot\n");
+  // The next captured command is that spare.
+  const next = await captured(l, ["sh", "-c", "echo $$; ls /proc/$$/fd | sort -n | tr '\\n' ' '"], 1000, "+");
+  const [pid, list] = next.out.toString().split("\n");
+  t.is(Number(pid), spare!);
+  t.is(next.child.pid, spare!);
+  t.regex(next.child.markerLink ?? "", /^pipe:\[\d+\]$/);
+  // Its own descriptors: the standard three, the marker, and the one ls lists /proc with.
+  t.deepEqual(list.trim().split(" ").map(Number).filter((fd) => fd <= 3), [0, 1, 2, 3]);
+  t.true(list.trim().split(" ").length <= 5, list);
+  t.deepEqual(next.exit, [0, null]);
+});
+
+test("launcher, spare: one killed by a command is replaced, and every later command runs once, with its own output and status", async (t) => {
+  t.not(perl, undefined);
+  const dir = mkdtempSync(path.join(tmpdir(), "aw-spare-"));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  // Waits for a Perl sibling (the spare forked after this command started) and kills it.
+  const killer = [
+    "for i in $(seq 1 200); do",
+    "  for d in /proc/[0-9]*; do read -r pid comm state ppid rest < $d/stat 2>/dev/null || continue;",
+    "    if [ \"$ppid\" = \"$PPID\" ] && [ \"$comm\" = '(perl)' ]; then kill -9 $pid && echo killed && exit 0; fi; done; sleep 0.01; done; exit 9",
+  ].join("\n");
+  for (let round = 0; round < 3; round++) {
+    const k = await captured(l, ["bash", "-c", killer], 100);
+    t.deepEqual(k.exit, [0, null], "no spare to kill");
+    t.is(k.out.toString(), "killed\n");
+    // Commands right after, one at a time and several at once: each runs once.
+    for (let i = 0; i < 3; i++) {
+      const r = await captured(l, ["sh", "-c", `echo ${round}.${i} >> ${dir}/runs; echo out${i}; exit ${i}`], 100);
+      t.deepEqual(r.exit, [i, null]);
+      t.is(r.out.toString(), `out${i}\n`);
+    }
+    const many = await Promise.all(Array.from({ length: 6 }, (_, i) => captured(l, ["sh", "-c", `echo ${round}.m${i} >> ${dir}/runs; echo m${i}`], 100)));
+    many.forEach((m, i) => t.is(m.out.toString(), `m${i}\n`));
+  }
+  const runs = readFileSync(path.join(dir, "runs"), "utf8").trim().split("\n").sort();
+  const expected = [0, 1, 2].flatMap((round) => [...[0, 1, 2].map((i) => `${round}.${i}`), ...[0, 1, 2, 3, 4, 5].map((i) => `${round}.m${i}`)]).sort();
+  t.deepEqual(runs, expected);
 });
