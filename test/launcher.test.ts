@@ -471,3 +471,33 @@ test("launcher, spare: one killed by a command is replaced, and every later comm
   const expected = [0, 1, 2].flatMap((round) => [...[0, 1, 2].map((i) => `${round}.${i}`), ...[0, 1, 2, 3, 4, 5].map((i) => `${round}.m${i}`)]).sort();
   t.deepEqual(runs, expected);
 });
+
+test("launcher, spare: one a command stopped, or killed after it was given its command, never blocks the launcher nor loses the command, which runs once", async (t) => {
+  t.not(perl, undefined);
+  const dir = mkdtempSync(path.join(tmpdir(), "aw-spare-"));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  // Stops the spare (SIGSTOP: it reads nothing and says nothing), and with `late` also kills it
+  // 0.3 s later from a session of its own (out of the group the launcher kills as it reaps this
+  // command): by then the launcher has given it the next command and waits for its word.
+  const stopper = (late: boolean) =>
+    [
+      "for i in $(seq 1 200); do",
+      "  for d in /proc/[0-9]*; do read -r pid comm state ppid rest < $d/stat 2>/dev/null || continue;",
+      "    if [ \"$ppid\" = \"$PPID\" ] && [ \"$comm\" = '(perl)' ]; then kill -STOP $pid || exit 8;",
+      late ? "      setsid sh -c \"sleep 0.3; kill -9 $pid\" </dev/null >/dev/null 2>&1 &" : "",
+      "      echo stopped; exit 0; fi; done; sleep 0.01; done; exit 9",
+    ].join("\n");
+  for (const late of [false, true]) {
+    const s = await captured(l, ["bash", "-c", stopper(late)], 100);
+    t.deepEqual(s.exit, [0, null], `no spare to stop (late ${late})`);
+    t.is(s.out.toString(), "stopped\n");
+    const r = await captured(l, ["sh", "-c", `echo ${late} >> ${dir}/runs; echo ran`], 100);
+    t.deepEqual(r.exit, [0, null], `late ${late}`);
+    t.is(r.out.toString(), "ran\n");
+    const after = await captured(l, ["sh", "-c", "echo after"], 100);
+    t.is(after.out.toString(), "after\n");
+  }
+  t.is(readFileSync(path.join(dir, "runs"), "utf8"), "false\ntrue\n");
+});

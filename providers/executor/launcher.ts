@@ -29,7 +29,8 @@
  * two share while the spare waits (copied when the launcher writes them: about 0.15 ms of the
  * launcher's CPU per command). A spare that died (a command may kill it: same user) is reaped
  * without a word and replaced; a spare that cannot take its command (its pipe is closed) is
- * killed and the command forked as before. Commands through a slot are forked on request.
+ * killed and the command forked as before, and so is a command whose spare died before its exec
+ * (it says so just before it execs: nothing ran). Commands through a slot are forked on request.
  *
  * Answers are written once per turn of the main loop, and a turn whose answers hold no exit
  * waits up to 1 ms before writing them: a command that ends within it is reported (started,
@@ -159,6 +160,7 @@ sub spare_ {
     elsif ($marker ne '+') { open(my $m, '<', $marker) or $die->(); defined(POSIX::dup2(fileno($m), 3)) or $die->() }
     %ENV = ();
     for my $kv (@env) { my $i = index($kv, '='); $ENV{substr($kv, 0, $i)} = substr($kv, $i + 1) }
+    syswrite($xw, 'R');
     { no warnings 'exec'; exec { $rest[0] } @rest; }
     $die->();
   }
@@ -170,9 +172,12 @@ sub spare_ {
 sub spared_ {
   my ($id, $keep, $cwd, $marker, @fields) = @_;
   my ($pid, $iw, $xr, $or, $er, $mlink) = @$spare;
-  $spare = undef;
   my $body = join("\0", $cwd, $marker, @fields);
   my $line = length($body) . "\n" . $body;
+  # Written at once into the spare's empty pipe (64 KiB), so a spare that does not read (stopped)
+  # cannot block the launcher here; a longer request is forked as before.
+  return 0 if length($line) > 60000;
+  $spare = undef;
   my $off = 0;
   {
     local $SIG{PIPE} = 'IGNORE';
@@ -180,10 +185,24 @@ sub spared_ {
   }
   close($iw);
   if ($off < length $line) { close($_) for ($xr, $or, $er); kill('KILL', $pid); return 0 }
-  $running++; $kids{$pid} = 1;
+  # 'R' right before its exec, then an errno if the exec failed; an errno alone if a step before it
+  # failed; nothing if it died before its exec (killed while it waited): nothing ran, fork instead.
+  # A spare that says nothing for 2 s (stopped by a command) is killed: what it said by then counts.
   my $got = '';
-  while (length($got) < 4) { my $n = sysread($xr, $got, 4 - length($got), length($got)); if (!defined $n) { next if $!{EINTR}; last } last if $n == 0 }
+  my $left = 2;
+  my $in = ''; vec($in, fileno($xr), 1) = 1;
+  while (length($got) < 5) {
+    my ($ready, $rest) = select(my $r = $in, undef, undef, $left);
+    $left = $rest;
+    if ($ready <= 0) { next if $ready < 0 && $!{EINTR} && $left > 0; kill('KILL', $pid); $left = undef; next }
+    my $n = sysread($xr, $got, 5 - length($got), length($got));
+    if (!defined $n) { next if $!{EINTR}; last }
+    last if $n == 0;
+  }
   close($xr);
+  my $execd = $got =~ s/^R//;
+  if (!$execd && length($got) != 4) { close($or); close($er); kill('KILL', $pid); return 0 }
+  $running++; $kids{$pid} = 1;
   if (length($got) == 4) { say_("f $id " . unpack("N", $got) . " $pid\n"); close($or); close($er); return 1 }
   say_("s $id $pid" . ($marker eq '+' ? $mlink : '') . "\n");
   $cap{fileno($or)} = [$or, $id, 1]; $cap{fileno($er)} = [$er, $id, 2]; $cmd{$id} = [$keep, 0, 0, 0, 0, 2];
