@@ -111,7 +111,9 @@ async function sandboxPath(dir: string): Promise<{ measure: Measure; close(): Pr
   return {
     measure: timed(async () => {
       let exit: number | undefined;
-      for await (const ev of ws.exec({ argv: ["bash", "-c", "true"], cwd: "", timeoutMs: 10_000, started: false })) if (ev.type === "exited") exit = ev.exit.exitCode;
+      // As a unary `Bash` asks (the default 50 KiB kept of each stream): the launcher reads the
+      // output itself, and the command starts from its spare.
+      for await (const ev of ws.exec({ argv: ["bash", "-c", "true"], cwd: "", timeoutMs: 10_000, started: false, keepBytes: 51_200 })) if (ev.type === "exited") exit = ev.exit.exitCode;
       return exit;
     }, (exit) => {
       if (exit !== 0) throw new Error(`bash -c true through the provider exited ${exit}`);
