@@ -82,6 +82,9 @@ sub say_ { $said .= shift }
 sub flush_ { my $off = 0; while ($off < length $said) { my $n = syswrite(STDOUT, $said, length($said) - $off, $off); if (!defined $n) { next if $!{EINTR}; POSIX::_exit(0) } $off += $n } $said = ''; $held = 0 }
 my $running = 0;
 my %kids;
+# Nothing but its stdin, stdout and stderr from whoever started the server (a supervisor's pipe, a
+# socket handed down without close-on-exec) reaches a command, forked on request or from a spare.
+{ opendir(my $d, '/proc/self/fd') or die "launcher: /proc/self/fd: $!\n"; my @fds = grep { /^\d+$/ && $_ > 2 } readdir($d); closedir($d); POSIX::close($_) for @fds }
 open(my $NULL, '<', '/dev/null') or die "launcher: /dev/null: $!\n";
 my $spare;
 sub reap_ {
