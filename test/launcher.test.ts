@@ -502,3 +502,21 @@ test("launcher: a descriptor inherited from whoever started it (not close-on-exe
     t.false(fds.includes(7), `keep ${keep}: the command holds the launcher's inherited fd 7 (${out.trim().split("\n").join(" ")})`);
   }
 });
+
+test("launcher, spare: a launcher killed outright (no word to anyone) leaves no spare behind", async (t) => {
+  t.not(perl, undefined);
+  const { waitDead } = await import("./helpers/process.ts");
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  const first = await captured(l, ["sh", "-c", "echo $PPID"], 100);
+  const launcher = Number(first.out.toString().trim());
+  let spares: number[] = [];
+  for (let i = 0; i < 250 && spares.length === 0; i++) {
+    spares = perlChildren(launcher);
+    if (spares.length === 0) await sleep(20);
+  }
+  t.is(spares.length, 1, "no spare child of the launcher");
+  // SIGKILL: the launcher kills nothing itself; the spare sees its instruction pipe end and exits.
+  process.kill(launcher, "SIGKILL");
+  t.true(await waitDead(spares, 5000), `the spare ${spares[0]} outlived its launcher`);
+});
