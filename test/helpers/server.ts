@@ -95,6 +95,10 @@ export async function startServer(options: StartServerOptions = {}): Promise<Tes
       AGENT_WORKSPACE_LOG_LEVEL: "error",
       // Every test server shares microvm executor disks and templates (a template costs a VM's boot).
       ...MICROVM_TEST_ENV,
+      // Where Docker is required (CI), a test server never drops its container providers because
+      // the engine answered its first ping late (2 s, under a loaded suite): "auto" would start
+      // without them; "on" keeps them, and a call asks the engine again (a test may still say "off").
+      ...(process.env.REQUIRE_DOCKER === "1" ? { AGENT_WORKSPACE_DOCKER: "on" } : {}),
       ...(keys.length > 0 ? { AGENT_WORKSPACE_API_KEYS: keys.join(",") } : {}),
       ...options.env,
     },
