@@ -12,14 +12,8 @@ import { type FileRules, guardFor } from "./executor/sensitive-files.ts";
 import { domain, toDomainError } from "./faults.ts";
 import type { DirEntry, FileStat, FoundFile, ReadOutcome, WalkOptions, WorkspaceFs } from "./types.ts";
 
-/**
- * How long a walk runs (it reads the tree in this thread) before it lets the event loop turn, so a
- * large tree never stalls other calls for long: 512 entries took 5-10 ms here, and a call arriving
- * meanwhile (or an answer about to be written) waited for that. The clock is looked at every
- * WALK_CHECK entries.
- */
-const WALK_SLICE_MS = 2;
-const WALK_CHECK = 32;
+/** Files a walk hands over between two turns of the event loop, so a large tree never stalls other calls. */
+const WALK_SLICE = 512;
 
 /** The local provider's WorkspaceFs over the host directory `root`. */
 export class LocalFs implements WorkspaceFs {
@@ -79,16 +73,12 @@ export class LocalFs implements WorkspaceFs {
   async *walk(base: string, options?: WalkOptions): AsyncGenerator<FoundFile> {
     const files = domain(() => this.#fs.walk(base, options));
     let n = 0;
-    let since = performance.now();
     try {
       for (;;) {
         const next = domain(() => files.next());
         if (next.done) return;
         yield next.value;
-        if (++n % WALK_CHECK === 0 && performance.now() - since >= WALK_SLICE_MS) {
-          await yieldToLoop();
-          since = performance.now();
-        }
+        if (++n % WALK_SLICE === 0) await yieldToLoop();
       }
     } finally {
       try {
