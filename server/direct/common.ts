@@ -34,6 +34,14 @@ export interface DirectOptions {
  * trail ends what is left itself before a query: AuditTrail.flushed).
  */
 export const AFTER_ANSWER = createContextKey<(() => void)[] | undefined>(undefined, { description: "work to run once the answer is written" });
+/**
+ * A unary call's: settles once its answer has gone out whole (its HTTP/2 stream, or HTTP/1.1
+ * response, closed), or its client went away. Work that would hold this thread for a while after
+ * a call (a command's change scan) waits for it, so the answer's last frames are not held behind
+ * that work: AFTER_ANSWER runs as the answer is handed to the connection, and over gRPC the
+ * trailers follow the message a few turns of the event loop later.
+ */
+export const ANSWER_GONE = createContextKey<(() => Promise<void>) | undefined>(undefined, { description: "settles once the answer has gone out" });
 
 /** The reason a finished call's context is aborted with: one shared value, no stack captured per call. */
 export const CALL_ENDED = new ConnectError("the call ended", Code.Canceled);
@@ -120,7 +128,11 @@ export function unaryContext(
   let timer: NodeJS.Timeout | undefined;
   if (options.shutdownSignal.aborted) controller.abort(options.shutdownSignal.reason);
   else calls.add(controller);
+  let gone = false;
+  let goneWaiters: (() => void)[] | undefined;
   closing.once("close", () => {
+    gone = true;
+    if (goneWaiters) for (const resolve of goneWaiters.splice(0)) resolve();
     if (!settled) controller.abort(new ConnectError("the client went away", Code.Canceled));
   });
   const deadline = call.timeoutMs === undefined ? undefined : Date.now() + call.timeoutMs;
@@ -144,6 +156,7 @@ export function unaryContext(
   };
   const afterAnswer: (() => void)[] = [];
   context.values.set(AFTER_ANSWER, afterAnswer);
+  context.values.set(ANSWER_GONE, () => (gone ? Promise.resolve() : new Promise<void>((resolve) => (goneWaiters ??= []).push(resolve))));
   return {
     context,
     answered: () => {

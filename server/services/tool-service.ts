@@ -34,6 +34,7 @@ import type { WorkspaceManager } from "../workspace-manager.ts";
 import { taskEnv } from "../sessions/session.ts";
 import { commandPolicyOf } from "../security/command-policy.ts";
 import { auditedCall } from "../audit/audit-trail.ts";
+import { ANSWER_GONE } from "../direct/common.ts";
 import type { FileChanges } from "../audit/file-changes.ts";
 import type { ProcessTable } from "../processes/process-table.ts";
 
@@ -169,7 +170,7 @@ export function toolContextOf({ workspaces, limits, git, commandPolicy = command
     const record = workspaces.find(workspaceId);
     const task = record?.session?.task;
     const call = auditedCall(hctx.values);
-    const source = { workspaceId: workspace.id, sessionId: call?.sessionId ?? record?.session?.id ?? "", spanId: call?.spanId ?? "", ended: call?.ended ?? Promise.resolve() };
+    const source = { workspaceId: workspace.id, sessionId: call?.sessionId ?? record?.session?.id ?? "", spanId: call?.spanId ?? "", ended: call?.ended ?? Promise.resolve(), answerGone: hctx.values.get(ANSWER_GONE) };
     return {
       workspace,
       limits: limitsOf(workspaceId),
