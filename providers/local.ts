@@ -99,6 +99,10 @@ class LocalExecutor {
         return;
       }
       this.#stdouts.delete(token as string);
+      // A pipe the executor had but that did not come with its message (Node sends a queued
+      // message without its handle when the handle is gone by its turn): that command's stdout is
+      // lost, so say so. A command without a pipe (`none`) has nothing to lose.
+      if (handle === undefined && (message as { none?: unknown }).none !== true) this.#log.warn("a streamed command's stdout pipe did not reach the server with its message; its stdout is lost");
       waiter(handle);
     });
     child.stderr?.setEncoding("utf8").on("data", (line: string) => this.#log.warn("local executor", { line: line.trimEnd().slice(0, 2000) }));

@@ -435,12 +435,14 @@ let markers = 0;
  * The channel closes this process's copy once the server has it.
  */
 function passStdout(token: string, stdout: Readable | undefined): void {
-  const message = { stdout: token };
   const done = (err: Error | null) => {
-    if (err) stdout?.destroy();
+    if (!err) return;
+    stdout?.destroy();
+    // Read by the server as a warning of the local executor (its stderr).
+    process.stderr.write(`a command's stdout pipe could not be passed to the server: ${err.message}\n`);
   };
-  if (stdout instanceof Socket) process.send?.(message, stdout, {}, done);
-  else process.send?.(message, undefined, {}, done);
+  if (stdout instanceof Socket) process.send?.({ stdout: token }, stdout, {}, done);
+  else process.send?.({ stdout: token, none: true }, undefined, {}, done);
 }
 
 async function execute(id: number, req: ExecRequest): Promise<void> {
