@@ -1,6 +1,6 @@
 /**
- * A command's events with its stdout read straight from the command's pipe, which the local
- * executor passed to the server (ExecRequest.stdoutToken): the bulk of a streamed command's
+ * A command's events with its stdout read straight from the command's pipe, which the server
+ * opened through the local executor's descriptor of it (ExecRequest.passStdout): the bulk of a streamed command's
  * output then never crosses the executor (one copy less, no framing, no executor CPU), while
  * `started`, stderr and `exited` still come from the executor as frames.
  *
@@ -9,11 +9,29 @@
  * (or, like the executor's own pipes, once it stayed quiet for PIPE_DRAIN_MS after the exit: a
  * process that escaped every kill must not hold the call open). Stopping early kills the command through `abort`.
  */
+import { closeSync, constants as fsConstants, fstatSync, openSync } from "node:fs";
+import { Socket } from "node:net";
 import type { Readable } from "node:stream";
 import { markOwned } from "../core/owned-chunks.ts";
 import { giveUpWhenQuiet, OutputQueue, pumpOutput } from "./executor/output-queue.ts";
 import { PIPE_DRAIN_CAP_MS, PIPE_DRAIN_MS } from "./executor/process-runner.ts";
 import type { ExecEvent } from "./types.ts";
+
+/**
+ * This process's own read end of the pipe that process `pid` holds as descriptor `fd` (opened
+ * through /proc: the same user, or a child). Throws when it cannot be opened, or when it is not a
+ * pipe: nothing else that process holds open is read as a command's output.
+ */
+export function openPipeOf(pid: number, fd: number): Socket {
+  const own = openSync(`/proc/${pid}/fd/${fd}`, fsConstants.O_RDONLY | fsConstants.O_NONBLOCK);
+  try {
+    if (!fstatSync(own).isFIFO()) throw Object.assign(new Error(`descriptor ${fd} of process ${pid} is not a pipe`), { code: "ENOTFIFO" });
+    return new Socket({ fd: own, readable: true, writable: false });
+  } catch (err) {
+    closeSync(own);
+    throw err;
+  }
+}
 
 /** How long after the exit a pipe still on its way is waited for. */
 const PIPE_LATE_MS = 30_000;
@@ -46,12 +64,11 @@ export async function* withDirectStdout(events: AsyncGenerator<ExecEvent>, stdou
     let lateTimer: NodeJS.Timeout | undefined;
     let stopDrain = () => {};
     let pipeSettled = false;
-    // The drain runs from the later of the exit and the pipe's arrival: the pipe travels on
-    // another channel than the frames (and Node passes one descriptor at a time, each
-    // acknowledged), so under load it can come well after the exit frame; what the drain bounds is
-    // a pipe held open by an escaped process (giveUpWhenQuiet), not a pipe still on its way.
-    // A pipe that never comes (its message lost with a failed send) is given up on after
-    // PIPE_LATE_MS, so nothing can hold the call open for ever.
+    // The drain runs from the later of the exit and the pipe's arrival: what it bounds is a pipe
+    // held open by an escaped process (giveUpWhenQuiet), not a pipe still on its way. (The local
+    // provider settles the pipe before `started`; a `stdout` that settles later is waited for.)
+    // A pipe that never comes is given up on after PIPE_LATE_MS, so nothing can hold the call
+    // open for ever.
     let drainArmed = false;
     const armDrain = () => {
       if (!exit || drainArmed) return;
@@ -84,8 +101,8 @@ export async function* withDirectStdout(events: AsyncGenerator<ExecEvent>, stdou
       }
     })();
     const output = (async () => {
-      // The pipe arrives shortly after the spawn (an executor gone before that resolves it as
-      // undefined); one that has not come by the time the call closes is not waited for.
+      // The pipe (or undefined: none) settles with `started`; one that has not come by the time
+      // the call closes is not waited for.
       const received = await Promise.race([stdout, closing]);
       pipeSettled = true;
       if (closed) void stdout.then((late) => late?.destroy());

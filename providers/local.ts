@@ -21,7 +21,7 @@
  * workspace for memory, processes and CPU where the server may make one, which every command
  * joins before it runs, and RLIMIT_FSIZE at the disk limit per file.
  */
-import { createHash, randomUUID } from "node:crypto";
+import { createHash } from "node:crypto";
 import { mkdir, realpath, rm, stat } from "node:fs/promises";
 import { availableParallelism } from "node:os";
 import path from "node:path";
@@ -29,10 +29,10 @@ import { rgPath } from "@vscode/ripgrep";
 import { LocalFs } from "./local-fs.ts";
 import { LocalCommands, type WorkspaceCommands } from "./local-commands.ts";
 import { spawn, type ChildProcess } from "node:child_process";
-import { type AddressInfo, createServer, Socket } from "node:net";
+import { type AddressInfo, createServer } from "node:net";
 import type { Duplex, Readable } from "node:stream";
 import { DomainError } from "../core/errors.ts";
-import { withDirectStdout } from "./direct-stdout.ts";
+import { openPipeOf, withDirectStdout } from "./direct-stdout.ts";
 import type { ExecRequest } from "./executor/protocol.ts";
 import { EXECUTOR_NODE_FLAGS, type ExecutorBuild, SOURCE_EXECUTOR } from "./executor-build.ts";
 import { LocalLimits, type WorkspaceLimits } from "./local-limits.ts";
@@ -70,8 +70,6 @@ class LocalExecutor {
   #conn: SandboxConnection | undefined;
   readonly #log: ProviderLog;
   readonly #main: string;
-  /** Calls waiting for a command's stdout pipe from the executor, by token (see `stdout`). */
-  readonly #stdouts = new Map<string, (pipe: Readable | undefined) => void>();
 
   readonly #launcher: "launcher" | "spawn";
 
@@ -83,36 +81,17 @@ class LocalExecutor {
 
   connection(): SandboxConnection {
     if (this.#conn?.alive) return this.#conn;
-    // Frames go over stdin/stdout; the IPC channel carries only commands' stdout pipes (Node passes
-    // descriptors over it), which the server then reads itself.
+    // Frames go over stdin/stdout. A command's stdout pipe is opened here through /proc (execDirect).
     // A server profiled with --cpu-prof (bench --profile) profiles its executors too.
     const profiling = process.execArgv.filter((a) => a.startsWith("--cpu-prof"));
     const child = spawn(process.execPath, [...EXECUTOR_NODE_FLAGS, ...profiling, this.#main, `--launcher=${this.#launcher}`], {
-      stdio: ["pipe", "pipe", "pipe", "ipc"],
+      stdio: ["pipe", "pipe", "pipe"],
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
-    });
-    child.on("message", (message: unknown, handle: unknown) => {
-      const token = (message as { stdout?: unknown } | null)?.stdout;
-      const waiter = typeof token === "string" ? this.#stdouts.get(token) : undefined;
-      if (!waiter || (handle !== undefined && !(handle instanceof Socket))) {
-        (handle as { destroy?: () => void } | undefined)?.destroy?.();
-        return;
-      }
-      this.#stdouts.delete(token as string);
-      // A pipe the executor had but that did not come with its message (Node sends a queued
-      // message without its handle when the handle is gone by its turn): that command's stdout is
-      // lost, so say so. A command without a pipe (`none`) has nothing to lose.
-      if (handle === undefined && (message as { none?: unknown }).none !== true) this.#log.warn("a streamed command's stdout pipe did not reach the server with its message; its stdout is lost");
-      waiter(handle);
     });
     child.stderr?.setEncoding("utf8").on("data", (line: string) => this.#log.warn("local executor", { line: line.trimEnd().slice(0, 2000) }));
     child.on("error", (err) => this.#log.warn("local executor failed", { error: String(err) }));
     child.on("exit", (code, signal) => {
       if (this.#child === child) this.#log.warn("local executor exited; the next command starts a new one", { code, signal });
-      for (const [token, waiter] of this.#stdouts) {
-        this.#stdouts.delete(token);
-        waiter(undefined);
-      }
     });
     this.#child = child;
     this.#conn = new SandboxConnection(child.stdout!, child.stdin!);
@@ -120,22 +99,33 @@ class LocalExecutor {
   }
 
   /**
-   * Runs `request` with its stdout passed to this process (see direct-stdout.ts): the pipe is
-   * awaited under a fresh token, registered before the request goes out.
+   * Runs `request` with its stdout read here straight from the command's pipe (see
+   * direct-stdout.ts). The executor names its descriptor of the pipe in STARTED; this process
+   * opens its own copy through /proc/<executor>/fd/N (its child, same user) before the executor
+   * closes that descriptor (it waits for TAKEN), so the pipe cannot be lost on the way.
    */
   execDirect(request: ExecRequest, signal: AbortSignal): AsyncGenerator<ExecEvent> {
-    const token = randomUUID();
     const kill = new AbortController();
-    const stdout = new Promise<Readable | undefined>((resolve) => this.#stdouts.set(token, resolve));
-    const events = this.connection().exec({ ...request, stdoutToken: token }, AbortSignal.any([signal, kill.signal]));
-    const stdouts = this.#stdouts;
+    const conn = this.connection();
+    const pid = this.#child?.pid;
+    const log = this.#log;
+    const stdout = Promise.withResolvers<Readable | undefined>();
+    const take = (fd: number | undefined) => {
+      if (fd === undefined || pid === undefined) return stdout.resolve(undefined);
+      try {
+        stdout.resolve(openPipeOf(pid, fd));
+      } catch (err) {
+        log.warn("a streamed command's stdout pipe could not be opened; its stdout is lost", { error: (err as NodeJS.ErrnoException).code ?? String(err) });
+        stdout.resolve(undefined);
+      }
+    };
+    const events = conn.exec({ ...request, passStdout: true }, AbortSignal.any([signal, kill.signal]), undefined, take);
     return (async function* () {
       try {
-        yield* withDirectStdout(events, stdout, () => kill.abort());
+        yield* withDirectStdout(events, stdout.promise, () => kill.abort());
       } finally {
-        // A pipe arriving after the call is over is closed on arrival.
-        stdouts.get(token)?.(undefined);
-        stdouts.delete(token);
+        // No STARTED came (the executor failed the call or died): there is no pipe.
+        stdout.resolve(undefined);
       }
     })();
   }

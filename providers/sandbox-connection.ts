@@ -269,8 +269,12 @@ export class SandboxConnection {
     }
     if (STREAMED.has(f.type) && f.type !== F.ENTRIES && f.payload.length > MAX_CHUNK) throw new Error(`bulk frame of ${f.payload.length} bytes`);
     const p = this.#pending.get(f.id);
-    // A late frame of a call that already ended (killed, abandoned) is dropped.
-    if (!p || p.done) return;
+    // A late frame of a call that already ended (killed, abandoned) is dropped; a STARTED that
+    // names a passed stdout is answered first (see #passedStdout).
+    if (!p || p.done) {
+      if (f.type === F.STARTED) this.#passedStdout(f);
+      return;
+    }
     if (f.type === F.ACK) return this.#onAck(p, f);
     p.frames.push(f);
     if (FINAL.has(f.type)) p.done = true;
@@ -575,6 +579,8 @@ export class SandboxConnection {
       }
     } finally {
       options.signal?.removeEventListener("abort", kill);
+      // A STARTED never read (the caller stopped first) may name a passed stdout.
+      for (const f of p.frames) if (f.type === F.STARTED) this.#passedStdout(f);
       if (!ended) kill();
       this.#pending.delete(id);
       p.done = true;
@@ -678,13 +684,38 @@ export class SandboxConnection {
     throw new Error("executor call ended without a result");
   }
 
-  /** Runs a command in the sandbox; ending the iteration early kills the process tree there. */
-  async *exec(req: ExecRequest, signal?: AbortSignal, control?: ProcessControl): AsyncGenerator<ExecEvent> {
+  /**
+   * TAKEN for a STARTED that names a passed stdout (ExecRequest.passStdout) nobody will open: the
+   * executor keeps its descriptor until told, for its number, once free, could name another pipe.
+   */
+  #passedStdout(f: Frame): void {
+    try {
+      if (typeof (JSON.parse(f.payload.toString("utf8")) as { stdoutFd?: unknown }).stdoutFd === "number") this.#write(F.TAKEN, f.id);
+    } catch {
+      // Not JSON: no descriptor named.
+    }
+  }
+
+  /**
+   * Runs a command in the sandbox; ending the iteration early kills the process tree there.
+   * `takeStdout` (with `req.passStdout`) gets the executor's descriptor of the command's stdout, or
+   * undefined when it has none, as STARTED comes and before it is yielded; it must open its own
+   * copy then, for the executor closes its descriptor once told (TAKEN, sent right after).
+   */
+  async *exec(req: ExecRequest, signal?: AbortSignal, control?: ProcessControl, takeStdout?: (fd: number | undefined) => void): AsyncGenerator<ExecEvent> {
     for await (const f of this.#call(F.EXEC, req, { signal, control })) {
       switch (f.type) {
         case F.STARTED: {
-          const started = this.#json<{ startedAt: string; pid?: unknown }>(f);
+          const started = this.#json<{ startedAt: string; pid?: unknown; stdoutFd?: unknown }>(f);
           const pid = typeof started.pid === "number" && Number.isSafeInteger(started.pid) && started.pid > 0 ? started.pid : undefined;
+          if (req.passStdout) {
+            const fd = typeof started.stdoutFd === "number" && Number.isSafeInteger(started.stdoutFd) && started.stdoutFd >= 0 ? started.stdoutFd : undefined;
+            try {
+              takeStdout?.(fd);
+            } finally {
+              if (fd !== undefined) this.#write(F.TAKEN, f.id);
+            }
+          }
           yield { type: "started", startedAt: new Date(started.startedAt), ...(pid === undefined ? {} : { pid }) };
           break;
         }

@@ -28,7 +28,7 @@ export function checkExecRequest(v: unknown): ExecRequest {
   if (r.programs !== undefined && !(Array.isArray(r.programs) && r.programs.length <= 16 && r.programs.every((p) => isString(p) && p.length > 0 && p.length <= 256))) throw new Error("programs");
   if (r.sweep !== undefined && r.sweep !== false) throw new Error("sweep");
   if (r.started !== undefined && r.started !== false) throw new Error("started");
-  if (r.stdoutToken !== undefined && !(isString(r.stdoutToken) && /^[A-Za-z0-9-]{1,64}$/.test(r.stdoutToken))) throw new Error("stdoutToken");
+  if (r.passStdout !== undefined && r.passStdout !== true) throw new Error("passStdout");
   if (r.stdin !== undefined && r.stdin !== true) throw new Error("stdin");
   if (r.pty !== undefined && !(typeof r.pty === "object" && r.pty !== null && isSize(r.pty.rows) && isSize(r.pty.cols))) throw new Error("pty");
   if (r.limits !== undefined && !(Array.isArray(r.limits) && r.limits.length <= 8 && r.limits.every(isString))) throw new Error("limits");

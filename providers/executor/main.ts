@@ -20,7 +20,6 @@ import { chownSync, closeSync, mkdtempSync, openSync, readdirSync, readFileSync,
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { readdir } from "node:fs/promises";
-import { Socket } from "node:net";
 import type { Readable, Writable } from "node:stream";
 import { parseArgs } from "node:util";
 import { checkExecRequest, checkOpRequest } from "./check.ts";
@@ -431,26 +430,27 @@ function launchSpec(root: string, cwd: string, env: Record<string, string>, extr
 let markers = 0;
 
 /**
- * Sends a command's stdout pipe to the server over the IPC channel (see ExecRequest.stdoutToken).
- * The channel closes this process's copy once the server has it.
+ * Commands' stdout pipes handed to the server (ExecRequest.passStdout), by call id: this process's
+ * descriptor stays open until the server has opened its own (TAKEN, which it sends for every
+ * STARTED that names one).
  */
-function passStdout(token: string, stdout: Readable | undefined): void {
-  const done = (err: Error | null) => {
-    if (!err) return;
-    stdout?.destroy();
-    // Read by the server as a warning of the local executor (its stderr).
-    process.stderr.write(`a command's stdout pipe could not be passed to the server: ${err.message}\n`);
-  };
-  if (stdout instanceof Socket) process.send?.({ stdout: token }, stdout, {}, done);
-  else process.send?.({ stdout: token, none: true }, undefined, {}, done);
+const handedStdout = new Map<number, Readable>();
+
+/** Closes the pipe handed over by the call `id`, if any (TAKEN, or the call never said STARTED). */
+function releaseStdout(id: number): void {
+  handedStdout.get(id)?.destroy();
+  handedStdout.delete(id);
 }
 
 async function execute(id: number, req: ExecRequest): Promise<void> {
   const call: Call = { abort: new AbortController(), inFlight: 0, wake: undefined, isCommand: true };
   calls.set(id, call);
+  // A stale hand-over under this id (the server never uses an id twice on one connection, and a
+  // new connection's server forgets the calls before) is closed.
+  releaseStdout(id);
+  /** The descriptor of this command's stdout, handed to the server, until STARTED named it. */
+  let handed: number | undefined;
   try {
-    const token = req.stdoutToken;
-    if (token !== undefined && process.send === undefined) throw new Fault("INVALID_ARGUMENT", "this executor has no channel to pass a command's stdout on");
     // A command with input is spawned (a launcher gives its commands no stdin), under a terminal
     // when asked (ptyArgv), with the programs that takes.
     const input = req.stdin === true || req.pty !== undefined;
@@ -473,7 +473,12 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
         signal: call.abort.signal,
         detectOom: args["detect-oom"] === true,
         sweepAll: () => sweepSandbox(id),
-        takeStdout: token === undefined ? undefined : (stdout) => passStdout(token, stdout),
+        takeStdout: req.passStdout
+          ? (stdout, fd) => {
+              handed = fd;
+              handedStdout.set(id, stdout);
+            }
+          : undefined,
       });
       // The generator spawns on its first step: take it now so the spec's descriptors close.
       events = prepend(await events.next(), events);
@@ -487,7 +492,13 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
     for await (const ev of events) {
       switch (ev.type) {
         case "started":
-          if (req.started !== false) await send(F.STARTED, id, json({ startedAt: ev.startedAt.toISOString(), pid: ev.pid }));
+          if (req.started !== false || req.passStdout) {
+            await send(F.STARTED, id, json({ startedAt: ev.startedAt.toISOString(), pid: ev.pid, ...(handed === undefined ? {} : { stdoutFd: handed }) }));
+            // The server knows of the pipe now: its TAKEN closes it. Not before, not even for a
+            // call it killed: the descriptor's number, free again, could name another pipe by the
+            // time the server opens it.
+            handed = undefined;
+          }
           break;
         case "stdout":
         case "stderr": {
@@ -514,6 +525,8 @@ async function execute(id: number, req: ExecRequest): Promise<void> {
   } catch (err) {
     fail(id, err);
   } finally {
+    // A pipe the server never heard of (no STARTED went out) is not waited for.
+    if (handed !== undefined) releaseStdout(id);
     if (calls.get(id) === call) calls.delete(id);
     if (call.forgotten) forgotten.delete(id);
   }
@@ -532,6 +545,8 @@ function forgetCalls(self: number): number {
     c.upload?.abort();
     ended++;
   }
+  // Their server is gone: it opens no pipe of theirs any more.
+  for (const id of handedStdout.keys()) if (id !== self) releaseStdout(id);
   return ended;
 }
 
@@ -935,6 +950,9 @@ process.stdin.on("data", (chunk: Buffer) => {
         break;
       case F.END:
         onEnd(frame.id);
+        break;
+      case F.TAKEN:
+        releaseStdout(frame.id);
         break;
       case F.KILL: {
         const call = calls.get(frame.id);

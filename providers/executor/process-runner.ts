@@ -19,7 +19,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { PassThrough } from "node:stream";
 import { randomUUID } from "node:crypto";
-import { closeSync, openSync, readFileSync, readlinkSync, readSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readFileSync, readlinkSync, readSync } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import { constants as osConstants } from "node:os";
 import type { Readable } from "node:stream";
@@ -121,11 +121,13 @@ export interface SuperviseSpec {
    */
   sweepAll?: () => void;
   /**
-   * Takes the command's stdout right after the spawn (undefined when there is none): its bytes
-   * are then not read here and no `stdout` event is emitted; the taker reads them (the local
-   * provider's server, which receives the pipe itself).
+   * Takes the command's stdout right after the spawn, when it is a pipe (`fd` its descriptor here;
+   * the launcher's commands): its bytes are then not read here and no `stdout` event is emitted;
+   * the taker reads them (the local provider's server, which opens the pipe through /proc). Not
+   * called for a stdout another process cannot open that way (a spawn's socket pair): that one is
+   * read here as usual.
    */
-  takeStdout?: (stdout: Readable | undefined) => void;
+  takeStdout?: (stdout: Readable, fd: number) => void;
   /** Told once the process was spawned, with what reaches it while it runs. */
   onStarted?: (running: RunningProcess) => void;
 }
@@ -267,8 +269,9 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
   // The pipes this function reads and closes: a taken stdout is the taker's alone from now on
   // (closing it here could close it before it was handed over).
   const pipes: Readable[] = [child.stderr];
-  if (spec.takeStdout) {
-    spec.takeStdout(child.stdout ? untouched(child.stdout) : undefined);
+  const handOver = spec.takeStdout === undefined ? undefined : pipeDescriptor(child.stdout);
+  if (spec.takeStdout && handOver !== undefined) {
+    spec.takeStdout(untouched(child.stdout), handOver);
   } else {
     pipes.push(child.stdout);
     pumps.push(pumpOutput(child.stdout, queue, (data) => ({ type: "stdout", data })));
@@ -356,6 +359,17 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     if (!finished || !exitedDone) killTree("SIGKILL");
     for (const pipe of pipes) pipe.destroy();
     child.stdin?.destroy();
+  }
+}
+
+/** The descriptor of `stream` when it is a socket over a pipe (not a socket pair), else undefined. */
+function pipeDescriptor(stream: Readable | null | undefined): number | undefined {
+  const fd = (stream as { _handle?: { fd?: unknown } } | null | undefined)?._handle?.fd;
+  if (typeof fd !== "number" || fd < 0) return undefined;
+  try {
+    return fstatSync(fd).isFIFO() ? fd : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -46,7 +46,7 @@ export const F = {
    * sandbox's wrapper, see WAKE) or STAY (it found work meanwhile and carries on).
    */
   BYE: 9,
-  /** executor → server: the process started; JSON { startedAt }. */
+  /** executor → server: the process started; JSON { startedAt, pid?, stdoutFd? } (stdoutFd: see ExecRequest.passStdout). */
   STARTED: 10,
   /** executor → server: stdout bytes. */
   STDOUT: 11,
@@ -113,6 +113,13 @@ export const F = {
    * listens on is a FAULT PORT_NOT_LISTENING.
    */
   DIAL: 30,
+  /**
+   * server → executor: the server opened the passed stdout of the EXEC call with this id (its
+   * STARTED named the descriptor, see ExecRequest.passStdout): the executor closes its own copy.
+   * No answer. The server sends it for every STARTED that names a descriptor, even one that comes
+   * after it gave the call up.
+   */
+  TAKEN: 31,
 } as const;
 
 /** What a CONTROL frame asks (its fifth byte). */
@@ -173,7 +180,7 @@ export const FROM_EXECUTOR = new Set<number>([
   F.STARTED, F.STDOUT, F.STDERR, F.EXITED, F.PONG, F.ERROR, F.RESULT, F.FAULT, F.CHUNK, F.ENTRIES, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.TOPEN, F.IDLE, F.GONE, F.STAY, F.ACK,
 ]);
 /** Frame types the server may send. */
-export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END, F.LISTEN, F.BYE, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.CONTROL, F.DIAL]);
+export const FROM_SERVER = new Set<number>([F.EXEC, F.KILL, F.PING, F.CREDIT, F.OP, F.DATA, F.END, F.LISTEN, F.BYE, F.TDATA, F.TEND, F.TCLOSE, F.TCREDIT, F.CONTROL, F.DIAL, F.TAKEN]);
 /** Frames about the executor's lifetime (IDLE, BYE, GONE, STAY): id 0, no payload but GONE's status. */
 export const LIFETIME_FRAMES = new Set<number>([F.IDLE, F.BYE, F.GONE, F.STAY]);
 /** Frame types of tunnels, whose ids are the executor's (TUNNEL_ID_BASE and up), not the server's calls'. */
@@ -221,12 +228,15 @@ export interface ExecRequest {
   /** false: no STARTED frame (see ExecSpec.started). */
   started?: false;
   /**
-   * Hand the command's stdout to the server instead of streaming it in STDOUT frames (local
-   * executor only, which has an IPC channel to the server): right after the spawn the executor
-   * sends `{ stdout: token }` over that channel with the pipe attached (without it when there is
-   * none), and no STDOUT frame follows.
+   * Hand the command's stdout to the server instead of streaming it in STDOUT frames (the local
+   * executor only, which is the server's child and runs as its user): STARTED carries `stdoutFd`,
+   * the executor's own descriptor of the pipe's read end, which the server opens itself as
+   * /proc/<executor>/fd/<stdoutFd>; no STDOUT frame follows. The executor keeps that descriptor
+   * open until the server's TAKEN for the call. STARTED is sent even with `started: false`, and
+   * without `stdoutFd` when the command's stdout is not a pipe (a spawn's socket pair, which /proc
+   * cannot open): that stdout then comes in STDOUT frames.
    */
-  stdoutToken?: string;
+  passStdout?: true;
   /**
    * The command that puts what it runs under the workspace's limits (local-limits.ts): it joins the
    * workspace's cgroups, sets the rlimits and execs its arguments (local provider; absent for none).
