@@ -110,13 +110,18 @@ class LocalExecutor {
     const pid = this.#child?.pid;
     const log = this.#log;
     const stdout = Promise.withResolvers<Readable | undefined>();
+    // A pipe that cannot be opened fails the call (the throw ends the executor call, which kills
+    // the command): an answer without the command's stdout would look like a command that printed
+    // nothing.
     const take = (fd: number | undefined) => {
-      if (fd === undefined || pid === undefined) return stdout.resolve(undefined);
+      if (fd === undefined) return stdout.resolve(undefined);
       try {
+        if (pid === undefined) throw new Error("the executor has no pid");
         stdout.resolve(openPipeOf(pid, fd));
       } catch (err) {
-        log.warn("a streamed command's stdout pipe could not be opened; its stdout is lost", { error: (err as NodeJS.ErrnoException).code ?? String(err) });
-        stdout.resolve(undefined);
+        const code = (err as NodeJS.ErrnoException).code ?? "";
+        log.warn("a streamed command's stdout pipe could not be opened; the command is stopped", { error: code || String(err) });
+        throw new DomainError("PROVIDER_UNAVAILABLE", `The command's output could not be read from its pipe${code ? ` (${code})` : ""}; the command was stopped`);
       }
     };
     const events = conn.exec({ ...request, passStdout: true }, AbortSignal.any([signal, kill.signal]), undefined, take);

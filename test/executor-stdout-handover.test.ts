@@ -8,7 +8,7 @@
  * conformance suite ("StreamBash", 40 quick commands at once among them).
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import type { Readable } from "node:stream";
@@ -132,5 +132,24 @@ for (const kind of ["launcher", "spawn"] as const) {
       }),
     );
     t.true((await settlesAt(e.child.pid as number, before)) <= before);
+  });
+
+  test.serial(`${kind}: a pipe the server cannot open fails the call, stops the command and frees the executor's descriptor`, async (t) => {
+    const e = t.context.executors[kind];
+    for await (const _ of direct(e, request(t.context.root, "true")).events) void _;
+    const pid = e.child.pid as number;
+    const before = await settlesAt(pid, openDescriptors(pid));
+    const marker = path.join(t.context.root, `survived-${kind}`);
+    const take = () => {
+      throw new Error("cannot open");
+    };
+    const run = async () => {
+      for await (const _ of e.conn.exec(request(t.context.root, `sleep 1; touch ${marker}`), undefined, undefined, take)) void _;
+    };
+    await t.throwsAsync(run, { message: "cannot open" });
+    // Whether or not there was a pipe to hand over, nothing of the call stays open in the executor.
+    t.true((await settlesAt(pid, before)) <= before);
+    await new Promise((r) => setTimeout(r, 1500));
+    t.false(existsSync(marker), "the command was stopped when the call failed");
   });
 }
