@@ -143,14 +143,23 @@ function semaphore(n: number): () => Promise<() => void> {
   };
 }
 
+/**
+ * How many scenarios of one registration run at once unless `slots` says otherwise. Not all of
+ * them: each scenario bounds its waits (a 3 s command timeout, a 10 s wait for a process to go),
+ * and with all 80 at once on a loaded two-core host each call waited behind the others' until
+ * those bounds broke (seen in CI, forks at 5 ms: 22 local scenarios failed; here under 8 CPU hogs
+ * a probe came back after its 60 s command had timed out). Six keep both cores busy.
+ */
+const DEFAULT_SLOTS = 6;
+
 /** Marks a scenario that runs commands (to make or check its files, or as its subject). */
 const PROCESSES = Symbol("needs processes");
 
 /**
  * Registers every tool scenario as one ava test named `${name}: <Tool> › <scenario>`. `setup`
  * is called in each test (after the caller's `before` hooks) and returns the clients to use. With
- * `processes: false` only the scenarios that run no command are registered. With `slots`, at most
- * that many scenarios run at once (each has a workspace of its own: a VM's costs memory and CPU).
+ * `processes: false` only the scenarios that run no command are registered. At most `slots`
+ * scenarios run at once (DEFAULT_SLOTS; each has a workspace of its own: a VM's costs memory and CPU).
  */
 export function registerToolScenarios<C>(
   test: TestFn<C>,
@@ -158,7 +167,7 @@ export function registerToolScenarios<C>(
   setup: (t: ExecutionContext<C>) => ScenarioEnv | Promise<ScenarioEnv>,
   options: { processes?: boolean; slots?: number } = {},
 ): void {
-  const slots = options.slots === undefined ? undefined : semaphore(options.slots);
+  const slots = semaphore(options.slots ?? DEFAULT_SLOTS);
   // The server runs in this process; a command must not see this.
   process.env[SERVER_SECRET_NAME] = SERVER_SECRET_VALUE;
 
@@ -166,7 +175,7 @@ export function registerToolScenarios<C>(
     // A provider without processes (memory) runs the scenarios that need none.
     if (needs === PROCESSES && options.processes === false) return;
     test(`${name}: ${title}`, async (t) => {
-      const release = await slots?.();
+      const release = await slots();
       try {
         const env = await setup(t);
         const id = await env.createWorkspace();
@@ -176,7 +185,7 @@ export function registerToolScenarios<C>(
           await env.workspaces.deleteWorkspace({ id }).catch(() => undefined);
         }
       } finally {
-        release?.();
+        release();
       }
     });
   };
