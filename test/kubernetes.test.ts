@@ -104,7 +104,8 @@ if (available) {
 
   test.serial("a cluster that answers 503, or stops answering, is reported at once (UNAVAILABLE / PROVIDER_UNAVAILABLE naming it), not retried; the server keeps serving", async (t) => {
     const { standIn, image } = t.context;
-    const server = await startServer({ env: kubernetesEnv(standIn, image, { AGENT_WORKSPACE_KUBERNETES_REQUEST_TIMEOUT_MS: "1500" }) });
+    // 4 s per request: with 1.5 s a loaded host (forks of 5 ms) failed the first, healthy create.
+    const server = await startServer({ env: kubernetesEnv(standIn, image, { AGENT_WORKSPACE_KUBERNETES_REQUEST_TIMEOUT_MS: "4000" }) });
     try {
       const c = server.clients.grpc;
       // One failure: the next cluster takes the workspace.
@@ -123,8 +124,8 @@ if (available) {
       const stalled = await failure(c.workspaces.createWorkspace({ provider: "kubernetes" }));
       standIn.unstall();
       t.is(stalled.code, Code.Unavailable);
-      t.regex(stalled.message, /could not .* \(no answer in 1500 ms\)/);
-      t.true(Date.now() - began < 10_000, "two clusters tried, each within its deadline");
+      t.regex(stalled.message, /could not .* \(no answer in 4000 ms\)/);
+      t.true(Date.now() - began < 20_000, "two clusters tried, each within its deadline");
       t.truthy((await c.workspaces.createWorkspace({ provider: "local" })).workspace?.id);
     } finally {
       standIn.unstall();

@@ -136,6 +136,14 @@ async function waitGone(clients: ClientSet, workspaceId: string, pidFile: string
  * A command that records SIGTERM (in term.marker, which a SIGKILL could never write) before
  * exiting, so tests see the kill sequence whatever the machine's load.
  */
+/**
+ * The client deadline of the deadline tests. Long enough for a loaded host to start the command
+ * and let it print and set its trap before the deadline (a 1 s deadline failed on a host whose
+ * forks took 5 ms idle, while other test files ran: the command had printed nothing yet).
+ */
+const DEADLINE_S = 4;
+const GRPC_DEADLINE = { "grpc-timeout": `${DEADLINE_S}S` };
+
 const TERM_AWARE = "echo before; trap 'echo got-term; : > term.marker; exit 143' TERM; sleep 30 & wait";
 
 /** Waits until the command's TERM trap has run; true when it did. */
@@ -151,7 +159,7 @@ test("Connect: connect-timeout-ms ends a unary Bash as DEADLINE_EXCEEDED with th
   const { url, clients } = t.context.server;
   const id = await newWorkspace(clients.grpc);
   const res = await post(url, "/agentworkspace.v1.ToolService/Bash", JSON.stringify({ workspaceId: id, command: TERM_AWARE }), "application/json", {
-    "connect-timeout-ms": "1000",
+    "connect-timeout-ms": String(DEADLINE_S * 1000),
   });
   t.is(res.status, 504);
   const body = JSON.parse(res.body) as ConnectErrorBody & { details: Array<{ debug?: { partialOutput?: { stdout?: string }; metadata?: Record<string, string> } }> };
@@ -169,7 +177,7 @@ test("gRPC: grpc-timeout ends a unary Bash as DEADLINE_EXCEEDED with the partial
   // The header alone (no client-side timer), as a client whose deadline the server must enforce.
   const { detail } = await expectError(
     t,
-    clients.grpc.tools.bash({ workspaceId: id, command: TERM_AWARE }, { headers: { "grpc-timeout": "1S" } }),
+    clients.grpc.tools.bash({ workspaceId: id, command: TERM_AWARE }, { headers: GRPC_DEADLINE }),
     Code.DeadlineExceeded,
     ErrorReason.COMMAND_TIMEOUT,
   );
@@ -186,7 +194,7 @@ test("gRPC: a flood under a client deadline that outlives SIGTERM: the partial o
   // everything under a deadline; sending only the kept head would leave them at 50 KiB).
   const { detail } = await expectError(
     t,
-    clients.grpc.tools.bash({ workspaceId: id, command: "trap '' TERM; head -c 300000 /dev/zero; sleep 30" }, { headers: { "grpc-timeout": "1S" } }),
+    clients.grpc.tools.bash({ workspaceId: id, command: "trap '' TERM; head -c 300000 /dev/zero; sleep 30" }, { headers: GRPC_DEADLINE }),
     Code.DeadlineExceeded,
     ErrorReason.COMMAND_TIMEOUT,
   );
@@ -200,7 +208,7 @@ test("gRPC: a StreamBash past its deadline sends exited with timed_out after SIG
   const id = await newWorkspace(clients.grpc);
   const seen: string[] = [];
   const stream = async () => {
-    for await (const ev of clients.grpc.tools.streamBash({ workspaceId: id, command: TERM_AWARE }, { headers: { "grpc-timeout": "1S" } })) {
+    for await (const ev of clients.grpc.tools.streamBash({ workspaceId: id, command: TERM_AWARE }, { headers: GRPC_DEADLINE })) {
       if (ev.event.case === "stdout") seen.push(new TextDecoder().decode(ev.event.value));
       if (ev.event.case === "exited") seen.push(`exited timed_out=${ev.event.value.timedOut} code=${ev.event.value.exitCode}`);
     }
@@ -219,7 +227,7 @@ test("a command that ignores SIGTERM at the deadline is answered at once and kil
     // Its trap notes each SIGTERM and carries on.
     clients.grpc.tools.bash(
       { workspaceId: id, command: "trap 'echo term >> terms.log' TERM; echo $$ > victim.pid; echo started; while :; do sleep 0.1; done" },
-      { headers: { "grpc-timeout": "1S" } },
+      { headers: GRPC_DEADLINE },
     ),
     Code.DeadlineExceeded,
     ErrorReason.COMMAND_TIMEOUT,
