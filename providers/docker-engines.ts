@@ -87,6 +87,11 @@ export class Engine {
    */
   async ensureUp(): Promise<void> {
     if (this.#up) return;
+    // A check already under way began before this call came, perhaps before the engine was back:
+    // when it fails, this call checks again rather than take that answer as its own.
+    const earlier = this.#checking;
+    if (earlier && (await earlier)) return;
+    if (this.#up) return;
     if (!(await this.check())) throw this.downError();
   }
 

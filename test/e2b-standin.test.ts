@@ -79,7 +79,9 @@ if (gate(test, engines, "docker", "E2B stand-in")) {
   test("create with metadata, then list filtered by metadata and state, a page at a time", async (t) => {
     const run = randomBytes(4).toString("hex");
     // Characters the SDK's double encoding of the filter has to survive.
+    const beforeA = Date.now();
     const a = await sandbox(t, { metadata: { suite: run, role: "a&b=c d/é" }, timeoutMs: 120_000 });
+    const afterA = Date.now();
     const b = await sandbox(t, { metadata: { suite: run, role: "b" } });
 
     const onlyA = await Sandbox.list({ ...options(t), query: { metadata: { suite: run, role: "a&b=c d/é" } } }).nextItems();
@@ -104,7 +106,9 @@ if (gate(test, engines, "docker", "E2B stand-in")) {
     t.is(info.state, "running");
     t.is(info.envdVersion, "0.5.7");
     t.deepEqual(info.metadata, { suite: run, role: "a&b=c d/é" });
-    t.true(Math.abs(info.endAt.getTime() - Date.now() - 120_000) < 10_000, `endAt ${info.endAt.toISOString()}`);
+    // Its end is 120 s after it was made (a second of slack for clocks rounding to seconds).
+    const endAt = info.endAt.getTime();
+    t.true(endAt >= beforeA + 119_000 && endAt <= afterA + 121_000, `endAt ${info.endAt.toISOString()}, made between ${new Date(beforeA).toISOString()} and ${new Date(afterA).toISOString()}`);
   });
 
   test("a foreground command returns its output and exit code; a non-zero exit throws CommandExitError", async (t) => {
@@ -159,9 +163,13 @@ if (gate(test, engines, "docker", "E2B stand-in")) {
     t.is(attached.pid, ticker.pid);
     t.regex((await attached.wait()).stdout, /tick 6\n$/);
 
+    // Killed at its deadline, long before its own 30 s: gone from the list and from ps within 15 s
+    // of the timeout (the wait is for a loaded host; an unkilled sleep would still be there).
     await t.throwsAsync(s.commands.run("sleep 30", { timeoutMs: 1000 }), { instanceOf: TimeoutError });
-    const deadline = Date.now() + 5000;
-    while ((await s.commands.list()).some((p) => p.cmd === "/bin/bash" && p.args.includes("sleep 30")) && Date.now() < deadline) await delay(100);
+    const deadline = Date.now() + 15_000;
+    const running = async () =>
+      (await s.commands.list()).some((p) => p.cmd === "/bin/bash" && p.args.includes("sleep 30")) || (await s.commands.run("ps -eo args")).stdout.includes("sleep 30");
+    while ((await running()) && Date.now() < deadline) await delay(200);
     t.false((await s.commands.run("ps -eo args")).stdout.includes("sleep 30"), "the process outlived its deadline");
   });
 

@@ -546,7 +546,10 @@ if (postgresGate(test, "the server on PostgreSQL")) {
       }
       // What needs no database is still served: the agent types' copy, a tool call (its audit record waits).
       t.is((await c.config.getAgentType({ id: "kept" })).agentType?.description, "v1");
-      t.is((await c.tools.bash({ workspaceId: workspace!.id, command: "echo during" })).stdout, "during\n");
+      const during = await c.tools.bash({ workspaceId: workspace!.id, command: "echo during" }).catch((e: unknown) => {
+        throw new Error(`${String(e)}; the server's log:\n${s.stderr().slice(-6000)}`);
+      });
+      t.is(during.stdout, "during\n");
       t.regex(s.stderr(), /"code":"Unavailable","reason":"ERROR_REASON_DATABASE_UNAVAILABLE".*the database cannot be reached/);
       // Past 6 s without a beat the server fences itself: it drives no sandbox, since another
       // server sharing the database may take its workspaces over at 10 s.
@@ -561,9 +564,9 @@ if (postgresGate(test, "the server on PostgreSQL")) {
       t.is(await eventually(async () => (await c.tools.bash({ workspaceId: workspace!.id, command: "echo back" }).catch(() => undefined))?.stdout), "back\n");
       t.is((await eventually(async () => (await c.config.updateAgentType({ agentType: { id: "kept", description: "v2" } }).catch(() => undefined))?.agentType?.revision)), 2n);
       // The tool call made during the outage was recorded once the database came back.
-      const during = async () =>
+      const recorded = async () =>
         (await c.audit.listAuditEvents({ workspaceId: workspace!.id, tool: "bash", pageSize: 1000 }).catch(() => ({ events: [] }))).events.filter((e) => e.request.command === "echo during").length;
-      t.is(await eventually(during, (n) => n > 0), 1, "the call during the outage, recorded once");
+      t.is(await eventually(recorded, (n) => n > 0), 1, "the call during the outage, recorded once");
     } finally {
       c.close();
       await kill9(s);

@@ -1703,7 +1703,10 @@ bypass("git configuration that runs commands where the rules did not look: exten
   const [m, p] = [marker("bp-gitelse"), marker("bp-gitelse-p")];
   await mustRefuse(t, c, w.id, `${guard(m)}${fsmonitor(p)} > .git/config.worktree && git status`, { rule: ".git/**/config.worktree", why: "sensitive_file" }, [m, p]);
   // Look-alikes: configuration that runs nothing, a repository of the usual shape, difftool's help.
-  await allowed(t, c, w.id, "git config user.name agent && git config --list > /dev/null && git init -q sub2 && git --git-dir=.git status --short > /dev/null && git difftool --tool-help > /dev/null && git checkout -q a.txt");
+  await allowed(t, c, w.id, "git config user.name agent && git config --list > /dev/null && git init -q sub2 && git --git-dir=.git status --short > /dev/null && git checkout -q a.txt");
+  // On its own, with a hang guard of its own: --tool-help sources every merge tool's script (3.5 s
+  // of CPU on an idle host), which passed the 30 s of the others twice in a loaded CI.
+  await allowed(t, c, w.id, "git difftool --tool-help > /dev/null", { timeoutMs: 110_000 });
 });
 
 // Secret files were found only by names spelled out: a glob with a bracket class or a brace range,

@@ -67,7 +67,7 @@ type Queryable = pg.Pool | pg.PoolClient;
  * restarting, out of connections, disk or memory), not that a statement is wrong.
  */
 const UNREACHABLE = new Set(["ECONNREFUSED", "ECONNRESET", "ENOENT", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN", "57P01", "57P02", "57P03", "53000", "53100", "53200", "53300"]);
-const UNREACHABLE_MESSAGE = /^(Connection terminated|timeout exceeded when trying to connect|Cannot use a pool after calling end|Client has encountered a connection error)/;
+const UNREACHABLE_MESSAGE = /^(Connection terminated|timeout exceeded when trying to connect|Cannot use a pool after calling end|Client has encountered a connection error|Client was closed and is not queryable|Query read timeout)/;
 
 /** `err` as a StoreError when it says the database cannot be reached (callers then answer UNAVAILABLE). */
 function asStoreError(err: unknown): unknown {

@@ -105,7 +105,10 @@ export async function startE2bStandIn(options: E2bStandInOptions): Promise<E2bSt
     images: new Map([["base", options.image], ...Object.entries(options.templates ?? {})]),
     envdVersion: options.envdVersion ?? DEFAULT_ENVD_VERSION,
   });
-  const server = http.createServer({ requestTimeout: 0 }, standIn.handle);
+  // Idle connections are kept 65 s (E2B's endpoints sit behind a load balancer that keeps them
+  // longer than Node's 5 s default). With 5 s, a client reusing a connection as the server closed
+  // it lost a 100 MB upload ("fetch failed": a POST is not retried) in a loaded CI.
+  const server = http.createServer({ requestTimeout: 0, keepAliveTimeout: 65_000 }, standIn.handle);
   server.listen(0, "127.0.0.1");
   await once(server, "listening");
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

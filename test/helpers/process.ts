@@ -34,7 +34,9 @@ export async function startServerProcess(options: { dataDir: string; env?: Recor
   let err = "";
   child.stderr?.setEncoding("utf8").on("data", (d: string) => (err += d));
   const stderrClosed = new Promise<void>((resolve) => child.stderr?.on("close", () => resolve()));
-  const deadline = Date.now() + (options.startTimeoutMs ?? 30_000);
+  // A hang guard, not a timing: a server loads in 2-4 s on an idle two-core host, and in CI, with
+  // other files' sandboxes and VMs running (load average 16 seen), it took over 30 s.
+  const deadline = Date.now() + (options.startTimeoutMs ?? 90_000);
   for (;;) {
     const line = err.split("\n").find((l) => l.includes('"agent-workspace listening"'));
     if (line) {

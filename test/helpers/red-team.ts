@@ -221,11 +221,11 @@ export async function allowed(
   clients: ClientSet,
   workspaceId: string,
   command: string,
-  options: { anyExit?: boolean; env?: Record<string, string> } = {},
+  options: { anyExit?: boolean; env?: Record<string, string>; timeoutMs?: number } = {},
 ): Promise<BashResponse> {
   let r: BashResponse;
   try {
-    r = await clients.tools.bash({ workspaceId, command, env: options.env ?? {}, timeoutMs: 30_000n });
+    r = await clients.tools.bash({ workspaceId, command, env: options.env ?? {}, timeoutMs: BigInt(options.timeoutMs ?? 30_000) });
   } catch (err) {
     const e = ConnectError.from(err);
     t.fail(`look-alike ${JSON.stringify(command)} was refused: ${e.rawMessage} ${JSON.stringify(errorDetail(e)?.metadata ?? {})}`);

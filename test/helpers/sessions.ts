@@ -66,8 +66,12 @@ export function describe(ev: WatchSessionResponse): Seen {
   }
 }
 
-/** Every event of a session until provisioning is over, and the session then. */
-export async function watchUntilReady(clients: ClientSet, id: string, timeoutMs = 60_000): Promise<{ events: Seen[]; session: Session }> {
+/**
+ * Every event of a session until provisioning is over, and the session then. The default deadline
+ * is a hang guard: a microvm session (an emulated VM booting, cloning and running setup) passed
+ * 60 s in a loaded CI.
+ */
+export async function watchUntilReady(clients: ClientSet, id: string, timeoutMs = 180_000): Promise<{ events: Seen[]; session: Session }> {
   const events: Seen[] = [];
   for await (const ev of clients.workspaces.watchSession({ id }, { timeoutMs })) events.push(describe(ev));
   const { session } = await clients.workspaces.getSession({ id });
