@@ -427,12 +427,20 @@ function proxyRequest(to: number | string, request: string): Promise<string> {
   return new Promise((resolve, reject) => {
     const s = typeof to === "number" ? connect(to, "127.0.0.1") : connect({ path: to });
     let answer = "";
-    s.on("data", (d: Buffer) => (answer += d.toString("latin1")));
+    let headed = false;
+    s.on("data", (d: Buffer) => {
+      answer += d.toString("latin1");
+      // The proxy closes after a refusal; an accepted CONNECT would stay open, so once the answer's
+      // head is in, the rest gets 3 s. Before that, 30 s: a hang guard (a loaded CI answered late).
+      if (!headed && answer.includes("\r\n\r\n")) {
+        headed = true;
+        setTimeout(() => s.destroy(), 3000).unref();
+      }
+    });
     s.on("error", reject);
     s.on("close", () => resolve(answer));
     s.write(request);
-    // The proxy closes after a refusal; an accepted CONNECT would stay open, so give up after a while.
-    setTimeout(() => s.destroy(), 3000).unref();
+    setTimeout(() => s.destroy(), 30_000).unref();
   });
 }
 
