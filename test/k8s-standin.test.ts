@@ -111,8 +111,11 @@ async function createPod(t: ExecutionContext<Ctx>, pod: V1Pod, namespace = "defa
   return created;
 }
 
-/** Reads the pod until `done` holds (or fails the wait after `ms`). */
-async function waitForPod(t: ExecutionContext<Ctx>, name: string, done: (pod: V1Pod) => boolean, namespace = "default", ms = 20_000): Promise<V1Pod> {
+/**
+ * Reads the pod until `done` holds (or fails the wait after `ms`: a hang guard, sized for a loaded
+ * two-core CI where a container took 22 s to start and the old 20 s ran out just after it had).
+ */
+async function waitForPod(t: ExecutionContext<Ctx>, name: string, done: (pod: V1Pod) => boolean, namespace = "default", ms = 120_000): Promise<V1Pod> {
   const deadline = Date.now() + ms;
   for (;;) {
     const pod = await t.context.core.readNamespacedPod({ name, namespace });

@@ -412,8 +412,11 @@ export function registerToolScenarios<C>(
     );
     let caught: unknown;
     let aliveBefore = "";
+    // What the stream brought, for the message if "ready" never came (CI saw that once).
+    const seen: string[] = [];
     try {
       for await (const ev of stream) {
+        seen.push(ev.event.case === "stdout" || ev.event.case === "stderr" ? `${ev.event.case}:${JSON.stringify(text(ev.event.value))}` : String(ev.event.case));
         if (ev.event.case === "stdout" && text(ev.event.value).includes("ready")) {
           // The probe sees the running command, so "gone" later means the cancel killed it.
           aliveBefore = (await Promise.all(["shell.pid", "child.pid"].map((f) => ws.sh(probe(f))))).join("");
@@ -423,7 +426,7 @@ export function registerToolScenarios<C>(
     } catch (err) {
       caught = err;
     }
-    t.is(aliveBefore, "alive\nalive\n");
+    t.is(aliveBefore, "alive\nalive\n", `events: ${seen.join(", ")}; ended by: ${caught === undefined ? "the stream's end" : String(caught)}`);
     t.true(caught instanceof ConnectError);
     t.is(ConnectError.from(caught).code, Code.Canceled);
     t.is(await waitGone(ws, ["shell.pid", "child.pid"]), "shell.pid=gone child.pid=gone");
