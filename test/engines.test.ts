@@ -16,7 +16,7 @@ import test, { type ExecutionContext } from "ava";
 import Docker from "dockerode";
 import { ErrorDetailSchema, ErrorReason } from "../gen/agentworkspace/v1/errors_pb.js";
 import { WorkspaceStatus } from "../gen/agentworkspace/v1/workspace_pb.js";
-import { placeWorkspace } from "../providers/docker-engines.ts";
+import { Engine, placeWorkspace } from "../providers/docker-engines.ts";
 import { probeEngines, required } from "./helpers/engines.ts";
 import { postgresGate, startPostgres, type Postgres } from "./helpers/postgres.ts";
 import { startServerProcess, type ServerProcess } from "./helpers/process.ts";
@@ -40,6 +40,52 @@ test("placement: the engine with the largest free share after the workspace, the
   t.is(placeWorkspace([e("a", 12, 0), e("b", 9, 0)], want)?.name, "b");
   t.is(placeWorkspace([{ ...e("a", 3, 0), cpus: 0, memoryBytes: 0 }, e("b", 0, 0)], want)?.name, "a");
   t.is(placeWorkspace([], want), undefined);
+});
+
+// The race a real engine's outage test cannot pin down (it retries while the engine restarts):
+// a check begun while the engine was down, still in flight when a call comes after the engine is
+// back. The call must not take that check's failure as its own answer. Only the engine's ping and
+// info are played here, each answered when the test says.
+test("ensureUp: a check begun before the engine came back fails, and the call checks again and goes through", async (t) => {
+  const pings: Array<PromiseWithResolvers<void>> = [];
+  const docker = {
+    ping: () => {
+      const p = Promise.withResolvers<void>();
+      pings.push(p);
+      return p.promise;
+    },
+    info: async () => ({ NCPU: 2, MemTotal: GiB, Runtimes: { runc: {} } }),
+  } as unknown as Docker;
+  const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
+  const engine = new Engine("e1", {}, docker, "test", quiet);
+  // Down: its first check is refused.
+  const first = engine.check();
+  pings[0].reject(Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
+  t.false(await first);
+  t.false(engine.up);
+  // A periodic check starts while it is still down ...
+  const periodic = engine.check();
+  // ... the engine comes back, and a call arrives while that check is still in flight.
+  const call = engine.ensureUp();
+  pings[1].reject(Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
+  t.false(await periodic);
+  // The call's own check: a new ping, which the engine now answers.
+  await new Promise((r) => setImmediate(r));
+  t.is(pings.length, 3, "the call pinged again instead of sharing the failed check");
+  pings[2].resolve();
+  await t.notThrowsAsync(call);
+  t.true(engine.up);
+  t.is(engine.cpus, 2);
+  // Up: a call costs no ping at all.
+  await engine.ensureUp();
+  t.is(pings.length, 3);
+  // Down again, with no check in flight: the call checks, and fails with the engine's error.
+  engine.markDown(new Error("gone"));
+  const refused = engine.ensureUp();
+  await new Promise((r) => setImmediate(r));
+  pings[3].reject(Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
+  const err = await t.throwsAsync(refused);
+  t.regex(String(err?.message), /The Docker engine 'e1' is not answering/);
 });
 
 if (!usable) {

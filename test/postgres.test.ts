@@ -385,15 +385,17 @@ if (postgresGate(test, "the server on PostgreSQL")) {
 
   test("two servers on one database: a session is served by the server that started it; the other neither accepts its token nor ends it, not even when it sees it idle", async (t) => {
     await twoServers("two_servers_sessions", async (_pg, servers, [a, b]) => {
-      await a.config.createAgentType({ agentType: { id: "busy", workspace: { enabled: true, provider: "local", tools: ["bash"], sessionIdleTimeoutMs: 1500n } } });
+      await a.config.createAgentType({ agentType: { id: "busy", workspace: { enabled: true, provider: "local", tools: ["bash"], sessionIdleTimeoutMs: 4000n } } });
       const started = await a.workspaces.startSession({ agentType: "busy" });
       const sid = started.session!.id;
       const onA = clientsOf(servers[0].url, started.sessionToken);
       const onB = clientsOf(servers[1].url, started.sessionToken);
       try {
         t.is(await eventually(async () => (await a.workspaces.getSession({ id: sid })).session?.status, (s) => s === SessionStatus.ACTIVE), SessionStatus.ACTIVE);
-        // Used on its own server for 4 s, more than twice its idle timeout, while the other looks on.
-        const until = Date.now() + 4000;
+        // Used on its own server for 9 s, more than twice its idle timeout, while the other looks on.
+        // The timeout is 4 s: the gap between one call's end and the next one's start, as its own
+        // server sees it, passed 1.5 s on a loaded CI host, and that server rightly ended the session.
+        const until = Date.now() + 9000;
         while (Date.now() < until) {
           t.is((await onA.tools.bash({ command: "echo busy" })).stdout, "busy\n");
           await new Promise((r) => setTimeout(r, 300));
