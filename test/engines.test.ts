@@ -313,7 +313,19 @@ if (!usable) {
           t.deepEqual([...fromPool].sort(), again.map((w) => w.id).sort());
           const all = raced.map((s) => s.session!.workspaceId).filter((id) => id !== "");
           t.is(new Set(all).size, all.length, "no workspace went to two sessions");
-          t.is((await filled(a!)).length, 2);
+          // Both servers found the pool short at once and refilled it: it may hold one too many
+          // for a while (each fills what it sees lacking), and the server whose member is beyond
+          // the size drains it (a CI saw 3 members 2 s after the refills). It comes back to its size,
+          // and never held more than each server's share of fills.
+          let most = 0;
+          let members = (await ready(a!)).length;
+          for (let i = 0; i < 600 && members !== 2; i++) {
+            most = Math.max(most, members);
+            await new Promise((r) => setTimeout(r, 200));
+            members = (await ready(a!)).length;
+          }
+          t.is(members, 2, "the pool came back to its size");
+          t.true(most <= 4, `at most one refill of the pool per server (${most} members seen)`);
         },
         firsts,
       );

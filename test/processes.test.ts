@@ -929,14 +929,20 @@ test.serial("an agent type's time to live: a workspace without a tool call is pa
     await eventually(async () => ((await status()) === WorkspaceStatus.PAUSED ? true : undefined), 20_000, "the pause after the idle time");
     t.true(alive(pid), "a paused workspace keeps its processes");
     // A call resumes it; the clock starts again, so it is paused again before it is deleted.
+    // (Its READY is in the event chain checked below: a status read here could come after the
+    // next idle time on a loaded host.)
     t.is((await c.tools.bash({ workspaceId: ws, command: "echo back" })).stdout, "back\n");
-    t.is(await status(), WorkspaceStatus.READY);
     await eventually(async () => ((await status()) === WorkspaceStatus.PAUSED ? true : undefined), 20_000, "the second pause");
     await eventually(async () => (await c.workspaces.getWorkspace({ id: ws }).then(() => undefined, (err: unknown) => err)), 20_000, "the deletion after the longer idle time");
     await expectError(t, c.workspaces.getWorkspace({ id: ws }), Code.NotFound, ErrorReason.WORKSPACE_NOT_FOUND);
     t.true(await waitDead([pid], 10_000), "the deletion ended its processes");
     await eventually(async () => (statuses.includes("STOPPED deleted") ? true : undefined), 10_000, "the deletion's event");
-    t.deepEqual(statuses.filter((s, i) => s !== statuses[i - 1]), ["PAUSED", "READY", "PAUSED", "STOPPED deleted"]);
+    // On a loaded host the first idle time may pass before the watch is registered (or before
+    // StartProcess, a tool call, resumes it): the chain then begins with READY (or PAUSED, READY).
+    // What the test drove comes last, and before it only pauses and resumes alternate.
+    const chain = statuses.filter((s, i) => s !== statuses[i - 1]);
+    t.deepEqual(chain.slice(-4), ["PAUSED", "READY", "PAUSED", "STOPPED deleted"], chain.join(", "));
+    t.true(chain.slice(0, -4).every((s) => s === "PAUSED" || s === "READY"), chain.join(", "));
   } finally {
     watch.abort();
     await server.close();
