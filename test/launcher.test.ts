@@ -6,6 +6,7 @@
  * Directly: a failed exec reports its errno as spawn does, and output and exits are never lost or
  * crossed when commands end as fast as they start.
  */
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -484,6 +485,38 @@ test("launcher, spare: one a command stopped, or killed after it was given its c
     t.is(after.out.toString(), "after\n");
   }
   t.is(readFileSync(path.join(dir, "runs"), "utf8"), "false\ntrue\n");
+});
+
+test("launcher, captured: a command's exit is reported after the output it wrote before it exited, even when it exited while the launcher was busy (its caller gives up on pipes that stay quiet after an exit)", async (t) => {
+  t.not(perl, undefined);
+  const dir = mkdtempSync(path.join(tmpdir(), "aw-order-"));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const fifo = path.join(dir, "go");
+  execFileSync("mkfifo", [fifo]);
+  const l = new Launcher(perl!, [], "/usr/bin:/bin", () => undefined);
+  t.teardown(() => l.close());
+  const first = await captured(l, ["sh", "-c", "echo $PPID"], 100);
+  const launcher = Number(first.out.toString().trim());
+  // A waits for the test's word, then writes on both streams and exits.
+  const a = await l.launch({ argv: ["sh", "-c", `read _ < ${fifo}; printf out-a; printf err-a >&2`], env: { PATH: "/usr/bin:/bin" }, cwd: "/", marker: "", keep: 100 });
+  // What had come back of each stream when the exit was reported (nothing is read before: it stays buffered).
+  const atExit = new Promise<[string, string]>((r) => a.once("exit", () => r([String(a.stdout.read() ?? ""), String(a.stderr.read() ?? "")])));
+  // The launcher is kept busy: the spare forked after A is stopped, so the next command waits on
+  // it (2 s) before it is forked instead. A writes and exits meanwhile.
+  let spare: number | undefined;
+  for (let i = 0; i < 250 && spare === undefined; i++) {
+    [spare] = perlChildren(launcher);
+    if (spare === undefined) await sleep(20);
+  }
+  t.not(spare, undefined, "no spare child of the launcher");
+  process.kill(spare!, "SIGSTOP");
+  const b = captured(l, ["sh", "-c", "echo b"], 100);
+  await sleep(300);
+  writeFileSync(fifo, "go\n");
+  t.deepEqual(await atExit, ["out-a", "err-a"]);
+  const rb = await b;
+  t.deepEqual(rb.exit, [0, null]);
+  t.is(rb.out.toString(), "b\n");
 });
 
 test("launcher: a descriptor inherited from whoever started it (not close-on-exec) reaches no command, forked on request or from a spare", async (t) => {

@@ -36,6 +36,11 @@
  * waits up to 1 ms before writing them: a command that ends within it is reported (started,
  * output, ended) in one write, which the caller reads in one wakeup instead of two or three.
  * Nothing is held before the first request is read: the slots are announced at once (see `#heard`).
+ * A captured command's exit is said after what it wrote before it exited: as the launcher reaps
+ * it, it reads what its pipes hold first. Its caller gives up on pipes that stay quiet for 2 s
+ * after an exit (process-runner.ts); a launcher that said the exit and then was slow to read the
+ * pipes (a busy launcher, a workspace starved by its CPU limit) made the output look held by a
+ * process that escaped, and it was lost.
  *
  * When its stdin ends (whoever started it is gone: the server or executor died without stopping
  * its commands) it kills the process group of every command still running, then exits.
@@ -90,8 +95,9 @@ my $spare;
 sub reap_ {
   while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) {
     my $st = $?;
-    if (!delete $kids{$pid}) { unspare_() if $spare && $spare->[0] == $pid; next }
-    $running--; kill('-KILL', $pid); say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n");
+    my $id = delete $kids{$pid};
+    if (!$id) { unspare_() if $spare && $spare->[0] == $pid; next }
+    $running--; kill('-KILL', $pid); drain_($id); say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n");
   }
 }
 $SIG{CHLD} = sub { };
@@ -121,6 +127,20 @@ sub cap_ {
   }
   close($fh); delete $cap{$fd};
   if (--$m->[5] == 0) { delete $cmd{$id}; say_("d $id $m->[2] $m->[4]\n") }
+}
+# What an exited captured command wrote is in its pipes: it is read and said before its exit.
+# (Its caller gives up on output that stays quiet for a while after an exit: a launcher slow to
+# read it after saying the exit would lose it.) Bounded: a process that escaped the command may
+# still be writing; what it writes later is read in the main loop.
+sub drain_ {
+  my $id = shift;
+  for (1 .. 64) {
+    my @fds = grep { $cap{$_}[1] == $id } keys %cap;
+    return unless @fds;
+    my $rin = ''; vec($rin, $_, 1) = 1 for @fds;
+    return if select(my $rout = $rin, undef, undef, 0) <= 0;
+    vec($rout, $_, 1) && cap_($_) for @fds;
+  }
 }
 sub drop_ {
   my $id = shift;
@@ -191,13 +211,15 @@ sub spared_ {
   # 'R' right before its exec, then an errno if the exec failed; an errno alone if a step before it
   # failed; nothing if it died before its exec (killed while it waited): nothing ran, fork instead.
   # A spare that says nothing for 2 s (stopped by a command) is killed: what it said by then counts.
+  # One that said 'R' is past every step that could fail but the exec itself, and may be the command
+  # already (a starved workspace can take that long): it is left to run, not killed as it starts.
   my $got = '';
   my $left = 2;
   my $in = ''; vec($in, fileno($xr), 1) = 1;
   while (length($got) < 5) {
     my ($ready, $rest) = select(my $r = $in, undef, undef, $left);
     $left = $rest;
-    if ($ready <= 0) { next if $ready < 0 && $!{EINTR} && $left > 0; kill('KILL', $pid); $left = undef; next }
+    if ($ready <= 0) { next if $ready < 0 && $!{EINTR} && $left > 0; last if $got ne ''; kill('KILL', $pid); $left = undef; next }
     my $n = sysread($xr, $got, 5 - length($got), length($got));
     if (!defined $n) { next if $!{EINTR}; last }
     last if $n == 0;
@@ -205,7 +227,7 @@ sub spared_ {
   close($xr);
   my $execd = $got =~ s/^R//;
   if (!$execd && length($got) != 4) { close($or); close($er); kill('KILL', $pid); return 0 }
-  $running++; $kids{$pid} = 1;
+  $running++; $kids{$pid} = $id;
   if (length($got) == 4) { say_("f $id " . unpack("N", $got) . " $pid\n"); close($or); close($er); return 1 }
   say_("s $id $pid" . ($marker eq '+' ? $mlink : '') . "\n");
   $cap{fileno($or)} = [$or, $id, 1]; $cap{fileno($er)} = [$er, $id, 2]; $cmd{$id} = [$keep, 0, 0, 0, 0, 2];
@@ -235,7 +257,7 @@ sub run_ {
   if (!pipe($xr, $xw)) { say_("f $id " . ($! + 0) . " 0\n"); $again->(); return }
   my $pid = fork();
   if (!defined $pid) { say_("f $id " . ($! + 0) . " 0\n"); $again->(); return }
-  if ($pid > 0) { $running++; $kids{$pid} = 1 }
+  if ($pid > 0) { $running++; $kids{$pid} = $id }
   if ($pid == 0) {
     my $die = sub { my $e = ($! + 0) || 5; syswrite($xw, pack("N", $e)); POSIX::_exit(127) };
     $SIG{CHLD} = 'DEFAULT';
