@@ -96,7 +96,7 @@ sub reap_ {
   while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) {
     my $st = $?;
     my $id = delete $kids{$pid};
-    if (!$id) { unspare_() if $spare && $spare->[0] == $pid; next }
+    if (!defined $id) { unspare_() if $spare && $spare->[0] == $pid; next }
     $running--; kill('-KILL', $pid); drain_($id); say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n");
   }
 }
