@@ -19,7 +19,7 @@ import { gate, microvmGate, probeEngines } from "./helpers/engines.ts";
 import { type GitServer, startGitServer } from "./helpers/git-server.ts";
 import { startServerProcess, waitDead, type ServerProcess } from "./helpers/process.ts";
 import { type ClientSet, expectError, startServer, type TestServer } from "./helpers/server.ts";
-import { bashOk, clientsWithToken, credentialsFile, describe, eventually, outline, watchUntilReady } from "./helpers/sessions.ts";
+import { bashOk, clientsWithToken, credentialsFile, describe, eventually, outline, readyGuardMs, watchUntilReady } from "./helpers/sessions.ts";
 
 interface Ctx {
   server: TestServer;
@@ -70,7 +70,7 @@ for (const provider of PROVIDERS) {
       },
     });
     const started = await op.workspaces.startSession({ agentType: type, task: { repositoryUrl: git.repoUrl("svc"), branch: "fix/bug-7", pullRequestNumber: 7n, baseBranch: "main" } });
-    const { events, session } = await watchUntilReady(op, started.session!.id, 120_000);
+    const { events, session } = await watchUntilReady(op, started.session!.id, readyGuardMs(provider));
     t.deepEqual(outline(events), [
       "status PROVISIONING",
       "started SANDBOX",
@@ -125,7 +125,7 @@ for (const provider of PROVIDERS) {
       agentType: { id: type, workspace: { enabled: true, provider, tools: TOOLS, repoSource: { type: "fixed", url: git.repoUrl("svc") }, checkoutOnStart: true, setupCommands: ["touch ready"], warmPoolSize: 1 } },
     });
     const pooled = () => server.app.workspaces.listRecords("", {}).filter((r) => r.agentType?.id === type && r.pool?.ready);
-    await eventually(() => (pooled().length === 1 ? true : undefined), 120_000, "the pool to fill");
+    await eventually(() => (pooled().length === 1 ? true : undefined), readyGuardMs(provider), "the pool to fill");
     const started = await op.workspaces.startSession({ agentType: type, task: {} });
     t.is(started.session?.status, SessionStatus.ACTIVE);
     t.true(started.session?.fromWarmPool);

@@ -9,7 +9,7 @@ import type { ExecutionContext } from "ava";
 import { SessionStatus } from "../../gen/agentworkspace/v1/workspace_pb.js";
 import type { GitServer } from "./git-server.ts";
 import type { ClientSet } from "./server.ts";
-import { watchUntilReady } from "./sessions.ts";
+import { readyGuardMs, watchUntilReady } from "./sessions.ts";
 
 /** The repository every git test starts from. */
 export const SVC_BRANCHES = {
@@ -50,7 +50,7 @@ export async function repoSession(t: ExecutionContext<unknown>, op: ClientSet, g
     },
   });
   const started = await op.workspaces.startSession({ agentType: type, task: { repositoryUrl: git.repoUrl(repo), baseBranch: options.baseBranch ?? "" } });
-  const { session } = await watchUntilReady(op, started.session!.id, 180_000);
+  const { session } = await watchUntilReady(op, started.session!.id, readyGuardMs(provider));
   t.is(session.status, SessionStatus.ACTIVE, session.statusMessage);
   return { c: op, ws: session.workspaceId, repo, url: git.repoUrl(repo), bare: git.repoPath(repo), sessionId: session.id, commits, started, session };
 }

@@ -67,13 +67,27 @@ export function describe(ev: WatchSessionResponse): Seen {
 }
 
 /**
- * Every event of a session until provisioning is over, and the session then. The default deadline
- * is a hang guard: a microvm session (an emulated VM booting, cloning and running setup) passed
- * 60 s in a loaded CI.
+ * How long a test waits for a session of `provider` to be ready: a hang guard, not a timing. A
+ * microvm session (an emulated VM booting, cloning and running setup) passed 60 s in a loaded CI,
+ * and a git test's passed 180 s with three other providers' sessions and another test file beside it.
+ */
+export function readyGuardMs(provider: string): number {
+  return provider === "microvm" ? 600_000 : 180_000;
+}
+
+/**
+ * Every event of a session until provisioning is over, and the session then. When the deadline
+ * (a hang guard) passes first, the error says what had come and how long it waited.
  */
 export async function watchUntilReady(clients: ClientSet, id: string, timeoutMs = 180_000): Promise<{ events: Seen[]; session: Session }> {
   const events: Seen[] = [];
-  for await (const ev of clients.workspaces.watchSession({ id }, { timeoutMs })) events.push(describe(ev));
+  const started = Date.now();
+  try {
+    for await (const ev of clients.workspaces.watchSession({ id }, { timeoutMs })) events.push(describe(ev));
+  } catch (err) {
+    const seen = outline(events).join(", ");
+    throw new Error(`session ${id} not ready after ${Date.now() - started} ms (guard ${timeoutMs} ms); events: ${seen || "none"}`, { cause: err });
+  }
   const { session } = await clients.workspaces.getSession({ id });
   if (!session) throw new Error("GetSession returned no session");
   return { events, session };
