@@ -15,21 +15,33 @@ interface Ctx {
   server: TestServer;
   /** A server whose scans walk at most SMALL_BOUND entries. */
   bounded: TestServer;
+  /** A server whose scans stop after 1 ms. */
+  hasty: TestServer;
 }
 
 const test = anyTest as TestFn<Ctx>;
 const engines = await probeEngines();
 const SMALL_BOUND = 50;
 
+/**
+ * The scans' time bound for the servers whose tests are about what a scan finds, not about how long
+ * it may take: the default 500 ms of wall time is a bound a loaded CI passes (a scan of 1,001 files
+ * did, and the next command's events were then tree_changed too, as nothing was known). The time
+ * bound itself has its own server and test (`hasty`).
+ */
+const PATIENT = { AGENT_WORKSPACE_CHANGE_SCAN_MAX_MS: "60000" };
+
 test.before(async (t) => {
   const containers = engines.docker || engines.gvisor;
-  t.context.server = await startServer({ env: containers ? {} : { ...LOCAL_ONLY } });
-  t.context.bounded = await startServer({ env: { ...LOCAL_ONLY, AGENT_WORKSPACE_CHANGE_SCAN_MAX_ENTRIES: String(SMALL_BOUND) } });
+  t.context.server = await startServer({ env: containers ? PATIENT : { ...LOCAL_ONLY, ...PATIENT } });
+  t.context.bounded = await startServer({ env: { ...LOCAL_ONLY, ...PATIENT, AGENT_WORKSPACE_CHANGE_SCAN_MAX_ENTRIES: String(SMALL_BOUND) } });
+  t.context.hasty = await startServer({ env: { ...LOCAL_ONLY, AGENT_WORKSPACE_CHANGE_SCAN_MAX_MS: "1" } });
 });
 
 test.after.always(async (t) => {
   await t.context.server?.close();
   await t.context.bounded?.close();
+  await t.context.hasty?.close();
 });
 
 /** A WatchEvents stream collected in the background. */
@@ -230,6 +242,20 @@ test("a command that makes more than the scan's bound gives one tree_changed eve
   // Back under the bound: the first scan has nothing to compare with, the next ones are precise.
   t.deepEqual(await bashChanges(c, w, ws, "rm -r many"), ["tree_changed bash"]);
   t.deepEqual(await bashChanges(c, w, ws, "touch fits"), ["CREATED fits bash"]);
+  await w.stop();
+});
+
+test("a scan that passes its time bound is stopped: its command, and the next while nothing is known, give one tree_changed event each", async (t) => {
+  const c = t.context.hasty.clients.grpc;
+  const ws = await newWorkspace(c, { provider: "local" });
+  const w = watch(c, { workspaceId: ws });
+  await w.started();
+  // 2,000 entries cannot be walked in 1 ms; the count bound (50,000) and the change bound (1,000
+  // listed) are not what stops these scans: 600 changes are fewer than the list holds.
+  await c.tools.bash({ workspaceId: ws, command: "mkdir old && touch old/f{1..2000}" });
+  t.deepEqual(await bashChanges(c, w, ws, "touch new{1..600}"), ["tree_changed bash"]);
+  t.deepEqual(await bashChanges(c, w, ws, "touch new1"), ["tree_changed bash"]);
+  t.false(w.changes().some((ch) => !ch.treeChanged), "no precise event from a scan that was stopped");
   await w.stop();
 });
 
