@@ -22,7 +22,9 @@ const PING_TIMEOUT_MS = 2000;
  * Pings in a row that may go unanswered in time before an engine that was up counts as down. A
  * refused or broken connection marks it down at once; a slow answer is what a busy engine gives
  * (a local dockerd creating and removing many containers on two cores took more than 2 s), so
- * it takes this many in a row, about 6 s, to call it gone.
+ * it takes this many in a row, about 6 s, to call it gone. At the server's start an engine gets
+ * as many before it is judged absent: on "auto" an absent engine's providers are left out for
+ * the server's life, and a slow one is not an absent one.
  */
 const SLOW_PINGS_DOWN = 3;
 
@@ -74,6 +76,12 @@ export class Engine {
   #checking: Promise<boolean> | undefined;
   /** Pings in a row that timed out while the engine counted as up. */
   #slow = 0;
+  /** The last check failed because the engine did not answer in time (not a refused connection). */
+  #timedOut = false;
+
+  get timedOut(): boolean {
+    return this.#timedOut;
+  }
 
   /** Pings the engine and, when it (again) answers, reads what it reports; concurrent callers share one check. */
   check(): Promise<boolean> {
@@ -99,6 +107,7 @@ export class Engine {
     try {
       await withTimeout(this.docker.ping(), PING_TIMEOUT_MS);
       this.#slow = 0;
+      this.#timedOut = false;
       if (!this.#up) {
         const info = (await withTimeout(this.docker.info(), PING_TIMEOUT_MS)) as { NCPU?: number; MemTotal?: number; Runtimes?: Record<string, unknown> };
         this.#cpus = info.NCPU ?? 0;
@@ -111,7 +120,8 @@ export class Engine {
       }
       return true;
     } catch (err) {
-      if (this.#up && (err as { code?: string }).code === "ETIMEDOUT" && ++this.#slow < SLOW_PINGS_DOWN) {
+      this.#timedOut = (err as { code?: string }).code === "ETIMEDOUT";
+      if (this.#up && this.#timedOut && ++this.#slow < SLOW_PINGS_DOWN) {
         this.#log.warn("docker engine slow to answer its ping; still counted as up", { engine: this.name, at: this.where, slow_pings: this.#slow });
         return true;
       }
@@ -193,7 +203,14 @@ export class Engines {
 
   /** Checks every engine now, then every CHECK_EVERY_MS. */
   async start(): Promise<void> {
-    await Promise.all(this.list.map((e) => e.check()));
+    // An engine that answers too slowly gets the tries a running one gets before it counts as absent.
+    await Promise.all(
+      this.list.map(async (e) => {
+        for (let tries = 1; !(await e.check()) && e.timedOut && tries < SLOW_PINGS_DOWN; tries++) {
+          this.#log.warn("docker engine slow to answer its ping at start; trying again", { engine: e.name, at: e.where, tries });
+        }
+      }),
+    );
     const tick = () => {
       this.#timer = setTimeout(() => void Promise.all(this.list.map((e) => e.check())).finally(() => this.#timer && tick()), CHECK_EVERY_MS);
       this.#timer.unref();

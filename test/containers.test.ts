@@ -248,6 +248,60 @@ if (gate(test, engines, "docker", "engine outage")) {
   });
 }
 
+if (gate(test, engines, "docker", "a slow engine at start")) {
+  test("an engine slow to answer at the server's start is tried again, not left out as absent", async (t) => {
+    const dir = await mkdtemp(path.join(tmpdir(), "aw-slow-"));
+    const socketPath = path.join(dir, "docker.sock");
+    // A pass-through to the real engine that holds every connection made within 2.5 s of its first
+    // until then: the server's first ping at start is not answered within its 2 s (as a loaded
+    // dockerd's), however long the server took to get there.
+    const sockets = new Set<net.Socket>();
+    const timers = new Set<NodeJS.Timeout>();
+    let releaseAt: number | undefined;
+    let held = 0;
+    const proxy = net.createServer((client) => {
+      client.pause();
+      sockets.add(client);
+      releaseAt ??= Date.now() + 2500;
+      const wait = Math.max(0, releaseAt - Date.now());
+      if (wait > 0) held++;
+      const timer = setTimeout(() => {
+        timers.delete(timer);
+        if (client.destroyed) return;
+        const upstream = net.connect("/var/run/docker.sock");
+        sockets.add(upstream);
+        client.pipe(upstream).pipe(client);
+        client.resume();
+        const drop = () => {
+          client.destroy();
+          upstream.destroy();
+        };
+        client.on("error", drop).on("close", drop);
+        upstream.on("error", drop).on("close", drop);
+      }, wait);
+      timers.add(timer);
+    });
+    await new Promise<void>((r) => proxy.listen(socketPath, () => r()));
+    const logs: string[] = [];
+    // "auto": an engine judged absent at start leaves the container providers out for the server's life.
+    const server = await startServer({ env: { DOCKER_SOCKET: socketPath, AGENT_WORKSPACE_DOCKER: "auto" }, onLog: (l) => logs.push(l) });
+    try {
+      t.true(held >= 1, "the first ping was held past its time");
+      t.true(logs.some((l) => l.includes("slow to answer its ping at start")), logs.join("\n"));
+      const { workspaces, tools } = server.clients.grpc;
+      const { workspace } = await workspaces.createWorkspace({ provider: "docker" });
+      t.is((await tools.bash({ workspaceId: workspace!.id, command: "echo here" })).stdout, "here\n");
+      await workspaces.deleteWorkspace({ id: workspace!.id });
+    } finally {
+      await server.close();
+      for (const timer of timers) clearTimeout(timer);
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((r) => proxy.close(() => r()));
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+}
+
 if (gate(test, engines, "docker", "identical responses across providers")) {
   test("Provider-agnostic tool interface: the same calls give identical responses on local, docker and gvisor", async (t) => {
     const providers = ["local", ...(["docker", "gvisor"] as const).filter((p) => engines[p] || required(p))];
