@@ -94,16 +94,22 @@ test("an installation token is minted with a JWT the server verified, and the se
 
 test("a token near its expiry is renewed, and expired tokens leave the live secrets", async (t) => {
   const installationId = nextInstallationId();
-  // 4 s tokens: the renewal margin is a quarter of the lifetime, 1 s.
-  const server = await apiServer(t, { installations: { "acme/widgets": installationId }, tokenLifetimeMs: 4_000 });
-  let clock = Date.now();
+  // 40 s tokens: the renewal margin is a quarter of the lifetime the provider saw, from its clock at
+  // the request to the expiry the API gave, which counts the real time the first request took (over
+  // a second in a loaded CI run). The clock is set from that expiry, so the test is about the rule,
+  // not about how fast the host is.
+  const server = await apiServer(t, { installations: { "acme/widgets": installationId }, tokenLifetimeMs: 40_000 });
+  const requestedAt = Date.now();
+  let clock = requestedAt;
   const provider = appProvider(server, { installationId }, () => clock);
   const url = "https://github.com/acme/widgets";
 
   const first = await provider.credentialFor(url);
-  clock += 2_000;
+  const expiresAt = server.issued[0]!.expiresAt;
+  const renewAt = expiresAt - (expiresAt - requestedAt) / 4;
+  clock = renewAt - 1_000;
   t.is((await provider.credentialFor(url))?.token, first?.token, "reused while more than the margin is left");
-  clock += 1_500;
+  clock = renewAt + 1_000;
   const renewed = await provider.credentialFor(url);
   t.not(renewed?.token, first?.token, "renewed within the last quarter of its lifetime");
   t.is(server.issued.length, 2);
