@@ -167,14 +167,22 @@ for (const provider of ["docker", "gvisor"] as const) {
 
   test(`${provider}: workspaces survive a server restart; orphaned containers are reported and cleaned up`, async (t) => {
     const dataDir = await mkdtemp(path.join(tmpdir(), "aw-restart-"));
+    // Every server is closed however the test ends: one left open (a call that threw) kept this
+    // worker from exiting until the CI run's time limit.
+    const servers: TestServer[] = [];
+    const start = async (options: Parameters<typeof startServer>[0]) => {
+      const server = await startServer(options);
+      servers.push(server);
+      return server;
+    };
     try {
-      const first = await startServer({ dataDir });
+      const first = await start({ dataDir });
       const { workspace } = await first.clients.grpc.workspaces.createWorkspace({ provider });
       const id = workspace!.id;
       await first.clients.grpc.tools.bash({ workspaceId: id, command: "echo before > state.txt" });
       await first.close();
 
-      const second = await startServer({ dataDir });
+      const second = await start({ dataDir });
       const r = await second.clients.grpc.tools.bash({ workspaceId: id, command: "cat state.txt" });
       t.is(r.stdout, "before\n");
       await second.close();
@@ -182,11 +190,12 @@ for (const provider of ["docker", "gvisor"] as const) {
       // Forget the workspace (as if the record were lost); the next start finds its container.
       for (const suffix of ["", "-wal", "-shm"]) await rm(path.join(dataDir, `${DATABASE_FILE}${suffix}`), { force: true });
       const logs: string[] = [];
-      const third = await startServer({ dataDir, env: { AGENT_WORKSPACE_CLEANUP_ORPHANS: "1" }, onLog: (l) => logs.push(l) });
+      const third = await start({ dataDir, env: { AGENT_WORKSPACE_CLEANUP_ORPHANS: "1" }, onLog: (l) => logs.push(l) });
       t.true(logs.some((l) => l.includes("orphan") && l.includes(id)), logs.join("\n"));
       t.is(await containerOf(id), undefined);
       await third.close();
     } finally {
+      for (const server of servers) await server.close();
       await rm(dataDir, { recursive: true, force: true });
     }
   });
