@@ -167,8 +167,8 @@ for (const provider of ["docker", "gvisor"] as const) {
 
   test(`${provider}: workspaces survive a server restart; orphaned containers are reported and cleaned up`, async (t) => {
     const dataDir = await mkdtemp(path.join(tmpdir(), "aw-restart-"));
-    // Every server is closed however the test ends: one left open (a call that threw) kept this
-    // worker from exiting until the CI run's time limit.
+    // Every server is closed however the test ends: after a failed run of this test, one left open
+    // kept its worker from exiting until the CI run's time limit.
     const servers: TestServer[] = [];
     const start = async (options: Parameters<typeof startServer>[0]) => {
       const server = await startServer(options);
