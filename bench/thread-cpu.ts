@@ -3,9 +3,10 @@
  * goes by thread. It makes N sequential calls in a local workspace and reads each of the server
  * process's threads' user and system time (/proc/<pid>/task/<tid>/stat) before and after, so the
  * main thread's share can be told from V8's helper threads, libuv's pool and the audit writer.
- * Beside each thread's CPU, its minor page faults per call (a count, the same however busy the host
- * is): on a virtual machine whose host backs guest memory lazily a fault costs far more than on
- * metal (15 µs measured on one such host), so faults can be most of a call's system time.
+ * Beside each thread's CPU, its system time and its minor page faults per call (a count, the same
+ * however busy the host is): on the AMD EPYC guest of 2026-12-03 a fault cost 15–19 µs of CPU
+ * (bench/fault-count.ts), so a count tells whether faults explain a call's cost there (for the
+ * server's no-op Bash they did not: 2.5–4.7 per call).
  */
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import os from "node:os";
