@@ -3,10 +3,13 @@
  * main thread makes per call, by name, counted by `strace -c` attached to that thread alone (not
  * the audit writer's thread, not libuv's pool) over N sequential calls in a local workspace.
  *
- * Like faults (bench/fault-count.ts), these are counts: strace slows every call down, but the calls
- * made stay the same. They matter where entering the kernel is dear: on the AMD EPYC guest of
- * 2026-12-03, a PVM guest (its kernel's entries go through the hypervisor), a quarter of the main
- * thread's CPU per no-op `Bash` was kernel time.
+ * Most of these are fixed per call, but not all, unlike faults (bench/fault-count.ts): the event
+ * loop's turns (`epoll_pwait`, `read`) grow when the launcher's answers arrive in more pieces, and
+ * `futex` when threads contend. strace's slowdown and a busy host both add to those, so take it on
+ * an idle host (on the one below, 1,000 `Bash` calls made 24 per call idle and 210 during a CI run).
+ * They matter where entering the kernel is dear: on the AMD EPYC guest of 2026-12-03, a PVM guest
+ * (its kernel's entries go through the hypervisor), a quarter of the main thread's CPU per no-op
+ * `Bash` was kernel time.
  */
 import { spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
