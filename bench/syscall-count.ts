@@ -36,18 +36,27 @@ const call = () =>
       : clients.grpc.tools.bash({ workspaceId, command: "true" });
 for (let i = 0; i < 200; i++) await call();
 
-// -p names the main thread only (its tid is the pid); strace prints its table on SIGINT.
-const strace = spawn("strace", ["-c", "-S", "calls", "-p", String(server.pid)], { stdio: ["ignore", "ignore", "pipe"] });
+// -p names the main thread only (its tid is the pid); strace prints its table on SIGINT. A strace
+// that is missing or cannot attach (ptrace refused) ends the run with its own words, and the
+// server is stopped either way.
 let report = "";
-strace.stderr.setEncoding("utf8").on("data", (d: string) => (report += d));
-const attached = new Promise<void>((resolve, reject) => {
-  strace.once("error", reject);
-  strace.stderr.on("data", () => report.includes("attached") && resolve());
-});
-await attached;
-for (let i = 0; i < calls; i++) await call();
-strace.kill("SIGINT");
-await new Promise((resolve) => strace.once("close", resolve));
+try {
+  const strace = spawn("strace", ["-c", "-S", "calls", "-p", String(server.pid)], { stdio: ["ignore", "ignore", "pipe"] });
+  strace.stderr.setEncoding("utf8").on("data", (d: string) => (report += d));
+  const closed = new Promise<number | null>((resolve) => strace.once("close", resolve));
+  await new Promise<void>((resolve, reject) => {
+    strace.once("error", reject);
+    strace.stderr.on("data", () => report.includes("attached") && resolve());
+    void closed.then((code) => reject(new Error(`strace ended before it attached (exit ${code}): ${report.trim()}`)));
+  });
+  for (let i = 0; i < calls; i++) await call();
+  strace.kill("SIGINT");
+  await closed;
+} catch (err) {
+  await server.stop();
+  await rm(data, { recursive: true, force: true });
+  throw err;
+}
 
 const rows: Array<[string, number, number]> = [];
 for (const line of report.split("\n")) {
