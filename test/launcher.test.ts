@@ -398,6 +398,8 @@ test("launcher, spare: a captured command starts from a child forked ahead, whic
     await sleep(20);
   }
   t.not(spare, undefined, "no spare child of the launcher");
+  // The launcher names it (the sweep after a command skips that pid).
+  t.is(l.spare, spare!);
   const launcherOwn = descriptorsOf(launcher);
   // stdin from /dev/null, stdout, stderr and the marker as pipes; its instruction pipe and the pipe
   // its failed exec would be reported on: six, none the launcher's own stdin or stdout.
@@ -420,6 +422,8 @@ test("launcher, spare: a captured command starts from a child forked ahead, whic
   const [pid, list] = next.out.toString().split("\n");
   t.is(Number(pid), spare!);
   t.is(next.child.pid, spare!);
+  // Taken for that command: no longer named as the spare.
+  t.not(l.spare, spare!);
   t.regex(next.child.markerLink ?? "", /^pipe:\[\d+\]$/);
   // Its own descriptors: the standard three, the marker, and the one ls lists /proc with.
   t.deepEqual(list.trim().split(" ").map(Number).filter((fd) => fd <= 3), [0, 1, 2, 3]);
@@ -437,12 +441,16 @@ test("launcher, spare: one killed by a command is replaced, and every later comm
   const killer = [
     "for i in $(seq 1 200); do",
     "  for d in /proc/[0-9]*; do read -r pid comm state ppid rest < $d/stat 2>/dev/null || continue;",
-    "    if [ \"$ppid\" = \"$PPID\" ] && [ \"$comm\" = '(perl)' ]; then kill -9 $pid && echo killed && exit 0; fi; done; sleep 0.01; done; exit 9",
+    "    if [ \"$ppid\" = \"$PPID\" ] && [ \"$comm\" = '(perl)' ]; then kill -9 $pid && echo killed $pid && exit 0; fi; done; sleep 0.01; done; exit 9",
   ].join("\n");
   for (let round = 0; round < 3; round++) {
     const k = await captured(l, ["bash", "-c", killer], 100);
     t.deepEqual(k.exit, [0, null], "no spare to kill");
-    t.is(k.out.toString(), "killed\n");
+    const [said, killed] = k.out.toString().trim().split(" ");
+    t.is(said, "killed");
+    // The launcher stops naming a spare that died (before its pid can be handed out again).
+    for (let i = 0; i < 250 && l.spare === Number(killed); i++) await sleep(20);
+    t.not(l.spare, Number(killed), "the launcher still names a dead spare");
     // Commands right after, one at a time and several at once: each runs once.
     for (let i = 0; i < 3; i++) {
       const r = await captured(l, ["sh", "-c", `echo ${round}.${i} >> ${dir}/runs; echo out${i}; exit ${i}`], 100);

@@ -27,8 +27,9 @@
  * and argv, after which it does what a fresh fork does. So the fork (about 0.2 ms of a Perl
  * process here) and the pipes leave the command's path, at the price of the launcher's pages the
  * two share while the spare waits (copied when the launcher writes them: about 0.15 ms of the
- * launcher's CPU per command). A spare that died (a command may kill it: same user) is reaped
- * without a word and replaced; a spare that cannot take its command (its pipe is closed) is
+ * launcher's CPU per command). The launcher names its spare (`n`), so the sweep after a command
+ * need not probe that pid (process-runner.ts). A spare that died (a command may kill it: same user)
+ * is reaped and replaced, and the launcher says at once that it has none; a spare that cannot take its command (its pipe is closed) is
  * killed and the command forked as before, and so is a command whose spare died before its exec
  * (it says so just before it execs: nothing ran). Commands through a slot are forked on request.
  *
@@ -67,7 +68,8 @@
  *   answers  `p <slot> <stdout fd> <stderr fd>` a slot is ready, `s <id> <pid> [<marker link>]` started,
  *            `f <id> <errno> <pid>` failed, `o <id> <1|2> <bytes>\n<raw bytes>` captured output
  *            (stdout 1, stderr 2), `d <id> <stdout total> <stderr total>` both its pipes ended,
- *            `x <pid> <code> <signal>` a command exited.
+ *            `x <pid> <code> <signal>` a command exited, `n <pid>` the spare that waits now (`n 0`
+ *            none: said as it is taken for a command or reaped, before its pid can be handed out again).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { EventEmitter } from "node:events";
@@ -96,7 +98,7 @@ sub reap_ {
   while ((my $pid = waitpid(-1, POSIX::WNOHANG())) > 0) {
     my $st = $?;
     my $id = delete $kids{$pid};
-    if (!defined $id) { unspare_() if $spare && $spare->[0] == $pid; next }
+    if (!defined $id) { if ($spare && $spare->[0] == $pid) { unspare_(); say_("n 0\n") } next }
     $running--; kill('-KILL', $pid); drain_($id); say_("x $pid " . (($st >> 8) & 255) . " " . ($st & 127) . "\n");
   }
 }
@@ -191,6 +193,7 @@ sub spare_ {
   my $mlink = ' pipe:[' . (stat($mr))[1] . ']';
   close($mr);
   $spare = [$pid, $iw, $xr, $or, $er, $mlink];
+  say_("n $pid\n");
 }
 sub spared_ {
   my ($id, $keep, $cwd, $marker, @fields) = @_;
@@ -201,6 +204,7 @@ sub spared_ {
   # cannot block the launcher here; a longer request is forked as before.
   return 0 if length($line) > 60000;
   $spare = undef;
+  say_("n 0\n");
   my $off = 0;
   {
     local $SIG{PIPE} = 'IGNORE';
@@ -425,6 +429,8 @@ export class Launcher {
   /** Captured commands whose pipes have not both ended yet, by request id. */
   readonly #captured = new Map<number, LaunchedChild>();
   #alive = true;
+  /** The pid of the spare that waits (0: none, or not known yet). */
+  #spare = 0;
   /** True once it said anything: it had begun serving (its slots come before it reads a request). */
   #heard = false;
 
@@ -451,6 +457,15 @@ export class Launcher {
 
   get alive(): boolean {
     return this.#alive;
+  }
+
+  /**
+   * The pid of the spare that waits for the next captured command, 0 for none. The spare is a fork
+   * of the launcher that carries no command's marks; the launcher says when it is taken or reaped
+   * before its pid can be handed out again, so this never names a process of a command.
+   */
+  get spare(): number {
+    return this.#alive ? this.#spare : 0;
   }
 
   /** Starts a command; rejects as `spawn` throws or errs (an Error with `code`). */
@@ -535,6 +550,7 @@ export class Launcher {
       else if (kind === "f") this.#failedStart(n[0], n[1], n[2]);
       else if (kind === "x") this.#exited(n[0], n[1], n[2]);
       else if (kind === "d") this.#drained(n[0], n[1], n[2]);
+      else if (kind === "n") this.#spare = n[0];
       else if (kind === "e") this.#log(`the launcher cannot make pipes: ${errnoNames.get(n[0]) ?? n[0]}`);
     }
     this.#out = pos === buf.length ? "" : buf.slice(pos);

@@ -145,6 +145,8 @@ interface Launched {
   /** Its marker variable's value. */
   marker: string;
   markerLink: string | undefined;
+  /** A pid that carries no command's marks (its launcher's waiting spare), 0 for none: the sweep skips it. */
+  unmarked?: () => number;
 }
 
 /** Spawns `argv` as described, stdin /dev/null, in a process group of its own. */
@@ -205,7 +207,7 @@ async function launchVia(launcher: Launcher, argv: string[], spec: LaunchSpec): 
       marker: spec.marker ? self + spec.marker.fd : spec.launcherMarker ? "+" : "",
       keep: spec.keepBytes,
     });
-    return { child: child as unknown as Child, marker, markerLink: spec.marker?.link ?? child.markerLink };
+    return { child: child as unknown as Child, marker, markerLink: spec.marker?.link ?? child.markerLink, unmarked: () => launcher.spare };
   } catch (err) {
     if (err instanceof TypeError) throw err;
     const code = (err as { code?: unknown }).code;
@@ -258,7 +260,7 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     const skipGroup = sig === "SIGKILL" ? undefined : child.pid;
     // A command its launcher reaped is gone itself: the window starts after it.
     const since = (child.pid ?? 0) + (groupDone ? 1 : 0);
-    const sweep = () => void killMarked({ env: marker, link: launched.markerLink }, sig, since, skipGroup);
+    const sweep = () => void killMarked({ env: marker, link: launched.markerLink }, sig, since, skipGroup, launched.unmarked?.() ?? 0);
     if (later) setImmediate(sweep);
     else sweep();
   };
@@ -411,13 +413,17 @@ function buildExit(
  * does not wait for the sweep (a child still holding the output pipes keeps the call open until
  * the sweep reaches it). With `skipGroup`, members of that process group are left out: the group
  * signal has reached them already. One that moved into the group after that signal misses this
- * one; the SIGKILL that follows the grace never skips.
+ * one; the SIGKILL that follows the grace never skips. `unmarked` (0 for none) is a pid known to
+ * carry no marks (the launcher's waiting spare, forked after the command): the probes by number
+ * skip it. Only within a window the pid counter did not wrap in, where it cannot be a process of
+ * the command; the scan of all of /proc probes every pid.
  */
 async function killMarked(
   marks: { env: string; link: string | undefined },
   sig: NodeJS.Signals,
   since: number,
   skipGroup?: number,
+  unmarked = 0,
 ): Promise<void> {
   const needle = Buffer.from(`${EXEC_MARKER_VAR}=${marks.env}\0`);
   const last = lastPid();
@@ -429,7 +435,7 @@ async function killMarked(
   if (last >= since && last - since < SYNC_PROBE_LIMIT) {
     quietly(() => {
       for (let pid = since; pid <= last; pid++) {
-        if (pid === process.pid || !markedNow(pid, marks.link, needle)) continue;
+        if (pid === process.pid || pid === unmarked || !markedNow(pid, marks.link, needle)) continue;
         if (skipGroup !== undefined && processGroupNow(pid) === skipGroup) continue;
         try {
           process.kill(pid, sig);
@@ -451,7 +457,7 @@ async function killMarked(
   let pids: number[];
   if (last >= since && last - since <= WINDOW_PROBE_LIMIT) {
     pids = [];
-    for (let pid = since; pid <= last; pid++) if (pid !== process.pid) pids.push(pid);
+    for (let pid = since; pid <= last; pid++) if (pid !== process.pid && pid !== unmarked) pids.push(pid);
   } else {
     let entries: string[];
     try {
