@@ -130,6 +130,8 @@ export interface SuperviseSpec {
   takeStdout?: (stdout: Readable, fd: number) => void;
   /** Told once the process was spawned, with what reaches it while it runs. */
   onStarted?: (running: RunningProcess) => void;
+  /** The precise monotonic clock in milliseconds (`performance.now`; a test's own clock). */
+  now?: () => number;
 }
 
 /** A fully resolved process to run. */
@@ -238,7 +240,8 @@ export async function* runProcess(spec: RunSpec): AsyncGenerator<ExecEvent, void
 /** Supervises a launched process from now on: its event stream, its timeout, its kills. */
 async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerator<ExecEvent, void, undefined> {
   const { child, marker } = launched;
-  const started = performance.now();
+  const now = spec.now ?? (() => performance.now());
+  const started = now();
   const oomBefore = spec.detectOom ? readOomKills() : 0;
 
   let spawnError: string | undefined;
@@ -318,13 +321,33 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
   };
   if (spec.signal?.aborted) onAbort();
   spec.signal?.addEventListener("abort", onAbort, { once: true });
-  timers.push(
-    setTimeout(() => {
-      timedOut = true;
-      killTree("SIGTERM");
-      timers.push(setTimeout(() => killTree("SIGKILL"), spec.killGraceMs));
-    }, spec.timeoutMs),
-  );
+  // The timeout is decided by the precise monotonic clock, not by the event loop's: a timer is
+  // due by the loop's clock, which libuv reads from CLOCK_MONOTONIC_COARSE wherever that clock's
+  // resolution is fine enough. Under gVisor it is (1 ns), and the sandbox's kernel serves it, while
+  // `performance.now` reads CLOCK_MONOTONIC through the sandbox's vDSO (gVisor's vdso.cc serves
+  // only that one, REALTIME and BOOTTIME). A gVisor command with a 600 s timeout was once stopped
+  // as timed out within 3 minutes (a CI run under load); which clock ran ahead is not known. A
+  // timer that fires before the precise clock reached its deadline is armed again for the rest,
+  // and says so on stderr once: a timeout then needs both clocks to agree that it passed.
+  // (The loop's clock is read once per turn, so a timer may be due a turn's length before the
+  // precise clock agrees: that much is not early.)
+  const deadline = started + spec.timeoutMs;
+  let early = false;
+  const due = () => {
+    const left = deadline - now();
+    if (left > EARLY_TIMER_SLACK_MS) {
+      if (!early) {
+        early = true;
+        process.stderr.write(`executor: a command's ${spec.timeoutMs} ms timeout timer fired ${Math.round(left)} ms before the monotonic clock reached its deadline; armed again\n`);
+      }
+      timers.push(setTimeout(due, Math.ceil(left)));
+      return;
+    }
+    timedOut = true;
+    killTree("SIGTERM");
+    timers.push(setTimeout(() => killTree("SIGKILL"), spec.killGraceMs));
+  };
+  timers.push(setTimeout(due, spec.timeoutMs));
 
   if (child.stdin) {
     // A command that exits or closes its stdin makes writes fail (EPIPE): the writer hears of it
@@ -342,7 +365,7 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
       yield item;
     }
     await exited;
-    const exit = buildExit(exitInfo, spawnError, timedOut, performance.now() - started);
+    const exit = buildExit(exitInfo, spawnError, timedOut, now() - started);
     // A launcher that captured the output counted all of it (only a head came here).
     const counted = (child as { outputBytes?: ExecExit["outputBytes"] }).outputBytes;
     if (counted !== undefined) exit.outputBytes = counted;
@@ -490,6 +513,9 @@ async function processGroup(pid: number): Promise<number> {
   const stat = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => "");
   return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
 }
+
+/** How much before its deadline by the precise clock a timeout timer may fire and still count. */
+const EARLY_TIMER_SLACK_MS = 250;
 
 /** Largest pid window probed number by number; a wider one is found by listing /proc. */
 const WINDOW_PROBE_LIMIT = 512;

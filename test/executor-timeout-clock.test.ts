@@ -1,0 +1,61 @@
+/**
+ * A command's timeout is decided by the precise monotonic clock, not only by the event loop's
+ * (process-runner.ts): libuv fires timers by CLOCK_MONOTONIC_COARSE where that clock is fine
+ * enough, which gVisor serves from its kernel while `performance.now` reads its vDSO. A timer that
+ * fires before the precise clock reached the deadline is armed again. Tested on the runner itself,
+ * with a clock the test holds still: no real clock can be made to jump on purpose here.
+ */
+import test from "ava";
+import { runProcess } from "../providers/executor/process-runner.ts";
+import type { ExecExit } from "../providers/executor/types.ts";
+
+test.serial("a timeout timer that fires before the monotonic clock reached the deadline is armed again: the command runs on, and times out once the clock gets there", async (t) => {
+  let frozen = true;
+  const now = () => (frozen ? 0 : 1e9);
+  const said: string[] = [];
+  const write = process.stderr.write.bind(process.stderr);
+  process.stderr.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+    said.push(String(chunk));
+    return (write as (c: string | Uint8Array, ...r: unknown[]) => boolean)(chunk, ...rest);
+  }) as typeof process.stderr.write;
+  t.teardown(() => {
+    process.stderr.write = write;
+  });
+  let out = "";
+  let exit: ExecExit | undefined;
+  // Its 400 ms timer fires twice while it sleeps a second: the clock says no time passed.
+  for await (const ev of runProcess({ argv: ["sh", "-c", "sleep 1; echo alive; exec sleep 30"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", timeoutMs: 400, killGraceMs: 500, now })) {
+    if (ev.type === "stdout") {
+      out += Buffer.from(ev.data).toString();
+      if (out.includes("alive")) frozen = false;
+    } else if (ev.type === "exited") {
+      exit = ev.exit;
+    }
+  }
+  t.is(out, "alive\n", "the command was stopped before the clock reached its deadline");
+  t.true(exit?.timedOut, JSON.stringify(exit));
+  t.is(exit?.signal, "SIGTERM");
+  // Said once, however many times the timer was armed again.
+  const early = said.filter((s) => s.includes("timeout timer fired"));
+  t.is(early.length, 1, said.join(""));
+  t.regex(early[0], /a command's 400 ms timeout timer fired 400 ms before the monotonic clock reached its deadline; armed again/);
+});
+
+test.serial("a timeout on time is not armed again: the command is stopped and nothing is said", async (t) => {
+  const said: string[] = [];
+  const write = process.stderr.write.bind(process.stderr);
+  process.stderr.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+    said.push(String(chunk));
+    return (write as (c: string | Uint8Array, ...r: unknown[]) => boolean)(chunk, ...rest);
+  }) as typeof process.stderr.write;
+  t.teardown(() => {
+    process.stderr.write = write;
+  });
+  let exit: ExecExit | undefined;
+  for await (const ev of runProcess({ argv: ["sleep", "30"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", timeoutMs: 200, killGraceMs: 500 })) {
+    if (ev.type === "exited") exit = ev.exit;
+  }
+  t.true(exit?.timedOut, JSON.stringify(exit));
+  t.is(exit?.signal, "SIGTERM");
+  t.deepEqual(said.filter((s) => s.includes("timeout timer fired")), []);
+});
