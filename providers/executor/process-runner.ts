@@ -437,9 +437,8 @@ function buildExit(
  * the sweep reaches it). With `skipGroup`, members of that process group are left out: the group
  * signal has reached them already. One that moved into the group after that signal misses this
  * one; the SIGKILL that follows the grace never skips. `unmarked` (0 for none) is a pid known to
- * carry no marks (the launcher's waiting spare, forked after the command): the probes by number
- * skip it. Only within a window the pid counter did not wrap in, where it cannot be a process of
- * the command; the scan of all of /proc probes every pid.
+ * carry no marks (the launcher's waiting spare, forked after the command): the probes skip it,
+ * unless the pid counter wrapped around since the command started (a pid may then be anything).
  */
 async function killMarked(
   marks: { env: string; link: string | undefined },
@@ -474,23 +473,19 @@ async function killMarked(
     if (marks.link !== undefined && (await readlink(`/proc/${pid}/fd/3`).catch(() => "")) === marks.link) return true;
     return (await readFile(`/proc/${pid}/environ`).catch(() => Buffer.alloc(0))).includes(needle);
   };
-  // Linux hands out pids in increasing order, so every descendant of the command has a pid in
-  // [the command's own, the last one handed out], unless the pid counter wrapped around since.
-  // Probe that window by number when it is small; scan all of /proc otherwise.
-  let pids: number[];
-  if (last >= since && last - since <= WINDOW_PROBE_LIMIT) {
-    pids = [];
-    for (let pid = since; pid <= last; pid++) if (pid !== process.pid && pid !== unmarked) pids.push(pid);
-  } else {
-    let entries: string[];
-    try {
-      entries = await readdir("/proc");
-    } catch {
-      return;
-    }
-    const wrapped = !(last >= since);
-    pids = entries.filter((e) => /^\d+$/.test(e)).map(Number).filter((pid) => pid !== process.pid && (wrapped || pid >= since));
+  // Linux hands out pids in increasing order, so every descendant of the command has a pid from
+  // the command's own on, unless the pid counter wrapped around since. Only the processes that
+  // live are probed: /proc lists them in one read, where probing a window by number costs two
+  // reads of the thread pool for every pid in it that is gone, and on a busy host (other
+  // workspaces' commands) most of a window of hundreds is.
+  let entries: string[];
+  try {
+    entries = await readdir("/proc");
+  } catch {
+    return;
   }
+  const wrapped = !(last >= since);
+  const pids = entries.filter((e) => /^\d+$/.test(e)).map(Number).filter((pid) => pid !== process.pid && (wrapped || (pid >= since && pid !== unmarked)));
   // Asynchronous reads in small batches: the sweep never blocks the event loop, however many
   // processes the host runs.
   for (let i = 0; i < pids.length; i += 32) {
@@ -517,9 +512,7 @@ async function processGroup(pid: number): Promise<number> {
 /** How much before its deadline by the precise clock a timeout timer may fire and still count. */
 const EARLY_TIMER_SLACK_MS = 250;
 
-/** Largest pid window probed number by number; a wider one is found by listing /proc. */
-const WINDOW_PROBE_LIMIT = 512;
-/** A pid window smaller than this is probed synchronously (see killMarked). */
+/** A pid window smaller than this is probed synchronously, pid by pid (see killMarked). */
 const SYNC_PROBE_LIMIT = 8;
 
 /**

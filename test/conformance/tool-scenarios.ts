@@ -381,6 +381,8 @@ export function registerToolScenarios<C>(
     ["a setsid child that clears its environment (env -i)", (sleep) => `setsid env -i ${sleep} >/dev/null 2>&1 &`, true],
     ["a child that execs with an empty environment (exec -c)", (sleep) => `setsid bash -c 'exec -c ${sleep}' >/dev/null 2>&1 &`, true],
     ["a double-forked child without environment or session", (sleep) => `( setsid env -i ${sleep} >/dev/null 2>&1 & ) &`, true],
+    // After a dozen processes that are gone: a window of pids too wide to probe one by one at once.
+    ["a double-forked child after a dozen short-lived ones", (sleep) => `for i in 1 2 3 4 5 6 7 8 9 10 11 12; do /bin/true; done; ( setsid env -i ${sleep} >/dev/null 2>&1 & ) &`, true],
     // Closing the inherited marker too escapes the local sweep (documented); sandboxes still end it.
     ["a child that also closes every inherited descriptor", (sleep) => `setsid env -i bash -c 'exec 3<&- 4<&- 5<&-; exec ${sleep}' >/dev/null 2>&1 &`, false],
   ];
@@ -389,11 +391,14 @@ export function registerToolScenarios<C>(
     scenario(`Bash › ${label} does not outlive the call`, async (t, ws) => {
       // A duration no other process has, so the probe finds this very process by its command line.
       const duration = `6${Math.floor(Math.random() * 1e6)}.${process.pid}`;
-      const r = await ws.bash(`${launch(`sleep ${duration}`)} echo launched`, { timeoutMs: 60_000n });
-      t.is(r.stdout, "launched\n");
       // Builtins only: a process per /proc entry costs seconds in a VM under emulation, whose /proc
       // lists its kernel's threads as well.
       const probe = `for f in /proc/[0-9]*/cmdline; do a= b=; { IFS= read -r -d '' a; IFS= read -r -d '' b; } < "$f" 2>/dev/null; [ "$a $b" = 'sleep ${duration}' ] && echo alive; done; echo checked`;
+      // The command ends once the child runs as that sleep (not before it got there: a probe after
+      // the call could then find nothing and pass for a child that did escape).
+      const wait = `seen=no; for i in $(seq 1 500); do case "$(${probe})" in *alive*) seen=yes; break;; esac; sleep 0.01; done`;
+      const r = await ws.bash(`${launch(`sleep ${duration}`)} ${wait}; echo launched $seen`, { timeoutMs: 60_000n });
+      t.is(r.stdout, "launched yes\n");
       let seen = "";
       for (let i = 0; i < 100; i++) {
         seen = await ws.sh(probe);
