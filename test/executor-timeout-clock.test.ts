@@ -5,13 +5,12 @@
  * fires before the precise clock reached the deadline is armed again. Tested on the runner itself,
  * with a clock the test holds still: no real clock can be made to jump on purpose here.
  */
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import { runProcess } from "../providers/executor/process-runner.ts";
 import type { ExecExit } from "../providers/executor/types.ts";
 
-test.serial("a timeout timer that fires before the monotonic clock reached the deadline is armed again: the command runs on, and times out once the clock gets there", async (t) => {
-  let frozen = true;
-  const now = () => (frozen ? 0 : 1e9);
+/** What this process writes on its stderr during the test (still written through). */
+function stderrOf(t: ExecutionContext): string[] {
   const said: string[] = [];
   const write = process.stderr.write.bind(process.stderr);
   process.stderr.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
@@ -21,6 +20,13 @@ test.serial("a timeout timer that fires before the monotonic clock reached the d
   t.teardown(() => {
     process.stderr.write = write;
   });
+  return said;
+}
+
+test.serial("a timeout timer that fires before the monotonic clock reached the deadline is armed again: the command runs on, and times out once the clock gets there", async (t) => {
+  let frozen = true;
+  const now = () => (frozen ? 0 : 1e9);
+  const said = stderrOf(t);
   let out = "";
   let exit: ExecExit | undefined;
   // Its 400 ms timer fires twice while it sleeps a second: the clock says no time passed.
@@ -42,15 +48,7 @@ test.serial("a timeout timer that fires before the monotonic clock reached the d
 });
 
 test.serial("a timeout on time is not armed again: the command is stopped and nothing is said", async (t) => {
-  const said: string[] = [];
-  const write = process.stderr.write.bind(process.stderr);
-  process.stderr.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
-    said.push(String(chunk));
-    return (write as (c: string | Uint8Array, ...r: unknown[]) => boolean)(chunk, ...rest);
-  }) as typeof process.stderr.write;
-  t.teardown(() => {
-    process.stderr.write = write;
-  });
+  const said = stderrOf(t);
   let exit: ExecExit | undefined;
   for await (const ev of runProcess({ argv: ["sleep", "30"], env: { PATH: "/usr/bin:/bin" }, cwd: "/", timeoutMs: 200, killGraceMs: 500 })) {
     if (ev.type === "exited") exit = ev.exit;
