@@ -54,6 +54,11 @@ export class LocalCommands {
     return new WorkspaceCommands(this, root, openDirectory, prefix);
   }
 
+  /** Logs a warning about a workspace's command. */
+  warn(root: string, line: string): void {
+    this.#log.warn("local workspace command", { root: path.basename(root), line });
+  }
+
   /** A new launcher for `prefix` (the workspace's limits command). */
   launcher(root: string, prefix: string[], PATH: string): Launcher {
     return new Launcher(this.#perl as string, prefix, PATH, (line) => this.#log.warn("local workspace launcher", { root: path.basename(root), line }));
@@ -108,6 +113,7 @@ export class WorkspaceCommands {
         signal,
         // A caller that keeps only a head of the output (a unary `Bash`) has the launcher read it.
         keepBytes: request.keepBytes,
+        warn: (line) => this.#owner.warn(this.#root, line),
       });
       // The generator launches on its first step: take it now so the descriptors close.
       first = await events.next();

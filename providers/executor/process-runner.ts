@@ -132,6 +132,8 @@ export interface SuperviseSpec {
   onStarted?: (running: RunningProcess) => void;
   /** The precise monotonic clock in milliseconds (`performance.now`; a test's own clock). */
   now?: () => number;
+  /** Where a warning about the run goes (a line on stderr by default: the executor's log). */
+  warn?: (line: string) => void;
 }
 
 /** A fully resolved process to run. */
@@ -328,7 +330,7 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
   // only that one, REALTIME and BOOTTIME). A gVisor command with a 600 s timeout was once stopped
   // as timed out within 3 minutes (a CI run under load); which clock ran ahead is not known. A
   // timer that fires before the precise clock reached its deadline is armed again for the rest,
-  // and says so on stderr once: a timeout then needs both clocks to agree that it passed.
+  // and says so once (`warn`): a timeout then needs both clocks to agree that it passed.
   // (The loop's clock is read once per turn, so a timer may be due a turn's length before the
   // precise clock agrees: that much is not early.)
   const deadline = started + spec.timeoutMs;
@@ -338,7 +340,9 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
     if (left > EARLY_TIMER_SLACK_MS) {
       if (!early) {
         early = true;
-        process.stderr.write(`executor: a command's ${spec.timeoutMs} ms timeout timer fired ${Math.round(left)} ms before the monotonic clock reached its deadline; armed again\n`);
+        const line = `a command's ${spec.timeoutMs} ms timeout timer fired ${Math.round(left)} ms before the monotonic clock reached its deadline; armed again`;
+        if (spec.warn) spec.warn(line);
+        else process.stderr.write(`executor: ${line}\n`);
       }
       timers.push(setTimeout(due, Math.ceil(left)));
       return;
