@@ -327,7 +327,8 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
   // due by the loop's clock, which libuv reads from CLOCK_MONOTONIC_COARSE wherever that clock's
   // resolution is 1 ms or finer. Under gVisor it is (1 ns, measured inside runsc; 4 ms on the host),
   // while `performance.now` reads CLOCK_MONOTONIC, and gVisor computes the two apart (inside runsc
-  // on the AMD host of 2026-12-03 a read of CLOCK_MONOTONIC took 38 µs, of the coarse clock 0.02 µs).
+  // on the AMD host of 2026-12-03 a read of CLOCK_MONOTONIC took 38 µs, `performance.now` 39 µs,
+  // the coarse clock 0.02 µs).
   // A gVisor command with a 600 s timeout was once stopped as timed out within 3 minutes (a CI run
   // under load); which clock ran ahead is not known. A timer that fires before the precise clock
   // reached its deadline is armed again for the rest, and says so once (`warn`): a timeout then
