@@ -1,8 +1,9 @@
 /**
  * A command's timeout is decided by the precise monotonic clock, not only by the event loop's
  * (process-runner.ts): libuv fires timers by CLOCK_MONOTONIC_COARSE where that clock is fine
- * enough, which gVisor serves from its kernel while `performance.now` reads its vDSO. A timer that
- * fires before the precise clock reached the deadline is armed again. Tested on the runner itself,
+ * enough, as it is under gVisor, which computes it apart from the CLOCK_MONOTONIC that
+ * `performance.now` reads. A timer that fires before the precise clock reached the deadline is
+ * armed again. Tested on the runner itself,
  * with a clock the test holds still: no real clock can be made to jump on purpose here.
  */
 import test, { type ExecutionContext } from "ava";

@@ -332,7 +332,8 @@ async function* supervise(launched: Launched, spec: SuperviseSpec): AsyncGenerat
   // A gVisor command with a 600 s timeout was once stopped as timed out within 3 minutes (a CI run
   // under load); which clock ran ahead is not known. A timer that fires before the precise clock
   // reached its deadline is armed again for the rest, and says so once (`warn`): a timeout then
-  // needs both clocks to agree that it passed.
+  // needs both clocks to agree that it passed. (The precise clock is the one trusted: one that
+  // stood still would put the timeout off for as long, with a warning in the log.)
   // (The loop's clock is read once per turn, so a timer may be due a turn's length before the
   // precise clock agrees: that much is not early.)
   const deadline = started + spec.timeoutMs;
