@@ -74,6 +74,8 @@ const NOOP_RPC = "grpc Health/Check";
 const BARE_RPC = "grpc Health/Check, bare node:http2 server";
 /** The same call through a lean Connect JSON client over HTTP/2 (lean-client.ts). */
 const LEAN = "connect-json/h2, lean client";
+/** The harness's round trip alone: the lean client's no-op call answered by the bare node:http2 server. */
+const LEAN_BARE = "connect-json/h2, lean client, bare node:http2 server";
 /** The sandbox's part: the command through the local provider's executor and launcher, no RPC. */
 const SANDBOX_PATH = "local provider exec, no RPC";
 
@@ -280,10 +282,11 @@ export async function startBareHttp2(): Promise<{ port: number; cpuUs(): Promise
 }
 
 /** bare-grpc.ts in a child process, with a health client on its own connection and its CPU. */
-async function bareGrpcServer(): Promise<{ measure: Measure; cpuUs(): Promise<number>; close(): void }> {
+async function bareGrpcServer(): Promise<{ port: number; measure: Measure; cpuUs(): Promise<number>; close(): void }> {
   const bare = await startBareHttp2();
   const health = createClient(Health, createGrpcTransport({ baseUrl: `http://127.0.0.1:${bare.port}` }));
   return {
+    port: bare.port,
     measure: timed(
       () => health.check({ service: "" }),
       (r) => {
@@ -313,6 +316,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
     let spawnServer: { server: ServerProcess; clients: Clients } | undefined;
     let direct: { measure: Measure; close(): Promise<void> } | undefined;
     let lean: LeanUnary | undefined;
+    let leanBare: LeanUnary | undefined;
     let bare: Awaited<ReturnType<typeof bareGrpcServer>> | undefined;
     try {
       const series: Record<string, Measure> = {
@@ -349,6 +353,11 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
             // Proto3 JSON leaves a zero out.
             if ((r.exitCode ?? 0) !== 0) throw new Error(`Bash "true" (lean client) exited ${r.exitCode}`);
           },
+        );
+        const lb = (leanBare = await LeanUnary.connect(`http://127.0.0.1:${bare.port}`));
+        series[LEAN_BARE] = timed(
+          () => lb.call("/grpc.health.v1.Health/Check", "{}"),
+          () => undefined,
         );
         direct = await sandboxPath(path.join(ctx.dataDir, "sandbox-path"));
         series[SANDBOX_PATH] = direct.measure;
@@ -446,6 +455,21 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
             note: `${iterations} calls each, interleaved call by call with nothing else between them (p99 ${pair[LEAN].p99.toFixed(2)} against ${pair[MINIMAL_SPAWN].p99.toFixed(2)} ms)`,
           });
         }
+        if (pair && stats[LEAN_BARE] && stats[SANDBOX_PATH]) {
+          // What no server can go below on this host: the sandbox's part (no RPC) and the harness's
+          // round trip to a server that decodes and does nothing.
+          const floor = stats[SANDBOX_PATH].p50 + stats[LEAN_BARE].p50;
+          rows.push({
+            section: "a latency",
+            metric: `Bash no-op, the issue's harness: its floor on this host, the sandbox's part + ${LEAN}'s round trip to a bare node:http2 server (${provider})`,
+            server: floor,
+            baseline: stats[baselineName].p50,
+            unit: "ms",
+            ratio: floor / stats[baselineName].p50,
+            goal: "",
+            note: `p50s in the interleave above: the sandbox's part ${stats[SANDBOX_PATH].p50.toFixed(2)} ms, the bare round trip ${stats[LEAN_BARE].p50.toFixed(2)} ms; above ${GOAL_RATIO}× no server meets the harness's goal here`,
+          });
+        }
         if (stats[NOOP_RPC] && stats[SANDBOX_PATH]) rows.push(...partRows(provider, stats, baselineName, cpuPerCallMs, systemPerCallMs));
         if (cpuPerCallMs[BARE_RPC] !== undefined) {
           const bareCpu = cpuPerCallMs[BARE_RPC];
@@ -467,6 +491,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
       }
     } finally {
       lean?.close();
+      leanBare?.close();
       bare?.close();
       await direct?.close();
       spawner?.close();

@@ -29,6 +29,10 @@ export interface ServerProcessOptions {
   env?: Record<string, string>;
   /** Extra Node flags, e.g. `--cpu-prof`. */
   nodeArgs?: string[];
+  /** A command the server's Node runs under (e.g. valgrind and its flags; bench/instr-count.ts). */
+  wrapper?: string[];
+  /** How long the server may take to listen, in ms (60 s; longer under a wrapper that slows it). */
+  startTimeoutMs?: number;
 }
 
 /** A running server child. */
@@ -58,7 +62,9 @@ export interface ServerProcess {
 export async function startServerProcess(options: ServerProcessOptions): Promise<ServerProcess> {
   // --expose-gc lets the memory measurements ask for a collection; it changes nothing otherwise.
   // The server's own V8 flags (bin/agent-workspace.js), so the bench measures the server as it runs.
-  const child = spawn(process.execPath, ["--expose-gc", "--liftoff-only", "--max-semi-space-size=16", ...(options.nodeArgs ?? []), CHILD, "--data-dir", options.dataDir], {
+  const wrapper = options.wrapper ?? [];
+  const argv = [process.execPath, "--expose-gc", "--liftoff-only", "--max-semi-space-size=16", ...(options.nodeArgs ?? []), CHILD, "--data-dir", options.dataDir];
+  const child = spawn(wrapper[0] ?? argv[0], [...wrapper.slice(1), ...(wrapper.length > 0 ? argv : argv.slice(1))], {
     env: { ...process.env, ...options.env },
     stdio: ["pipe", "pipe", "pipe"],
   });
@@ -94,10 +100,11 @@ export async function startServerProcess(options: ServerProcessOptions): Promise
   });
 
   const ready = await new Promise<{ port: number; url: string; pid: number; providers: string[] }>((resolve, reject) => {
+    const limit = options.startTimeoutMs ?? 60_000;
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new Error(`server child did not start within 60 s:\n${tail.join("\n")}`));
-    }, 60_000);
+      reject(new Error(`server child did not start within ${limit / 1000} s:\n${tail.join("\n")}`));
+    }, limit);
     child.once("error", reject);
     void exited.then(() => {
       clearTimeout(timer);
