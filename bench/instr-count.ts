@@ -141,8 +141,9 @@ async function measure(): Promise<Run> {
     await writeFile(target, out);
     return target;
   }
-  function annotate(file: string, inclusive = false): { total: number; rows: [number, string, string][] } {
-    const r = spawnSync("callgrind_annotate", [`--inclusive=${inclusive ? "yes" : "no"}`, "--threshold=99", file], { encoding: "utf8", maxBuffer: 64 << 20 });
+  /** Self instructions by function (callgrind_annotate's default listing), and the thread's total. */
+  function annotate(file: string): { total: number; rows: [number, string, string][] } {
+    const r = spawnSync("callgrind_annotate", ["--inclusive=no", "--threshold=99", file], { encoding: "utf8", maxBuffer: 64 << 20 });
     const total = number(/^\s*([\d,]+)\s+\(100\.0+%\)\s+PROGRAM TOTALS/m.exec(r.stdout)?.[1] ?? "0");
     const rows = r.stdout
       .split("\n")

@@ -455,7 +455,7 @@ export async function benchLatency(ctx: BenchContext, options: LatencyOptions): 
             note: `${iterations} calls each, interleaved call by call with nothing else between them (p99 ${pair[LEAN].p99.toFixed(2)} against ${pair[MINIMAL_SPAWN].p99.toFixed(2)} ms)`,
           });
         }
-        if (pair && stats[LEAN_BARE] && stats[SANDBOX_PATH]) {
+        if (stats[LEAN_BARE] && stats[SANDBOX_PATH]) {
           // What no server can go below on this host: the sandbox's part (no RPC) and the harness's
           // round trip to a server that decodes and does nothing.
           const floor = stats[SANDBOX_PATH].p50 + stats[LEAN_BARE].p50;
