@@ -59,9 +59,26 @@ interface Run {
   rows: [number, string, string][];
 }
 
-/** One server under callgrind: the counts of its calls. */
+/** One server under callgrind: the counts of its calls. A run that fails leaves no server, dump or map behind. */
 async function measure(): Promise<Run> {
   const dir = await mkdtemp(path.join(os.tmpdir(), "aw-instr-"));
+  let pid: number | undefined;
+  let stop: (() => Promise<void>) | undefined;
+  try {
+    return await measureIn(dir, (p, s) => {
+      pid = p;
+      stop = s;
+    });
+  } catch (err) {
+    await stop?.().catch(() => undefined);
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  } finally {
+    if (pid !== undefined) await rm(`/tmp/perf-${pid}.map`, { force: true });
+  }
+}
+
+async function measureIn(dir: string, started: (pid: number, stop: () => Promise<void>) => void): Promise<Run> {
   const data = path.join(dir, "data");
   const out = path.join(dir, "callgrind.out");
   const server = await startServerProcess({
@@ -72,6 +89,7 @@ async function measure(): Promise<Run> {
     // JIT-compiled functions' addresses and names (/tmp/perf-<pid>.map), to name them in the dump.
     nodeArgs: ["--perf-basic-prof"],
   });
+  started(server.pid, () => server.stop());
   const clients = createClients(server.url);
   const ws = await clients.grpc.workspaces.createWorkspace({ provider: "local" });
   const workspaceId = ws.workspace!.id;
@@ -155,7 +173,6 @@ async function measure(): Promise<Run> {
   const nameOf = await jitNames();
   const threads = await Promise.all(dumps.map(async (f) => ({ thread: Number(f.slice(f.lastIndexOf("-") + 1)), file: await named(f) })));
   const counted = threads.map((t) => ({ ...t, ...annotate(t.file) }));
-  await rm(`/tmp/perf-${server.pid}.map`, { force: true });
   const main = counted.find((t) => t.thread === 1);
   if (!main || !(main.total > 0)) throw new Error("no count for the main thread");
   lean?.close();
