@@ -6,7 +6,12 @@
  * Beside each thread's CPU, its system time and its minor page faults per call (a count, the same
  * however busy the host is): on the AMD EPYC guest of 2026-12-03 a fault cost 15–19 µs of CPU
  * (bench/fault-count.ts), so a count tells whether faults explain a call's cost there (for the
- * server's no-op Bash they did not: 2.5–4.7 per call).
+ * server's no-op Bash they did not: 2.5–4.7 per call). And its sleeps per call (voluntary context
+ * switches): each is a wait for something (the next request, the launcher's answer, a timer) and a
+ * wake-up, and code that runs just after one runs colder (bench/wake-cost.ts).
+ *
+ * The kernel may account CPU time by its tick (on the AMD EPYC guest of 2026-12-03, every 4 ms):
+ * a thread's time is then a sample, sound over thousands of calls, not a per-call reading.
  */
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import os from "node:os";
@@ -22,6 +27,8 @@ interface ThreadStat {
   cpuUs: number;
   systemUs: number;
   minorFaults: number;
+  /** Times the thread waited (voluntary context switches): each is a sleep and a wake-up. */
+  sleeps: number;
 }
 
 async function threads(pid: number): Promise<Map<string, ThreadStat>> {
@@ -33,7 +40,9 @@ async function threads(pid: number): Promise<Map<string, ThreadStat>> {
       const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
       const key = `${name} (${tid})`;
       // After the name: state is field 3 of proc(5), so field n is fields[n - 3]: minflt (10), utime (14), stime (15).
-      out.set(key, { cpuUs: (Number(fields[11]) + Number(fields[12])) * TICK_US, systemUs: Number(fields[12]) * TICK_US, minorFaults: Number(fields[7]) });
+      const status = await readFile(`/proc/${pid}/task/${tid}/status`, "utf8");
+      const sleeps = Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1] ?? 0);
+      out.set(key, { cpuUs: (Number(fields[11]) + Number(fields[12])) * TICK_US, systemUs: Number(fields[12]) * TICK_US, minorFaults: Number(fields[7]), sleeps });
     } catch {
       // The thread ended.
     }
@@ -56,23 +65,24 @@ const after = await threads(server.pid);
 let total = 0;
 let totalSystem = 0;
 let totalFaults = 0;
-const rows: [string, number, number, number][] = [];
+const rows: [string, number, number, number, number][] = [];
 for (const [k, v] of after) {
   const was = before.get(k);
   const d = (v.cpuUs - (was?.cpuUs ?? 0)) / calls;
   const sys = (v.systemUs - (was?.systemUs ?? 0)) / calls;
   const f = (v.minorFaults - (was?.minorFaults ?? 0)) / calls;
+  const w = (v.sleeps - (was?.sleeps ?? 0)) / calls;
   total += d;
   totalSystem += sys;
   totalFaults += f;
-  if (d > 0 || f > 0) rows.push([k, d, sys, f]);
+  if (d > 0 || f > 0) rows.push([k, d, sys, f, w]);
 }
 rows.sort((a, b) => b[1] - a[1]);
 console.log(
   `${calls} ${values.tool} calls over ${values.transport}: server CPU ${total.toFixed(0)} µs (${totalSystem.toFixed(0)} µs of it system time) and ${totalFaults.toFixed(1)} minor page faults per call, by thread:`,
 );
-for (const [k, d, sys, f] of rows) {
-  console.log(`  ${d.toFixed(1).padStart(7)} µs (system ${sys.toFixed(1).padStart(6)} µs)  ${f.toFixed(2).padStart(7)} faults  ${k}`);
+for (const [k, d, sys, f, w] of rows) {
+  console.log(`  ${d.toFixed(1).padStart(7)} µs (system ${sys.toFixed(1).padStart(6)} µs)  ${f.toFixed(2).padStart(7)} faults  ${w.toFixed(2).padStart(6)} sleeps  ${k}`);
 }
 await clients.grpc.workspaces.deleteWorkspace({ id: workspaceId });
 clients.close();
