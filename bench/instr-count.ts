@@ -87,7 +87,8 @@ async function measureIn(dir: string, started: (pid: number, stop: () => Promise
     wrapper: ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--smc-check=all-non-file", `--callgrind-out-file=${out}`, "--separate-threads=yes", "--quiet"],
     startTimeoutMs: 600_000,
     // JIT-compiled functions' addresses and names (/tmp/perf-<pid>.map), to name them in the dump.
-    nodeArgs: ["--perf-basic-prof"],
+    // V8 then also writes its log, into the working directory unless told: into this run's directory.
+    nodeArgs: ["--perf-basic-prof", "--no-logfile-per-isolate", `--logfile=${path.join(dir, "v8.log")}`],
   });
   started(server.pid, () => server.stop());
   const clients = createClients(server.url);
