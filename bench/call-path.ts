@@ -98,10 +98,13 @@ try {
   const plain = await timed(1000);
   // The main thread alone: its thread id is the process id.
   const perf = spawn("perf", ["record", "-q", "-g", "-e", "cpu-clock", "-F", String(hz), ...EVENTS.flatMap((e) => ["-e", e]), "-t", String(server.pid), "-o", data], { stdio: "inherit" });
+  // Taken now: a perf that cannot record (not root, no tracepoints) has exited before the calls end.
+  const stopped = new Promise<number | null>((resolve) => perf.once("exit", resolve));
   await new Promise((resolve) => setTimeout(resolve, 700));
   const traced = await timed(calls);
   perf.kill("SIGINT");
-  await new Promise((resolve) => perf.once("exit", resolve));
+  const code = await stopped;
+  if (code !== 0 && code !== null) throw new Error(`perf record ended with ${code} (root, and the kernel's syscall tracepoints, are needed)`);
   lean.close();
   await clients.grpc.workspaces.deleteWorkspace({ id: ws.workspace!.id });
   clients.close();
