@@ -80,6 +80,7 @@ const server = await startServerProcess({
   nodeArgs: ["--perf-basic-prof", "--no-logfile-per-isolate", `--logfile=${path.join(dir, "v8.log")}`],
 });
 const data = path.join(dir, "perf.data");
+let perf: ReturnType<typeof spawn> | undefined;
 try {
   const clients = createClients(server.url);
   const ws = await clients.grpc.workspaces.createWorkspace({ provider: "local" });
@@ -97,12 +98,13 @@ try {
   await timed(1000);
   const plain = await timed(1000);
   // The main thread alone: its thread id is the process id.
-  const perf = spawn("perf", ["record", "-q", "-g", "-e", "cpu-clock", "-F", String(hz), ...EVENTS.flatMap((e) => ["-e", e]), "-t", String(server.pid), "-o", data], { stdio: "inherit" });
+  const recorder = spawn("perf", ["record", "-q", "-g", "-e", "cpu-clock", "-F", String(hz), ...EVENTS.flatMap((e) => ["-e", e]), "-t", String(server.pid), "-o", data], { stdio: "inherit" });
+  perf = recorder;
   // Taken now: a perf that cannot record (not root, no tracepoints) has exited before the calls end.
-  const stopped = new Promise<number | null>((resolve) => perf.once("exit", resolve));
+  const stopped = new Promise<number | null>((resolve) => recorder.once("exit", resolve));
   await new Promise((resolve) => setTimeout(resolve, 700));
   const traced = await timed(calls);
-  perf.kill("SIGINT");
+  recorder.kill("SIGINT");
   const code = await stopped;
   if (code !== 0 && code !== null) throw new Error(`perf record ended with ${code} (root, and the kernel's syscall tracepoints, are needed)`);
   lean.close();
@@ -160,6 +162,8 @@ try {
     for (const [k, n] of [...spans[where]].sort((a, b) => b[1] - a[1]).slice(0, top)) console.log(`  ${((100 * n) / totals[where]).toFixed(1).padStart(5)} %  ${k.slice(0, 120)}`);
   }
 } finally {
+  // A run that failed while perf recorded: perf goes first, then the server.
+  if (perf !== undefined && perf.exitCode === null && perf.signalCode === null) perf.kill("SIGKILL");
   await server.stop().catch(() => undefined);
   await rm(`/tmp/perf-${server.pid}.map`, { force: true });
   await rm(dir, { recursive: true, force: true });

@@ -91,9 +91,39 @@ async function timeIt(work: () => Promise<void>, gapMs: number): Promise<number[
   return out;
 }
 
-/** Niced busy loops, one per core, so no core idles while this thread sleeps. */
-function spinners(): ChildProcess[] {
-  return Array.from({ length: os.availableParallelism() }, () => spawn("nice", ["-n", "19", "sh", "-c", "while :; do :; done"], { stdio: "ignore" }));
+/** Spinners still running: killed however this process ends, and each bounded in time by `timeout` besides. */
+const spinning = new Set<ChildProcess>();
+/** Kills each spinner's process group: `timeout` leads one (it does so unless told `--foreground`), the loop in it. */
+const stopSpinners = () => {
+  for (const p of spinning) {
+    try {
+      process.kill(-(p.pid as number), "SIGKILL");
+    } catch {
+      // Already gone.
+    }
+  }
+  spinning.clear();
+};
+process.once("exit", stopSpinners);
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    stopSpinners();
+    process.exit(130);
+  });
+}
+
+/**
+ * Niced busy loops, one per core, so no core idles while this thread sleeps. Each ends by itself
+ * after ten times the series' expected length (at least a minute), should this process be killed
+ * outright.
+ */
+function spinners(): void {
+  const bound = Math.max(60, Math.ceil((calls * (sleepMs + 1) * 10) / 1000));
+  for (let i = 0; i < os.availableParallelism(); i++) {
+    const p = spawn("timeout", ["-s", "KILL", String(bound), "nice", "-n", "19", "sh", "-c", "while :; do :; done"], { stdio: "ignore" });
+    spinning.add(p);
+    p.once("exit", () => spinning.delete(p));
+  }
 }
 
 const works: [string, () => Promise<void>][] = [
@@ -108,12 +138,12 @@ console.log(`${calls} runs each, elapsed p50 (mean); load ${os.loadavg()[0].toFi
 for (const [name, work] of works) {
   const hot = await timeIt(work, 0);
   const cold = await timeIt(work, sleepMs);
-  const busy = spinners();
+  spinners();
   let warmCores;
   try {
     warmCores = await timeIt(work, sleepMs);
   } finally {
-    for (const p of busy) p.kill("SIGKILL");
+    stopSpinners();
   }
   const base = summarize(hot).p50;
   console.log(`${name}:`);
