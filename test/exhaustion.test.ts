@@ -171,11 +171,15 @@ for (const provider of ["local", "docker", "gvisor", "microvm"] as const) {
     test.skip(`local: a memory bomb is OOM-killed (no memory cgroup here: ${local.reason})`, () => {});
   } else {
     test.serial(`${provider}: a memory bomb in a workspace created with no limits is OOM-killed, and the next call works`, async (t) => {
+      if (provider === "microvm") t.timeout(300_000);
       const id = await create(t);
       // Up to 8 GiB, touched, in 256 MiB steps: without a limit it would finish and say so.
       await script(t, id, "membomb.js", "const keep = [];\nfor (let i = 0; i < 32; i++) keep.push(Buffer.alloc(256 * 1024 * 1024, 1));\nconsole.log('survived');\n");
       const bomb = await script(t, id, "membomb.sh", `exec ${node(provider)} membomb.js\n`);
-      const r = await run(t, id, `sh ${bomb}`);
+      // A hang guard, not a timing: under TCG on a loaded CI host the bomb's 8 GiB of touched pages
+      // passed 60 s once (2026-12-03; 42 s for the whole test alone).
+      const r = await run(t, id, `sh ${bomb}`, provider === "microvm" ? 240_000 : 60_000);
+      t.false(r.timedOut, "the memory bomb was neither killed nor finished within the hang guard");
       t.false(r.stdout.includes("survived"));
       t.is(r.exitCode, 137, r.stderr);
       t.true(r.oomKilled);
